@@ -1,0 +1,61 @@
+"""The one small interface every inference engine implements.
+
+A backend loads a model file for a device, describes its tensors, runs one input and says what actually ran it.
+It knows nothing of YOLO, SSD or HTTP.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class BackendError(RuntimeError):
+    """A failure the user can act on; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """real = scale * (q - zero_point)"""
+
+    scale: float
+    zero_point: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # -1 where the dimension is dynamic
+    dtype: np.dtype
+    quantization: Quantization | None = None
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    device: str = "cpu"
+    threads: int | None = None
+    # Run elsewhere (the CPU) when the asked-for device is missing, and say so, instead of failing.
+    allow_fallback: bool = False
+
+
+@dataclass
+class Backend(ABC):
+    """A loaded model on one engine and device."""
+
+    key: str
+    model_path: str
+    engine: str  # engine and version, e.g. "onnxruntime 1.31.1"
+    device: str  # what actually runs it, e.g. "CPUExecutionProvider"
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    metadata: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. "CUDA unavailable, fell back to CPU"
+
+    @abstractmethod
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        """Run one input; returns outputs in the order of `outputs`, raw (still quantised if the tensor is)."""
+
+    def close(self) -> None:  # noqa: B027 - engines without explicit resources need nothing here
+        """Release the engine's resources."""

@@ -1,0 +1,115 @@
+"""TensorFlow Lite on the CPU through LiteRT (ai-edge-litert), XNNPACK, with tflite_runtime as a fallback import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+
+EDGETPU_OP = "edgetpu-custom-op"
+
+
+def import_litert() -> tuple[Any, Any, str]:
+    """(Interpreter class, load_delegate, engine name); LiteRT first, the old tflite_runtime if that is all there is."""
+    try:
+        import ai_edge_litert
+        from ai_edge_litert import interpreter as litert
+
+        return litert.Interpreter, litert.load_delegate, f"ai-edge-litert {getattr(ai_edge_litert, '__version__', '')}"
+    except ImportError:
+        pass
+    try:
+        import tflite_runtime
+        from tflite_runtime import interpreter as tfl
+
+        return tfl.Interpreter, tfl.load_delegate, f"tflite_runtime {getattr(tflite_runtime, '__version__', '')}"
+    except ImportError:
+        raise BackendError("TFLite needs LiteRT: pip install 'edge-inference[tflite]' (or ai-edge-litert)") from None
+
+
+def _tensor_info(detail: dict[str, Any]) -> TensorInfo:
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    quant = Quantization(float(scale), int(zero_point)) if scale else None
+    shape = tuple(int(d) for d in detail["shape"])
+    return TensorInfo(detail["name"], shape, np.dtype(detail["dtype"]), quant)
+
+
+def op_names(interpreter: Any) -> set[str]:
+    try:
+        return {op["op_name"] for op in interpreter._get_ops_details()}
+    except Exception:  # noqa: BLE001 - private API; absent in some builds
+        return set()
+
+
+def is_edgetpu_model(path: Path) -> bool:
+    """Compiled Edge TPU models carry this custom op; a cheap byte scan avoids building an interpreter."""
+    try:
+        return EDGETPU_OP.encode() in path.read_bytes()
+    except OSError:
+        return False
+
+
+def create_interpreter(path: Path, threads: int | None, delegates: list[Any] | None = None) -> tuple[Any, str]:
+    interpreter_cls, _, engine = import_litert()
+    try:
+        interpreter = interpreter_cls(model_path=str(path), num_threads=threads, experimental_delegates=delegates)
+    except (ValueError, RuntimeError) as exc:
+        detail = str(exc).splitlines()[0][:200]
+        raise BackendError(f"{path} could not be loaded as a TFLite model: {detail}") from None
+    return interpreter, engine
+
+
+def allocate(interpreter: Any, path: Path) -> None:
+    try:
+        interpreter.allocate_tensors()
+    except RuntimeError as exc:
+        if EDGETPU_OP in str(exc):
+            raise BackendError(
+                f"{path.name} is compiled for the Coral Edge TPU; run it with --backend edgetpu, "
+                "or use its CPU twin (the same file name without _edgetpu)"
+            ) from None
+        raise BackendError(f"{path.name}: the TFLite interpreter cannot prepare this model: {str(exc)[:200]}") from None
+
+
+@dataclass
+class TFLiteBackend(Backend):
+    interpreter: Any = None
+
+    def __post_init__(self) -> None:
+        self._input_index = self.interpreter.get_input_details()[0]["index"]
+        self._output_indices = [d["index"] for d in self.interpreter.get_output_details()]
+
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        self.interpreter.set_tensor(self._input_index, tensor)
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(i) for i in self._output_indices]
+
+
+def describe(interpreter: Any) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    return (
+        [_tensor_info(d) for d in interpreter.get_input_details()],
+        [_tensor_info(d) for d in interpreter.get_output_details()],
+    )
+
+
+def load(path: Path, options: BackendOptions) -> TFLiteBackend:
+    if options.device.lower() != "cpu":
+        raise BackendError(
+            f"the tflite backend runs on the CPU only; for a Coral use --backend edgetpu --device {options.device}"
+        )
+    interpreter, engine = create_interpreter(path, options.threads)
+    allocate(interpreter, path)
+    inputs, outputs = describe(interpreter)
+    return TFLiteBackend(
+        key="tflite",
+        model_path=str(path),
+        engine=engine,
+        device="cpu (XNNPACK)",
+        inputs=inputs,
+        outputs=outputs,
+        interpreter=interpreter,
+    )

@@ -1,0 +1,54 @@
+"""The `edge` group and the one place that turns user-facing failures into a single line."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from backends import BackendError
+from edge import __version__
+from edge.errors import EdgeError
+from models.errors import ModelError
+
+USER_ERRORS = (EdgeError, ModelError, BackendError)
+
+
+class UserError(click.ClickException):
+    """Printed as one `error: ...` line with exit status 1, never a traceback."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class FriendlyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except USER_ERRORS as exc:
+            raise UserError(str(exc)) from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("EDGE_DEBUG"):
+                raise
+            raise UserError(
+                f"unexpected {type(exc).__name__}: {exc} (set EDGE_DEBUG=1 for the traceback and report it)"
+            ) from None
+
+
+@click.group(cls=FriendlyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="edge")
+def cli() -> None:
+    """Real-time object detection on edge devices: detect, serve, compare backends."""
+
+
+def main() -> None:
+    from edge.cli import detect, models_cmd  # noqa: F401 - registers the sub-commands
+
+    try:
+        cli.main(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,59 @@
+"""`edge detect IMAGE...`: detections for still images as a table or JSON lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import cv2
+
+from edge.cli.app import cli
+from edge.cli.options import detector_config, detector_options
+from edge.drawing import draw_detections
+from edge.images import ImageError, read_image
+from edge.loader import load_detector
+from edge.report import result_record, result_table
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+def _save_path(save: Path, image: Path, many: bool) -> Path:
+    if many or save.is_dir() or save.suffix.lower() not in IMAGE_SUFFIXES:
+        save.mkdir(parents=True, exist_ok=True)
+        return save / f"{image.stem}.jpg"
+    save.parent.mkdir(parents=True, exist_ok=True)
+    return save
+
+
+@cli.command()
+@click.argument("images", nargs=-1, required=True, type=click.Path(path_type=Path))
+@detector_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line per image.")
+@click.option(
+    "--save", type=click.Path(path_type=Path), help="Write the image with labelled boxes (a folder for several)."
+)
+def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:
+    """Detect objects in IMAGES."""
+    detector = load_detector(detector_config(kwargs))
+    for note in detector.backend.notes:
+        click.echo(f"note: {note}", err=True)
+    failures = 0
+    for path in images:
+        try:
+            image = read_image(path)
+        except ImageError as exc:
+            click.echo(f"error: {exc}", err=True)
+            failures += 1
+            continue
+        result = detector.detect(image)
+        record = result_record(str(path), result, detector)
+        click.echo(json.dumps(record) if as_json else result_table(record))
+        if save is not None:
+            target = _save_path(save, path, len(images) > 1)
+            if not cv2.imwrite(str(target), draw_detections(image, result.detections)):
+                raise ImageError(f"cannot write {target}; use a .jpg or .png name in a writable folder")
+    detector.close()
+    if failures:
+        raise SystemExit(1)

@@ -1,0 +1,75 @@
+"""From what the user typed (`--model`, `--backend`, flags) to a ready Detector."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends import BackendOptions, backend_for_file, open_backend
+from edge.detector import Detector
+from edge.errors import EdgeError
+from edge.settings import Settings, get_settings
+from models.download import Progress, cached_path, is_cached, pull
+from models.overrides import SpecOverrides, load_sidecar, sidecar_path
+from models.registry import REGISTRY, get_entry
+from models.resolve import ModelIO, resolve_spec
+
+MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    model: str
+    backend: str = "auto"
+    device: str = "cpu"
+    conf: float = 0.25
+    iou: float = 0.45
+    max_detections: int = 100
+    threads: int | None = None
+    allow_fallback: bool = False
+    overrides: SpecOverrides = field(default_factory=SpecOverrides)
+
+
+def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
+    """A registry name (pulled into the cache when missing) or a path to a model file -> (name, path)."""
+    if model in REGISTRY:
+        entry = get_entry(model)
+        if not is_cached(entry, settings.model_cache):
+            pull(entry, settings.model_cache, settings.model_mirror, progress)
+        return model, cached_path(entry, settings.model_cache)
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path.stem, path
+    if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
+        raise EdgeError(f"model file {model} does not exist")
+    get_entry(model)  # raises the "unknown registry name" message
+    raise AssertionError("unreachable")
+
+
+def load_detector(
+    config: DetectorConfig,
+    settings: Settings | None = None,
+    progress: Callable[[str, int, int | None], None] | None = None,
+) -> Detector:
+    settings = settings or get_settings()
+    name, path = locate_model(config.model, settings, progress)
+    key = backend_for_file(path) if config.backend == "auto" else config.backend
+    backend = open_backend(key, path, BackendOptions(config.device, config.threads, config.allow_fallback))
+    overrides = SpecOverrides()
+    sidecar = sidecar_path(path)
+    if sidecar:
+        overrides = load_sidecar(sidecar)
+    overrides = overrides.merged(config.overrides)
+    io = ModelIO(
+        input_shape=backend.inputs[0].shape,
+        output_shapes=[o.shape for o in backend.outputs],
+        output_names=[o.name for o in backend.outputs],
+        metadata=backend.metadata,
+    )
+    try:
+        spec = resolve_spec(name, io, overrides)
+    except Exception:
+        backend.close()
+        raise
+    return Detector(backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections)

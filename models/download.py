@@ -1,0 +1,126 @@
+"""Fetch registry models into a cache: from a mirror folder, a mirror URL or upstream; atomic and checksummed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+from models.errors import ModelError
+from models.registry import RegistryEntry, RegistryFile
+
+CHUNK = 1 << 20
+Progress = Callable[[str, int, int | None], None]  # (file, bytes so far, total or None)
+
+
+class ChecksumMismatchError(ModelError):
+    pass
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cached_path(entry: RegistryEntry, cache_dir: Path) -> Path:
+    return cache_dir / entry.model_file.path
+
+
+def is_cached(entry: RegistryEntry, cache_dir: Path) -> bool:
+    return all((cache_dir / f.path).is_file() for f in entry.files)
+
+
+def _source_for(file: RegistryFile, mirror: str | None) -> str:
+    if mirror:
+        if "://" in mirror:
+            return mirror.rstrip("/") + "/" + urllib.parse.quote(file.path)
+        local = Path(mirror).expanduser() / file.path
+        if not local.is_file():
+            # A flat mirror folder holding just the files is accepted too.
+            flat = Path(mirror).expanduser() / Path(file.path).name
+            local = flat if flat.is_file() else local
+        return str(local)
+    if file.url is None:
+        raise ModelError(
+            f"{file.path} has no public download location (it is converted locally); "
+            "point --mirror or EDGE_MODEL_MIRROR at a folder that holds it"
+        )
+    return file.url
+
+
+def _open(source: str) -> tuple[BinaryIO, int | None]:
+    if "://" not in source:
+        try:
+            handle = open(source, "rb")  # noqa: SIM115 - closed by the caller
+        except OSError as exc:
+            raise ModelError(f"mirror has no {source}: {exc.strerror}") from None
+        return handle, os.fstat(handle.fileno()).st_size
+    try:
+        response = urllib.request.urlopen(source, timeout=30)  # noqa: S310 - http(s)/file URLs chosen by the user
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ModelError(
+            f"cannot download {source}: {reason}. Without internet, set EDGE_MODEL_MIRROR (or --mirror) "
+            "to a folder or URL that holds the model files"
+        ) from None
+    length = response.headers.get("Content-Length")
+    return response, int(length) if length and length.isdigit() else None
+
+
+def fetch_file(file: RegistryFile, cache_dir: Path, mirror: str | None, progress: Progress | None = None) -> Path:
+    """Copy one file into the cache. It appears under its final name only once its sha256 matched."""
+    target = cache_dir / file.path
+    if target.is_file() and sha256_of(target) == file.sha256:
+        return target
+    source = _source_for(file, mirror)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    reader, total = _open(source)
+    digest = hashlib.sha256()
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    temp = Path(temp_name)
+    try:
+        done = 0
+        with reader, os.fdopen(fd, "wb") as out:
+            while block := reader.read(CHUNK):
+                digest.update(block)
+                out.write(block)
+                done += len(block)
+                if progress:
+                    progress(file.path, done, total)
+        if digest.hexdigest() != file.sha256:
+            raise ChecksumMismatchError(
+                f"checksum mismatch for {file.path} from {source}: expected sha256 {file.sha256}, "
+                f"got {digest.hexdigest()}. The file was refused and nothing was written; check the mirror's copy"
+            )
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def pull(entry: RegistryEntry, cache_dir: Path, mirror: str | None, progress: Progress | None = None) -> Path:
+    for file in entry.files:
+        fetch_file(file, cache_dir, mirror, progress)
+    return cached_path(entry, cache_dir)
+
+
+def verify(entry: RegistryEntry, cache_dir: Path) -> list[str]:
+    """Problems with the cached copy; an empty list means every file is present and intact."""
+    problems = []
+    for file in entry.files:
+        path = cache_dir / file.path
+        if not path.is_file():
+            problems.append(f"{file.path}: not in the cache (run `edge models pull {entry.name}`)")
+        elif sha256_of(path) != file.sha256:
+            problems.append(f"{file.path}: sha256 differs from the registry; delete it and pull again")
+    return problems

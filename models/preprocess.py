@@ -1,0 +1,84 @@
+"""Image -> input tensor. One resize, one colour swap, one fused affine; buffers reused between frames."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from models.spec import Preprocessing
+from models.transform import ImageTransform
+
+
+@dataclass(frozen=True)
+class InputQuantization:
+    """The input tensor's own affine quantisation: real = scale * (q - zero_point)."""
+
+    scale: float
+    zero_point: int
+
+
+_INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+
+
+class Preprocessor:
+    """Turns BGR uint8 images into the model's input tensor.
+
+    Normalisation and input quantisation are folded into one per-channel affine ``x * a + b``; when that
+    affine is the identity on uint8 data (raw-pixel models, most quantised SSDs) the resized pixels are
+    handed over without any arithmetic.
+    """
+
+    def __init__(self, pre: Preprocessing, dtype: np.dtype, quantization: InputQuantization | None) -> None:
+        self.pre = pre
+        self.dtype = np.dtype(dtype)
+        self._canvas = np.full((pre.height, pre.width, 3), pre.pad_value, dtype=np.uint8)
+        mean = np.asarray(pre.mean, dtype=np.float64)
+        std = np.asarray(pre.std, dtype=np.float64)
+        a, b = 1.0 / std, -mean / std
+        if self.dtype in _INTEGER_RANGES:
+            if quantization is None or quantization.scale == 0:
+                # An integer input with no quantisation takes raw pixels; its normalisation is inside the graph.
+                a, b = np.ones(3), np.zeros(3)
+            else:
+                a, b = a / quantization.scale, b / quantization.scale + quantization.zero_point
+        self._passthrough = self.dtype == np.uint8 and bool(
+            np.all(np.abs(a - 1.0) * 255 < 1.0) and np.all(np.abs(b) < 0.5)
+        )
+        shape = (1, 3, pre.height, pre.width) if pre.layout == "NCHW" else (1, pre.height, pre.width, 3)
+        self._tensor = np.empty(shape, dtype=self.dtype)
+        self._work = np.empty(shape[1:], dtype=np.float32)
+        channel_axis = (3, 1, 1) if pre.layout == "NCHW" else (1, 1, 3)
+        self._a = a.astype(np.float32).reshape(channel_axis)
+        self._b = b.astype(np.float32).reshape(channel_axis)
+        self._last_size: tuple[int, int] | None = None
+        self._transform: ImageTransform | None = None
+
+    def __call__(self, image_bgr: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
+        height, width = image_bgr.shape[:2]
+        if self._last_size != (width, height) or self._transform is None:
+            self._transform = ImageTransform.fit(width, height, self.pre)
+            self._last_size = (width, height)
+            self._canvas[:] = self.pre.pad_value
+        t = self._transform
+        resized = cv2.resize(image_bgr, (t.resized_width, t.resized_height), interpolation=cv2.INTER_LINEAR)
+        if self.pre.color == "RGB":
+            cv2.cvtColor(resized, cv2.COLOR_BGR2RGB, dst=resized)
+        self._canvas[t.pad_y : t.pad_y + t.resized_height, t.pad_x : t.pad_x + t.resized_width] = resized
+        hwc = self._canvas
+        if self._passthrough:
+            if self.pre.layout == "NCHW":
+                self._tensor[0] = hwc.transpose(2, 0, 1)
+            else:
+                self._tensor[0] = hwc
+            return self._tensor, t
+        source = hwc.transpose(2, 0, 1) if self.pre.layout == "NCHW" else hwc
+        np.multiply(source, self._a, out=self._work)
+        self._work += self._b
+        if self.dtype in _INTEGER_RANGES:
+            low, high = _INTEGER_RANGES[self.dtype]
+            np.rint(self._work, out=self._work)
+            np.clip(self._work, low, high, out=self._work)
+        self._tensor[0] = self._work
+        return self._tensor, t

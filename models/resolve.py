@@ -1,0 +1,115 @@
+"""Build a ModelSpec from what the model file says, the decoder family's conventions, a sidecar and flags."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from models.decoders import detect_decoder, get_decoder
+from models.errors import ModelError
+from models.labels import COCO80, COCO90, load_labels
+from models.overrides import SpecOverrides
+from models.spec import ModelSpec, Preprocessing
+
+DEFAULT_SIZE = 640
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    """The plain facts a backend reports about a model, with nothing engine-specific left."""
+
+    input_shape: tuple[int, ...]
+    output_shapes: Sequence[tuple[int, ...]]
+    output_names: Sequence[str]
+    metadata: dict[str, str]
+
+
+def _input_geometry(shape: tuple[int, ...]) -> tuple[str, int, int]:
+    if len(shape) != 4:
+        raise ModelError(f"expected a 4-D image input (NCHW or NHWC), the model's input has shape {list(shape)}")
+    if shape[1] == 3:
+        return "NCHW", shape[3], shape[2]
+    if shape[3] == 3:
+        return "NHWC", shape[2], shape[1]
+    raise ModelError(
+        f"cannot tell the channel axis of input shape {list(shape)}; expected 3 channels first or last. "
+        "Set 'layout:' in the model's sidecar .yaml"
+    )
+
+
+def _ultralytics(metadata: dict[str, str]) -> dict[str, Any]:
+    """Ultralytics exports embed imgsz, class names and whether the head is end-to-end."""
+    found: dict[str, Any] = {}
+    try:
+        if "imgsz" in metadata:
+            height, width = ast.literal_eval(metadata["imgsz"])
+            found["size"] = (int(width), int(height))
+        if "names" in metadata:
+            names = ast.literal_eval(metadata["names"])
+            found["labels"] = {int(k): str(v) for k, v in names.items()}
+    except (ValueError, SyntaxError, TypeError):
+        pass  # malformed metadata is ignored: shapes and flags still describe the model
+    if metadata.get("end2end", "").lower() == "true":
+        found["decoder"] = "yolo-end2end"
+    return found
+
+
+def resolve_spec(name: str, io: ModelIO, overrides: SpecOverrides) -> ModelSpec:
+    sources: dict[str, str] = {}
+    layout, width, height = (
+        _input_geometry(io.input_shape)
+        if overrides.layout is None
+        else (overrides.layout, *_size_for_layout(io.input_shape, overrides.layout))
+    )
+    meta = _ultralytics(io.metadata)
+    if width <= 0 or height <= 0:  # dynamic input: metadata, flags, or the usual default
+        width, height = meta.get("size", (DEFAULT_SIZE, DEFAULT_SIZE))
+        sources["size"] = "metadata" if "size" in meta else f"default {DEFAULT_SIZE} (dynamic input)"
+    width, height = overrides.width or width, overrides.height or height
+    strides = overrides.strides or (8, 16, 32)
+
+    decoder_name = overrides.decoder or meta.get("decoder")
+    if decoder_name:
+        decoder = get_decoder(decoder_name)
+        sources["decoder"] = "override" if overrides.decoder else "metadata"
+    else:
+        decoder = detect_decoder(io.output_shapes, io.output_names, width, height, strides)
+        sources["decoder"] = "output layout"
+
+    settings: dict[str, Any] = {"width": width, "height": height, "layout": layout, **decoder.preprocessing}
+    for key in decoder.preprocessing:
+        sources[key] = f"{decoder.name} default"
+    for f in fields(Preprocessing):
+        value = getattr(overrides, f.name, None)
+        if value is not None:
+            settings[f.name] = tuple(value) if isinstance(value, list) else value
+            sources[f.name] = "override"
+
+    if overrides.labels:
+        labels = load_labels(Path(overrides.labels))
+        sources["labels"] = overrides.labels
+    elif "labels" in meta:
+        labels, sources["labels"] = meta["labels"], "metadata"
+    else:
+        labels = dict(COCO90) if decoder.default_labels == "coco90" else dict(enumerate(COCO80))
+        sources["labels"] = decoder.default_labels
+
+    return ModelSpec(
+        name=name,
+        decoder=decoder.name,
+        preprocessing=Preprocessing(**settings),
+        labels=labels,
+        boxes_normalized=overrides.boxes_normalized,
+        strides=strides,
+        reg_max=overrides.reg_max or 7,
+        sources=sources,
+    )
+
+
+def _size_for_layout(shape: tuple[int, ...], layout: str) -> tuple[int, int]:
+    if len(shape) != 4:
+        raise ModelError(f"expected a 4-D image input, the model's input has shape {list(shape)}")
+    return (shape[3], shape[2]) if layout == "NCHW" else (shape[2], shape[1])
