@@ -48,10 +48,11 @@ class Preprocessor:
         )
         shape = (1, 3, pre.height, pre.width) if pre.layout == "NCHW" else (1, pre.height, pre.width, 3)
         self._tensor = np.empty(shape, dtype=self.dtype)
-        self._work = np.empty(shape[1:], dtype=np.float32)
-        channel_axis = (3, 1, 1) if pre.layout == "NCHW" else (1, 1, 3)
-        self._a = a.astype(np.float32).reshape(channel_axis)
-        self._b = b.astype(np.float32).reshape(channel_axis)
+        # float32 models are written in place; others go through a float32 scratch buffer first
+        self._work = self._tensor[0] if self.dtype == np.float32 else np.empty(shape[1:], dtype=np.float32)
+        self._a = a.astype(np.float32)
+        self._b = b.astype(np.float32)
+        self._has_offset = bool(np.any(self._b != 0))
         self._last_size: tuple[int, int] | None = None
         self._transform: ImageTransform | None = None
 
@@ -73,12 +74,24 @@ class Preprocessor:
             else:
                 self._tensor[0] = hwc
             return self._tensor, t
-        source = hwc.transpose(2, 0, 1) if self.pre.layout == "NCHW" else hwc
-        np.multiply(source, self._a, out=self._work)
-        self._work += self._b
-        if self.dtype in _INTEGER_RANGES:
-            low, high = _INTEGER_RANGES[self.dtype]
-            np.rint(self._work, out=self._work)
-            np.clip(self._work, low, high, out=self._work)
-        self._tensor[0] = self._work
+        self._affine(hwc)
+        if self._work is not self._tensor[0]:
+            if self.dtype in _INTEGER_RANGES:
+                low, high = _INTEGER_RANGES[self.dtype]
+                np.rint(self._work, out=self._work)
+                np.clip(self._work, low, high, out=self._work)
+            self._tensor[0] = self._work
         return self._tensor, t
+
+    def _affine(self, hwc: np.ndarray) -> None:
+        """work = hwc * a + b per channel, in the model's layout."""
+        if self.pre.layout == "NCHW":
+            # Contiguous planes from cv2.split are faster to scale than a strided transpose.
+            for index, plane in enumerate(cv2.split(hwc)):
+                np.multiply(plane, self._a[index], out=self._work[index])
+                if self._has_offset:
+                    self._work[index] += self._b[index]
+            return
+        np.multiply(hwc, self._a, out=self._work)
+        if self._has_offset:
+            self._work += self._b

@@ -75,6 +75,12 @@ def resolve_spec(name: str, io: ModelIO, overrides: SpecOverrides) -> ModelSpec:
     if decoder_name:
         decoder = get_decoder(decoder_name)
         sources["decoder"] = "override" if overrides.decoder else "metadata"
+        if not decoder.matches(io.output_shapes, width, height, strides):
+            described = ", ".join(f"{n} {list(s)}" for n, s in zip(io.output_names, io.output_shapes, strict=True))
+            raise ModelError(
+                f"decoder {decoder.name!r} expects {decoder.layout} for a {width}x{height} input, "
+                f"but this model outputs {described}; check --decoder, the input size and the strides"
+            )
     else:
         decoder = detect_decoder(io.output_shapes, io.output_names, width, height, strides)
         sources["decoder"] = "output layout"

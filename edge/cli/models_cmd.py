@@ -12,19 +12,19 @@ from edge.cli.app import cli
 from edge.cli.options import detector_config, detector_options
 from edge.errors import EdgeError
 from edge.loader import load_detector
-from edge.settings import Settings, get_settings
+from edge.settings import Settings
 from models.download import is_cached, pull, verify
 from models.registry import DEFAULT_MODEL, REGISTRY, get_entry
 
 
 def _settings(cache: str | None, mirror: str | None) -> Settings:
-    settings = get_settings()
-    updates: dict[str, Any] = {}
+    """Flags win over EDGE_* variables; Settings validates both."""
+    overrides: dict[str, Any] = {}
     if cache:
-        updates["model_cache"] = cache
-    if mirror:
-        updates["model_mirror"] = mirror
-    return settings.model_copy(update=updates) if updates else settings
+        overrides["model_cache"] = cache
+    if mirror is not None:
+        overrides["model_mirror"] = mirror or None
+    return Settings(**overrides)
 
 
 cache_option = click.option("--cache", envvar="EDGE_MODEL_CACHE", help="Cache folder [env EDGE_MODEL_CACHE].")

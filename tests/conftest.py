@@ -1,0 +1,49 @@
+"""Shared fixtures: real models and media from one setting, EDGE_SHARED_DIR (default ../shared)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()
+MODELS = SHARED / "models"
+MEDIA = SHARED / "media"
+VTEST = MEDIA / "vtest.avi"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not MODELS.is_dir():
+        raise pytest.UsageError(f"real models not found at {MODELS}; set EDGE_SHARED_DIR to the shared folder")
+    # Registry pulls in tests come from the shared folder used as a mirror, never from the internet.
+    os.environ["EDGE_MODEL_MIRROR"] = str(MODELS)
+    os.environ.setdefault("EDGE_MODEL_CACHE", str(Path(config.rootpath) / ".pytest_cache" / "model-cache"))
+
+
+def skimage_photo(name: str) -> np.ndarray:
+    import skimage.data
+
+    return cv2.cvtColor(getattr(skimage.data, name)(), cv2.COLOR_RGB2BGR)
+
+
+def video_frame(index: int) -> np.ndarray:
+    capture = cv2.VideoCapture(str(VTEST))
+    capture.set(cv2.CAP_PROP_POS_FRAMES, index)
+    ok, frame = capture.read()
+    capture.release()
+    assert ok, f"cannot read frame {index} of {VTEST}"
+    return frame
+
+
+@pytest.fixture(scope="session")
+def photos() -> dict[str, np.ndarray]:
+    return {name: skimage_photo(name) for name in ("astronaut", "chelsea", "coffee")}
+
+
+@pytest.fixture(scope="session")
+def vtest_frames() -> dict[int, np.ndarray]:
+    return {index: video_frame(index) for index in (0, 100)}

@@ -1,0 +1,49 @@
+"""Small things several test modules need."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def run_edge(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The real `edge` command line in a child process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "edge", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def write_onnx_model(path: Path, input_shape: list[int], output_shape: list[int]) -> Path:
+    """A real, loadable ONNX graph with an arbitrary output layout (a reshape of the input's mean)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    size = int(np.prod(output_shape))
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["m"], keepdims=0),
+        helper.make_node("Expand", ["m", "size"], ["flat"]),
+        helper.make_node("Reshape", ["flat", "shape"], ["output"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "layout",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, input_shape)],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, output_shape)],
+        initializer=[
+            numpy_helper.from_array(np.array([size], np.int64), "size"),
+            numpy_helper.from_array(np.array(output_shape, np.int64), "shape"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

@@ -1,0 +1,136 @@
+"""`edge detect` as a user runs it: the JSON contract, --save, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import cv2
+import pytest
+
+from tests.conftest import MEDIA, MODELS, skimage_photo
+from tests.expectations import PHOTO_OBJECTS
+from tests.helpers import run_edge, write_onnx_model
+
+KEYS = {"source", "width", "height", "model", "backend", "detections", "timings_ms"}
+
+
+@pytest.fixture(scope="module")
+def photo_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("photos")
+    for name in PHOTO_OBJECTS:
+        cv2.imwrite(str(folder / f"{name}.png"), skimage_photo(name))
+    return folder
+
+
+def assert_one_clear_error(proc, *fragments):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_json_lines_contract(photo_files):
+    images = [str(photo_files / f"{n}.png") for n in sorted(PHOTO_OBJECTS)]
+    proc = run_edge("detect", *images, "--model", "yolox-nano", "--json")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["source"] for r in records] == images
+    for record, name in zip(records, sorted(PHOTO_OBJECTS), strict=True):
+        assert set(record) == KEYS
+        assert set(record["timings_ms"]) == {"preprocess", "inference", "postprocess"}
+        assert record["backend"] == "onnx/CPUExecutionProvider" and record["model"] == "yolox-nano"
+        labels = [d["label"] for d in record["detections"]]
+        assert PHOTO_OBJECTS[name][0] in labels
+        for d in record["detections"]:
+            assert set(d) == {"label", "class_id", "score", "box"}
+            x1, y1, x2, y2 = d["box"]
+            assert 0 <= x1 < x2 <= record["width"] and 0 <= y1 < y2 <= record["height"]
+
+
+def test_table_and_save(photo_files, tmp_path):
+    out = tmp_path / "boxes.jpg"
+    proc = run_edge("detect", str(photo_files / "chelsea.png"), "-m", "yolox-nano", "--save", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "cat" in proc.stdout and "inference" in proc.stdout
+    drawn = cv2.imread(str(out))
+    assert drawn is not None and drawn.shape == skimage_photo("chelsea").shape
+    assert cv2.absdiff(drawn, skimage_photo("chelsea")).max() > 100  # boxes were drawn
+
+
+def test_bad_images_each_get_one_line_and_good_ones_still_run(tmp_path):
+    (tmp_path / "text.jpg").write_text("this is not an image\n")
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    data = (MEDIA / "kite_and_cold.jpg").read_bytes()
+    (tmp_path / "truncated.jpg").write_bytes(data[: len(data) * 2 // 3])
+    bad = {
+        "missing.jpg": "no such file",
+        "text.jpg": "not a readable image",
+        "empty.jpg": "empty",
+        "truncated.jpg": "truncated",
+    }
+    args = [str(tmp_path / n) for n in bad] + [str(MEDIA / "cat_720p.jpg")]
+    proc = run_edge("detect", *args, "-m", "yolox-nano", "--json")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == len(bad)
+    for line, (name, fragment) in zip(lines, bad.items(), strict=True):
+        assert line.startswith("error:") and name in line and fragment in line
+    assert json.loads(proc.stdout)["source"].endswith("cat_720p.jpg")
+
+
+def test_model_file_that_is_not_a_model(tmp_path):
+    fake = tmp_path / "model.onnx"
+    fake.write_text("not a model")
+    assert_one_clear_error(run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(fake)), "model.onnx", "ONNX")
+
+
+def test_missing_model_file_and_unknown_registry_name():
+    assert_one_clear_error(run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", "/nowhere/x.onnx"), "does not exist")
+    assert_one_clear_error(
+        run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", "yolox-giant"), "yolox-giant", "edge models list"
+    )
+
+
+def test_unknown_output_layout_lists_outputs_and_decoder_option(tmp_path):
+    model = write_onnx_model(tmp_path / "classifier.onnx", [1, 3, 224, 224], [1, 1000])
+    proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model))
+    assert_one_clear_error(proc, "output [1, 1000]", "--decoder")
+
+
+def test_forced_decoder_is_checked_and_sidecar_settings_apply(tmp_path):
+    # A decoder that cannot read these outputs is refused with the layout it expected...
+    model = tmp_path / "renamed.onnx"
+    shutil.copy(MODELS / "onnx/yolox_nano.onnx", model)
+    proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model), "--decoder", "nanodet")
+    assert_one_clear_error(proc, "decoder 'nanodet' expects", "output [1, 3549, 85]")
+    # ...and a sidecar's settings are used, with labels from a file next to it.
+    (tmp_path / "names.txt").write_text("\n".join(f"thing{i}" for i in range(80)))
+    (tmp_path / "renamed.onnx.yaml").write_text("decoder: yolox\nlabels: names.txt\n")
+    proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["detections"][0]["label"] == "thing15"  # COCO class 15 is cat
+
+
+def test_invalid_sidecar_is_explained(tmp_path):
+    model = tmp_path / "m.onnx"
+    shutil.copy(MODELS / "onnx/yolox_nano.onnx", model)
+    (tmp_path / "m.yaml").write_text("decoder: yolox\ncolour: RGB\n")
+    assert_one_clear_error(run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model)), "m.yaml", "colour")
+
+
+def test_unavailable_execution_provider_fails_unless_fallback_is_asked():
+    image = str(MEDIA / "cat_720p.jpg")
+    assert_one_clear_error(
+        run_edge("detect", image, "-m", "yolox-nano", "-d", "cuda"),
+        "CUDAExecutionProvider",
+        "onnxruntime-gpu",
+        "--fallback",
+    )
+    proc = run_edge("detect", image, "-m", "yolox-nano", "-d", "cuda", "--fallback", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "note:" in proc.stderr and "fell back" not in proc.stderr and "CPUExecutionProvider" in proc.stderr
+    assert json.loads(proc.stdout)["backend"] == "onnx/CPUExecutionProvider"
+    assert_one_clear_error(run_edge("detect", image, "-m", "yolox-nano", "-d", "tpu"), "no device 'tpu'")

@@ -1,0 +1,61 @@
+"""Real models on real photos and video frames, against boxes set by inspection (tests/expectations.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge.loader import DetectorConfig, load_detector
+from models.detection import BoxXYXY
+from tests.conftest import MODELS
+from tests.expectations import PHOTO_OBJECTS, VTEST_PEOPLE
+
+ONNX_MODELS = {
+    "yolox_nano": MODELS / "onnx/yolox_nano.onnx",
+    "nanodet_m": MODELS / "onnx/nanodet_m.onnx",
+    "yolov8n_int8": MODELS / "onnx/yolov8n_int8.onnx",
+    "ssd_mobilenet_v2": MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx",
+}
+MIN_IOU = 0.5
+
+
+@pytest.fixture(scope="module", params=sorted(ONNX_MODELS))
+def detector(request):
+    det = load_detector(DetectorConfig(str(ONNX_MODELS[request.param]), backend="onnx"))
+    yield det
+    det.close()
+
+
+def best_iou(detections, label, expected):
+    box = BoxXYXY(*expected)
+    return max((d.box.iou(box) for d in detections if d.label == label), default=0.0)
+
+
+@pytest.mark.parametrize("photo", sorted(PHOTO_OBJECTS))
+def test_finds_the_object_in_each_photo(detector, photos, photo):
+    label, expected = PHOTO_OBJECTS[photo]
+    result = detector.detect(photos[photo])
+    assert (result.width, result.height) == (photos[photo].shape[1], photos[photo].shape[0])
+    assert best_iou(result.detections, label, expected) >= MIN_IOU, [
+        (d.label, round(d.score, 2), d.box.as_list(0)) for d in result.detections
+    ]
+
+
+def test_finds_the_walkers_in_vtest_frame_0(detector, vtest_frames):
+    detections = detector.detect(vtest_frames[0]).detections
+    for person in VTEST_PEOPLE[0]:
+        assert best_iou(detections, "person", person) >= MIN_IOU, (person, detections)
+
+
+def test_people_in_a_crowded_frame_and_no_phantom_people(detector, vtest_frames):
+    detections = detector.detect(vtest_frames[100]).detections
+    found = sum(best_iou(detections, "person", p) >= MIN_IOU for p in VTEST_PEOPLE[100])
+    assert found >= 3, detections
+    # Every confident person is near somebody real (the five labelled, or the small ones in the distance).
+    for d in detections:
+        if d.label == "person" and d.score >= 0.5:
+            assert d.box.y2 < 300, d  # nobody stands on the lawn in the lower half of this frame
+
+
+def test_timings_are_reported(detector, photos):
+    timings = detector.detect(photos["chelsea"]).timings
+    assert timings.inference_ms > 0 and timings.preprocess_ms > 0 and timings.postprocess_ms > 0

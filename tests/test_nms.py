@@ -1,0 +1,46 @@
+import numpy as np
+
+from models.decoders.nms import class_aware_nms, top_candidates
+
+
+def _iou(a, b):
+    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def _reference_nms(boxes, scores, classes, thr):
+    """The textbook greedy loop, one class at a time."""
+    keep = []
+    for i in sorted(range(len(scores)), key=lambda i: -scores[i]):
+        if all(classes[i] != classes[k] or _iou(boxes[i], boxes[k]) <= thr for k in keep):
+            keep.append(i)
+    return keep
+
+
+def test_matches_reference_on_random_boxes():
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 300, (400, 2))
+    wh = rng.uniform(10, 80, (400, 2))
+    boxes = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+    scores = rng.uniform(0, 1, 400).astype(np.float32)
+    classes = rng.integers(0, 3, 400)
+    kept = class_aware_nms(boxes, scores, classes, 0.45, max_detections=1000)
+    assert kept.tolist() == _reference_nms(boxes, scores, classes, 0.45)
+
+
+def test_different_classes_do_not_suppress_each_other():
+    boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 10], [1, 1, 10, 10]], dtype=np.float32)
+    kept = class_aware_nms(boxes, np.array([0.9, 0.8, 0.7]), np.array([0, 1, 0]), 0.5, 100)
+    assert kept.tolist() == [0, 1]
+
+
+def test_max_detections_and_candidate_cap():
+    boxes = np.array([[i * 20, 0, i * 20 + 10, 10] for i in range(50)], dtype=np.float32)
+    kept = class_aware_nms(boxes, np.linspace(1, 0.1, 50), np.zeros(50, int), 0.5, max_detections=7)
+    assert kept.tolist() == list(range(7))
+    scores = np.arange(5000, dtype=np.float32)
+    top = top_candidates(scores, limit=100)
+    assert len(top) == 100 and set(top.tolist()) == set(range(4900, 5000))
+    assert class_aware_nms(np.empty((0, 4)), np.empty(0), np.empty(0), 0.5, 10).size == 0

@@ -1,0 +1,99 @@
+"""The model registry: pulls from a mirror folder or a loopback HTTP mirror, checksums, verify, licences."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from models.download import ChecksumMismatchError, pull, sha256_of
+from models.registry import DEFAULT_MODEL, REGISTRY, get_entry
+from tests.conftest import MODELS
+from tests.helpers import run_edge
+
+
+@pytest.fixture()
+def http_mirror():
+    """The shared model folder served over real HTTP on loopback."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(MODELS))
+    handler.log_message = lambda *a, **k: None  # type: ignore[attr-defined]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def test_every_entry_matches_the_shared_mirror():
+    for entry in REGISTRY.values():
+        for file in entry.files:
+            assert sha256_of(MODELS / file.path) == file.sha256, file.path
+
+
+def test_defaults_are_never_agpl():
+    assert not get_entry(DEFAULT_MODEL).agpl
+    assert {"yolox-nano", "ssd-mobilenet-v2", "nanodet-m"} <= set(REGISTRY)
+    proc = run_edge("models", "list", "--json")
+    rows = json.loads(proc.stdout)
+    assert [r["name"] for r in rows if r["default"]] == [DEFAULT_MODEL]
+    assert all(r["license"] == "AGPL-3.0" for r in rows if r["name"].startswith("yolov8n"))
+
+
+def test_pull_from_mirror_folder_then_verify_then_tamper(tmp_path):
+    cache = tmp_path / "cache"
+    proc = run_edge(
+        "models", "pull", "yolox-nano", "yolox-nano-openvino", "--cache", str(cache), "--mirror", str(MODELS)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (cache / "onnx/yolox_nano.onnx").is_file() and (cache / "openvino/yolox_nano.bin").is_file()
+    assert "yolox-nano: ok" in run_edge("models", "verify", "--cache", str(cache)).stdout
+    with (cache / "onnx/yolox_nano.onnx").open("r+b") as handle:
+        handle.write(b"\0\0\0\0")
+    proc = run_edge("models", "verify", "yolox-nano", "--cache", str(cache))
+    assert proc.returncode == 1 and "sha256 differs" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_pull_over_http_mirror(tmp_path, http_mirror):
+    path = pull(get_entry("nanodet-m"), tmp_path, http_mirror)
+    assert path == tmp_path / "onnx/nanodet_m.onnx" and sha256_of(path) == get_entry("nanodet-m").model_file.sha256
+
+
+def test_checksum_mismatch_is_refused_and_leaves_nothing(tmp_path):
+    mirror = tmp_path / "mirror"
+    (mirror / "onnx").mkdir(parents=True)
+    shutil.copy(MODELS / "onnx/yolox_nano.onnx", mirror / "onnx/yolox_nano.onnx")
+    with (mirror / "onnx/yolox_nano.onnx").open("ab") as handle:
+        handle.write(b"tampered")
+    cache = tmp_path / "cache"
+    with pytest.raises(ChecksumMismatchError, match="checksum mismatch"):
+        pull(get_entry("yolox-nano"), cache, str(mirror))
+    assert not any(p.is_file() for p in cache.rglob("*"))
+    proc = run_edge("models", "pull", "yolox-nano", "--cache", str(cache), "--mirror", str(mirror))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: checksum mismatch")
+    assert "Traceback" not in proc.stderr
+
+
+def test_unreachable_mirror_and_converted_models_say_what_to_do(tmp_path):
+    proc = run_edge("models", "pull", "yolox-nano", "--cache", str(tmp_path), "--mirror", "http://127.0.0.1:9/")
+    assert proc.returncode == 1 and "cannot download" in proc.stderr and "EDGE_MODEL_MIRROR" in proc.stderr
+    proc = run_edge("models", "pull", "ssd-mobilenet-v2-onnx", "--cache", str(tmp_path), env={"EDGE_MODEL_MIRROR": ""})
+    assert proc.returncode == 1 and "no public download location" in proc.stderr
+
+
+def test_detect_pulls_a_registry_model_on_first_use(tmp_path):
+    cache = tmp_path / "cache"
+    proc = run_edge(
+        "detect",
+        str(MODELS.parent / "media/cat_720p.jpg"),
+        "-m",
+        "ssd-mobilenet-v2",
+        "--json",
+        env={"EDGE_MODEL_CACHE": str(cache)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (cache / get_entry("ssd-mobilenet-v2").model_file.path).is_file()
+    assert "cat" in [d["label"] for d in json.loads(proc.stdout)["detections"]]
