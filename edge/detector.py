@@ -13,6 +13,7 @@ from models.decoders import DecodeContext, get_decoder
 from models.detection import Detection
 from models.preprocess import InputQuantization, Preprocessor
 from models.spec import ModelSpec
+from models.transform import ImageTransform
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,27 @@ class DetectionResult:
     height: int
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A frame turned into the model's input; the tensor lives in the detector's buffer ring."""
+
+    tensor: np.ndarray
+    transform: ImageTransform
+    preprocess_ms: float
+
+
 class Detector:
+    """prepare -> infer -> finish; `detect` runs the three in a row, a pipeline runs them on separate threads."""
+
     def __init__(
-        self, backend: Backend, spec: ModelSpec, *, conf: float = 0.25, iou: float = 0.45, max_detections: int = 100
+        self,
+        backend: Backend,
+        spec: ModelSpec,
+        *,
+        conf: float = 0.25,
+        iou: float = 0.45,
+        max_detections: int = 100,
+        buffers: int = 1,
     ) -> None:
         self.backend = backend
         self.spec = spec
@@ -33,22 +52,34 @@ class Detector:
         tensor = backend.inputs[0]
         quant = tensor.quantization
         self._preprocess = Preprocessor(
-            spec.preprocessing, tensor.dtype, InputQuantization(quant.scale, quant.zero_point) if quant else None
+            spec.preprocessing,
+            tensor.dtype,
+            InputQuantization(quant.scale, quant.zero_point) if quant else None,
+            buffers=buffers,
         )
         self._decode = get_decoder(spec.decoder).decode
         self._output_quant = [o.quantization for o in backend.outputs]
 
-    def detect(self, image_bgr: np.ndarray) -> DetectionResult:
+    def prepare(self, image_bgr: np.ndarray) -> Prepared:
         t0 = time.perf_counter()
         tensor, transform = self._preprocess(image_bgr)
-        t1 = time.perf_counter()
-        raw = self.backend.run(tensor)
-        t2 = time.perf_counter()
+        return Prepared(tensor, transform, (time.perf_counter() - t0) * 1e3)
+
+    def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
+        return self.backend.run(tensor)
+
+    def finish(self, raw: list[np.ndarray], transform: ImageTransform) -> list[Detection]:
         outputs = [self._dequantize(o, q) for o, q in zip(raw, self._output_quant, strict=True)]
-        ctx = DecodeContext(self.spec, transform, self.conf, self.iou, self.max_detections)
-        detections = self._decode(outputs, ctx)
+        return self._decode(outputs, DecodeContext(self.spec, transform, self.conf, self.iou, self.max_detections))
+
+    def detect(self, image_bgr: np.ndarray) -> DetectionResult:
+        prepared = self.prepare(image_bgr)
+        t1 = time.perf_counter()
+        raw = self.infer(prepared.tensor)
+        t2 = time.perf_counter()
+        detections = self.finish(raw, prepared.transform)
         t3 = time.perf_counter()
-        timings = StageTimings((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        timings = StageTimings(prepared.preprocess_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         height, width = image_bgr.shape[:2]
         return DetectionResult(detections, timings, width, height)
 

@@ -35,3 +35,27 @@ def draw_detections(image: np.ndarray, detections: Iterable[Detection]) -> np.nd
             image, text, (x1 + 1, top + th + 1), cv2.FONT_HERSHEY_SIMPLEX, font_scale, (0, 0, 0), 1, cv2.LINE_AA
         )
     return image
+
+
+def render_jpeg(
+    image: np.ndarray, detections: Iterable[Detection], *, height: int | None, quality: int, boxes: bool
+) -> bytes:
+    """An annotated, optionally downscaled JPEG of a frame; the frame itself is never modified."""
+    scale = 1.0
+    if height and height < image.shape[0]:
+        scale = height / image.shape[0]
+        frame = cv2.resize(image, (max(1, round(image.shape[1] * scale)), height), interpolation=cv2.INTER_AREA)
+    else:
+        frame = image.copy()
+    if boxes:
+        draw_detections(frame, (_scaled(d, scale) for d in detections))
+    ok, encoded = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise ValueError("JPEG encoding failed")
+    return encoded.tobytes()
+
+
+def _scaled(detection: Detection, scale: float) -> Detection:
+    if scale == 1.0:
+        return detection
+    return Detection(detection.class_id, detection.label, detection.score, detection.box.scale(scale, scale))

@@ -29,6 +29,8 @@ class DetectorConfig:
     threads: int | None = None
     allow_fallback: bool = False
     overrides: SpecOverrides = field(default_factory=SpecOverrides)
+    # input buffers: 1 for one frame at a time, more for a pipeline that prepares ahead
+    buffers: int = 1
 
 
 def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
@@ -72,4 +74,6 @@ def load_detector(
     except Exception:
         backend.close()
         raise
-    return Detector(backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections)
+    return Detector(
+        backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections, buffers=config.buffers
+    )

@@ -30,7 +30,9 @@ class Preprocessor:
     handed over without any arithmetic.
     """
 
-    def __init__(self, pre: Preprocessing, dtype: np.dtype, quantization: InputQuantization | None) -> None:
+    def __init__(
+        self, pre: Preprocessing, dtype: np.dtype, quantization: InputQuantization | None, buffers: int = 1
+    ) -> None:
         self.pre = pre
         self.dtype = np.dtype(dtype)
         self._canvas = np.full((pre.height, pre.width, 3), pre.pad_value, dtype=np.uint8)
@@ -47,9 +49,12 @@ class Preprocessor:
             np.all(np.abs(a - 1.0) * 255 < 1.0) and np.all(np.abs(b) < 0.5)
         )
         shape = (1, 3, pre.height, pre.width) if pre.layout == "NCHW" else (1, pre.height, pre.width, 3)
-        self._tensor = np.empty(shape, dtype=self.dtype)
-        # float32 models are written in place; others go through a float32 scratch buffer first
-        self._work = self._tensor[0] if self.dtype == np.float32 else np.empty(shape[1:], dtype=np.float32)
+        # A ring of output tensors: a pipeline prepares frame N+1 while the engine still reads frame N.
+        self._ring = [np.empty(shape, dtype=self.dtype) for _ in range(max(1, buffers))]
+        self._turn = 0
+        self._tensor = self._ring[0]
+        self._scratch = None if self.dtype == np.float32 else np.empty(shape[1:], dtype=np.float32)
+        self._work = self._tensor[0]
         self._a = a.astype(np.float32)
         self._b = b.astype(np.float32)
         self._has_offset = bool(np.any(self._b != 0))
@@ -57,6 +62,10 @@ class Preprocessor:
         self._transform: ImageTransform | None = None
 
     def __call__(self, image_bgr: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
+        self._tensor = self._ring[self._turn]
+        self._turn = (self._turn + 1) % len(self._ring)
+        # float32 models are written in place; others go through a float32 scratch buffer first
+        self._work = self._tensor[0] if self._scratch is None else self._scratch
         height, width = image_bgr.shape[:2]
         if self._last_size != (width, height) or self._transform is None:
             self._transform = ImageTransform.fit(width, height, self.pre)

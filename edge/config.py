@@ -1,0 +1,90 @@
+"""The service's configuration: one stream from flags, or several from a YAML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from edge.errors import EdgeError
+from models.registry import DEFAULT_MODEL
+
+LOOPBACK = "127.0.0.1"
+
+
+class ConfigError(EdgeError):
+    pass
+
+
+class StreamConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    source: str = Field(min_length=1)
+    model: str = DEFAULT_MODEL
+    backend: str = "auto"
+    device: str = "cpu"
+    fallback: bool = False
+    threads: int | None = Field(default=None, gt=0)
+    conf: float = Field(default=0.25, ge=0, le=1)
+    iou: float = Field(default=0.45, ge=0, le=1)
+    # live: newest frame only; file: every frame in order. Default: live for cameras and streams.
+    mode: Literal["auto", "live", "file"] = "auto"
+    pace: bool = True  # file mode: at the file's own fps
+    loop: bool = False  # file mode: start again at the end
+    width: int | None = Field(default=None, gt=0)  # cameras: requested resolution and rate
+    height: int | None = Field(default=None, gt=0)
+    fps: float | None = Field(default=None, gt=0)
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = LOOPBACK
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_upload_mb: float = Field(default=20, gt=0)
+    subscriber_buffer: int = Field(default=32, ge=1, le=10_000)
+
+
+class ServiceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    server: ServerConfig = ServerConfig()
+    streams: list[StreamConfig] = Field(min_length=1)
+
+    @field_validator("streams")
+    @classmethod
+    def _unique_ids(cls, streams: list[StreamConfig]) -> list[StreamConfig]:
+        ids = [s.id for s in streams]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"stream ids must be unique; repeated: {', '.join(duplicates)}")
+        return streams
+
+
+def _explain(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in exc.errors())
+
+
+def load_config(path: Path) -> ServiceConfig:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
+    try:
+        return ServiceConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"config {path} is invalid: {_explain(exc)}") from None
+
+
+def single_stream_config(stream: dict[str, object], server: dict[str, object]) -> ServiceConfig:
+    try:
+        return ServiceConfig(server=ServerConfig(**server), streams=[StreamConfig(**stream)])  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise ConfigError(f"invalid option: {_explain(exc)}") from None

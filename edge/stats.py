@@ -1,0 +1,116 @@
+"""Rolling per-stream figures: frame rates over a time window, stage latency percentiles over recent frames."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+STAGES = ("capture", "queue_wait", "preprocess", "inference", "postprocess", "end_to_end")
+
+
+@dataclass(frozen=True, slots=True)
+class FrameTiming:
+    """Where one frame's time went, in ms; queue_wait is all time spent waiting between stages."""
+
+    captured_at: float  # wall clock, seconds since the epoch
+    capture_ms: float
+    queue_wait_ms: float
+    preprocess_ms: float
+    inference_ms: float
+    postprocess_ms: float
+    end_to_end_ms: float  # from the frame being in hand to its result being published
+
+    def to_dict(self) -> dict[str, float]:
+        out = {f.name: round(getattr(self, f.name), 3) for f in fields(self)}
+        out["captured_at"] = round(self.captured_at, 6)
+        return out
+
+
+def percentiles(values: np.ndarray) -> dict[str, float]:
+    if values.size == 0:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
+    p50, p95, p99 = np.percentile(values, (50, 95, 99))
+    return {"p50": round(float(p50), 3), "p95": round(float(p95), 3), "p99": round(float(p99), 3)}
+
+
+class RateWindow:
+    """Events per second over the last `window_s` seconds."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+
+    def add(self, now: float) -> None:
+        self._times.append(now)
+        self._trim(now)
+
+    def rate(self, now: float) -> float:
+        self._trim(now)
+        if len(self._times) < 2:
+            return 0.0
+        span = max(now - self._times[0], 1e-6)
+        return len(self._times) / max(span, min(self.window_s, span))
+
+    def _trim(self, now: float) -> None:
+        while self._times and now - self._times[0] > self.window_s:
+            self._times.popleft()
+
+
+class StreamStats:
+    """Thread-safe: the pipeline's threads write, HTTP handlers read snapshots."""
+
+    def __init__(self, window_s: float = 10.0, history: int = 600) -> None:
+        self._lock = threading.Lock()
+        self._in, self._processed, self._dropped = RateWindow(window_s), RateWindow(window_s), RateWindow(window_s)
+        self._recent: deque[FrameTiming] = deque(maxlen=history)
+        self.frames_in = self.frames_processed = self.frames_dropped = 0
+        self.errors = self.reconnects = 0
+
+    def frame_in(self) -> None:
+        with self._lock:
+            self.frames_in += 1
+            self._in.add(time.monotonic())
+
+    def frame_dropped(self) -> None:
+        with self._lock:
+            self.frames_dropped += 1
+            self._dropped.add(time.monotonic())
+
+    def frame_processed(self, timing: FrameTiming) -> None:
+        with self._lock:
+            self.frames_processed += 1
+            self._processed.add(time.monotonic())
+            self._recent.append(timing)
+
+    def error(self) -> None:
+        with self._lock:
+            self.errors += 1
+
+    def reconnect(self) -> None:
+        with self._lock:
+            self.reconnects += 1
+
+    def snapshot(self) -> dict[str, object]:
+        now = time.monotonic()
+        with self._lock:
+            recent = list(self._recent)
+            figures: dict[str, object] = {
+                "fps_in": round(self._in.rate(now), 2),
+                "fps_processed": round(self._processed.rate(now), 2),
+                "fps_dropped": round(self._dropped.rate(now), 2),
+                "frames_in": self.frames_in,
+                "frames_processed": self.frames_processed,
+                "frames_dropped": self.frames_dropped,
+                "errors": self.errors,
+                "reconnects": self.reconnects,
+            }
+        table = np.array([[getattr(t, f"{s}_ms") for s in STAGES] for t in recent], dtype=np.float64).reshape(
+            -1, len(STAGES)
+        )
+        figures["latency_ms"] = {stage: percentiles(table[:, i]) for i, stage in enumerate(STAGES)}
+        figures["window_frames"] = len(recent)
+        return figures

@@ -1,0 +1,100 @@
+"""All configured streams of a running service: built from the config, started, stopped, summarised."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from edge.config import ServiceConfig, StreamConfig
+from edge.detector import Detector
+from edge.loader import DetectorConfig, load_detector
+from edge.pipeline import StreamPipeline
+from edge.settings import Settings, get_settings
+from edge.sources import open_source
+
+
+def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
+    return DetectorConfig(
+        model=stream.model,
+        backend=stream.backend,
+        device=stream.device,
+        conf=stream.conf,
+        iou=stream.iou,
+        threads=stream.threads,
+        allow_fallback=stream.fallback,
+        buffers=buffers,
+    )
+
+
+class StreamManager:
+    def __init__(self, config: ServiceConfig, settings: Settings | None = None) -> None:
+        self.config = config
+        self.settings = settings or get_settings()
+        self.pipelines: dict[str, StreamPipeline] = {}
+        for stream in config.streams:
+            source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
+            mode = None if stream.mode == "auto" else stream.mode
+            self.pipelines[stream.id] = StreamPipeline(
+                stream.id,
+                source,
+                self._loader(stream),
+                mode=mode,
+                pace=stream.pace,
+                loop=stream.loop,
+                labels={"model": stream.model, "backend": stream.backend},
+            )
+
+    def _loader(self, stream: StreamConfig) -> Any:
+        def load(buffers: int) -> Detector:
+            return load_detector(detector_config(stream, buffers), self.settings)
+
+        return load
+
+    def start(self) -> None:
+        for pipeline in self.pipelines.values():
+            pipeline.start()
+
+    def stop(self) -> None:
+        for pipeline in self.pipelines.values():
+            pipeline.stop()
+
+    @property
+    def ready(self) -> bool:
+        return all(p.ready for p in self.pipelines.values())
+
+    def stream_config(self, stream_id: str) -> StreamConfig:
+        return next(s for s in self.config.streams if s.id == stream_id)
+
+    def summary(self, pipeline: StreamPipeline) -> dict[str, Any]:
+        detector = pipeline.detector
+        return {
+            "id": pipeline.stream_id,
+            "source": pipeline.source.description,
+            "mode": pipeline.mode,
+            "model": detector.spec.name if detector else pipeline.labels["model"],
+            "backend": detector.backend.key if detector else pipeline.labels["backend"],
+            "device": detector.backend.device if detector else None,
+            "engine": detector.backend.engine if detector else None,
+            "notes": list(detector.backend.notes) if detector else [],
+            "state": pipeline.state,
+            "ready": pipeline.ready,
+            "last_error": pipeline.last_error,
+            "fps": pipeline.stats.snapshot()["fps_processed"],
+            "subscribers": pipeline.results.subscribers,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        streams = {}
+        by_backend: dict[str, dict[str, Any]] = defaultdict(lambda: {"streams": [], "fps_processed": 0.0})
+        for stream_id, pipeline in self.pipelines.items():
+            figures = pipeline.stats.snapshot()
+            figures["subscriber_drops"] = pipeline.results.dropped
+            figures["state"] = pipeline.state
+            streams[stream_id] = figures
+            detector = pipeline.detector
+            key = f"{detector.backend.key}/{detector.backend.device}" if detector else pipeline.labels["backend"]
+            entry = by_backend[key]
+            entry["streams"].append(stream_id)
+            entry["fps_processed"] = round(entry["fps_processed"] + float(figures["fps_processed"]), 2)  # type: ignore[arg-type]
+            entry.setdefault("inference_ms", {})[stream_id] = figures["latency_ms"]["inference"]  # type: ignore[index]
+        return {"streams": streams, "backends": dict(by_backend)}

@@ -1,0 +1,1 @@
+"""FastAPI service: translates HTTP to calls on edge/ objects."""

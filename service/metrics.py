@@ -1,0 +1,92 @@
+"""Prometheus exposition: stage latency histograms observed per frame, rates and counters read at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from edge.pipeline import FrameResult, StreamPipeline
+from edge.stats import STAGES
+from edge.streams import StreamManager
+
+BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+LABELS = ["stream", "model", "backend"]
+
+
+def _labels(pipeline: StreamPipeline) -> list[str]:
+    detector = pipeline.detector
+    if detector is None:
+        return [pipeline.stream_id, pipeline.labels["model"], pipeline.labels["backend"]]
+    return [pipeline.stream_id, detector.spec.name, f"{detector.backend.key}/{detector.backend.device}"]
+
+
+class _StreamCollector(Collector):
+    def __init__(self, manager: StreamManager) -> None:
+        self.manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        gauges = {
+            "fps_in": GaugeMetricFamily("edge_fps_in", "Frames captured per second", labels=LABELS),
+            "fps_processed": GaugeMetricFamily("edge_fps_processed", "Frames processed per second", labels=LABELS),
+            "fps_dropped": GaugeMetricFamily("edge_fps_dropped", "Frames skipped per second (live)", labels=LABELS),
+        }
+        counters = {
+            "frames_processed": CounterMetricFamily("edge_frames_processed", "Frames processed", labels=LABELS),
+            "frames_dropped": CounterMetricFamily("edge_frames_dropped", "Frames skipped (live)", labels=LABELS),
+            "errors": CounterMetricFamily("edge_errors", "Inference or decoding errors", labels=LABELS),
+            "reconnects": CounterMetricFamily("edge_source_reconnects", "Source failures reopened", labels=LABELS),
+        }
+        drops = CounterMetricFamily("edge_subscriber_drops", "Results dropped by slow subscribers", labels=LABELS)
+        up = GaugeMetricFamily("edge_stream_up", "1 while the stream delivers frames", labels=LABELS)
+        ready = GaugeMetricFamily("edge_ready", "1 once every model is loaded and warmed up")
+        for pipeline in self.manager.pipelines.values():
+            labels = _labels(pipeline)
+            figures = pipeline.stats.snapshot()
+            for key, gauge in gauges.items():
+                gauge.add_metric(labels, float(figures[key]))  # type: ignore[arg-type]
+            for key, counter in counters.items():
+                counter.add_metric(labels, float(figures[key]))  # type: ignore[arg-type]
+            drops.add_metric(labels, float(pipeline.results.dropped))
+            up.add_metric(labels, 1.0 if pipeline.state == "running" else 0.0)
+        ready.add_metric([], 1.0 if self.manager.ready else 0.0)
+        yield from gauges.values()
+        yield from counters.values()
+        yield drops
+        yield up
+        yield ready
+
+
+class ServiceMetrics:
+    """One registry per app, so several apps (tests) never share series."""
+
+    def __init__(self, manager: StreamManager) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "edge_stage_latency_seconds",
+            "Per-frame time in each pipeline stage",
+            [*LABELS, "stage"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_StreamCollector(manager))
+        for pipeline in manager.pipelines.values():
+            pipeline.add_listener(self._observer(pipeline))
+
+    def _observer(self, pipeline: StreamPipeline) -> Callable[[FrameResult], None]:
+        children: dict[str, Histogram] = {}
+
+        def observe(result: FrameResult) -> None:
+            if not children:  # labels are final once the detector has loaded, i.e. before the first frame
+                labels = _labels(pipeline)
+                children.update({s: self.latency.labels(*labels, s) for s in STAGES})
+            timing = result.timing
+            for stage, child in children.items():
+                child.observe(getattr(timing, f"{stage}_ms") / 1e3)
+
+        return observe
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
