@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends import BackendOptions, backend_for_file, open_backend
+from backends import BACKEND_MODULES, BackendError, BackendOptions, backend_for_file, open_backend
 from edge.detector import Detector
 from edge.errors import EdgeError
 from edge.settings import Settings, get_settings
@@ -31,6 +31,19 @@ class DetectorConfig:
     overrides: SpecOverrides = field(default_factory=SpecOverrides)
     # input buffers: 1 for one frame at a time, more for a pipeline that prepares ahead
     buffers: int = 1
+
+
+def check_reference(config: DetectorConfig) -> None:
+    """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
+    if config.backend != "auto" and config.backend not in BACKEND_MODULES:
+        raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(BACKEND_MODULES)}")
+    if config.model in REGISTRY:
+        return
+    path = Path(config.model).expanduser()
+    if not path.is_file():
+        if path.suffix.lower() in MODEL_SUFFIXES or "/" in config.model:
+            raise EdgeError(f"model file {config.model} does not exist")
+        get_entry(config.model)
 
 
 def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:

@@ -42,6 +42,8 @@ class FrameResult:
     timing: FrameTiming
     image: np.ndarray = field(repr=False)
     payload: str = ""  # the JSON event, serialised once for every subscriber
+    # Encodings made once and shared by every client (SSE bytes, JPEGs); written by whoever needs one first.
+    encoded: dict[object, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(self.payload)

@@ -1,6 +1,8 @@
 """Fan-out of results to any number of subscribers, each with a bounded buffer that drops its oldest item.
 
 The pipeline thread never waits for a subscriber: a slow or stalled one only loses its own oldest items.
+Subscribers live on asyncio event loops; each loop is woken once per published item, however many of its
+subscribers are waiting.
 """
 
 from __future__ import annotations
@@ -17,52 +19,45 @@ T = TypeVar("T")
 class Subscription(Generic[T]):
     def __init__(self, maxlen: int, loop: asyncio.AbstractEventLoop) -> None:
         self._items: deque[T] = deque(maxlen=maxlen)
-        self._loop = loop
+        self.loop = loop
         self._ready = asyncio.Event()
-        self._wake_pending = False  # one wake-up call per batch, not per item
         self._lock = threading.Lock()
         self.dropped = 0
         self.closed = False
 
     def push(self, item: T) -> None:
-        """Called from the publishing thread."""
+        """Called from the publishing thread; the caller wakes the loop."""
         with self._lock:
             if len(self._items) == self._items.maxlen:
                 self.dropped += 1
             self._items.append(item)
-            if self._wake_pending:
-                return
-            self._wake_pending = True
-        try:
-            self._loop.call_soon_threadsafe(self._ready.set)
-        except RuntimeError:  # the subscriber's event loop has closed
-            self.closed = True
+
+    def wake(self) -> None:
+        """Runs on the subscriber's loop."""
+        self._ready.set()
 
     def close(self) -> None:
-        """Wake the consumer so it can see the stream is gone."""
         self.closed = True
         with contextlib.suppress(RuntimeError):  # the subscriber's event loop has closed already
-            self._loop.call_soon_threadsafe(self._ready.set)
+            self.loop.call_soon_threadsafe(self._ready.set)
 
-    async def get(self) -> T | None:
-        """The oldest buffered item; None once closed."""
+    async def batch(self) -> list[T]:
+        """Everything buffered, oldest first, waiting for at least one item; [] once closed."""
         while True:
             with self._lock:
                 if self._items:
-                    return self._items.popleft()
-                self._wake_pending = False
+                    items = list(self._items)
+                    self._items.clear()
+                    return items
                 self._ready.clear()
             if self.closed:
-                return None
+                return []
             await self._ready.wait()
 
     async def newest(self) -> T | None:
-        """Skip to the newest item (for video, where only the latest frame matters)."""
-        item = await self.get()
-        with self._lock:
-            while self._items:
-                item = self._items.popleft()
-        return item
+        """Only the newest item (video, where older frames are stale); None once closed."""
+        items = await self.batch()
+        return items[-1] if items else None
 
 
 class Broadcaster(Generic[T]):
@@ -83,8 +78,14 @@ class Broadcaster(Generic[T]):
             self.dropped_by_departed += subscription.dropped
 
     def publish(self, item: T) -> None:
-        for subscription in self._subscriptions:  # a copy-on-write list: no lock on the hot path
+        subscriptions = self._subscriptions  # copy-on-write: no lock on the hot path
+        loops: dict[asyncio.AbstractEventLoop, list[Subscription[T]]] = {}
+        for subscription in subscriptions:
             subscription.push(item)
+            loops.setdefault(subscription.loop, []).append(subscription)
+        for loop, members in loops.items():
+            with contextlib.suppress(RuntimeError):  # a loop that has closed has no one left to wake
+                loop.call_soon_threadsafe(_wake_all, members)
 
     def close(self) -> None:
         for subscription in self._subscriptions:
@@ -97,3 +98,8 @@ class Broadcaster(Generic[T]):
     @property
     def dropped(self) -> int:
         return self.dropped_by_departed + sum(s.dropped for s in self._subscriptions)
+
+
+def _wake_all(subscriptions: list[Subscription[T]]) -> None:
+    for subscription in subscriptions:
+        subscription.wake()

@@ -7,7 +7,7 @@ from typing import Any
 
 from edge.config import ServiceConfig, StreamConfig
 from edge.detector import Detector
-from edge.loader import DetectorConfig, load_detector
+from edge.loader import DetectorConfig, check_reference, load_detector
 from edge.pipeline import StreamPipeline
 from edge.settings import Settings, get_settings
 from edge.sources import open_source
@@ -32,6 +32,7 @@ class StreamManager:
         self.settings = settings or get_settings()
         self.pipelines: dict[str, StreamPipeline] = {}
         for stream in config.streams:
+            check_reference(detector_config(stream))
             source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
             mode = None if stream.mode == "auto" else stream.mode
             self.pipelines[stream.id] = StreamPipeline(

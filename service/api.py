@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 
 from edge.drawing import render_jpeg
@@ -56,26 +57,32 @@ def latest_detections(request: Request, stream_id: str) -> Response:
     return Response(latest_or_503(pipeline_of(request, stream_id)).payload, media_type="application/json")
 
 
-async def _results(request: Request | WebSocket, pipeline: StreamPipeline) -> AsyncIterator[FrameResult]:
+async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> AsyncIterator[list[FrameResult]]:
+    """Results in order, in batches of whatever accumulated while the client was busy."""
     buffer: int = request.app.state.config.server.subscriber_buffer
     subscription = pipeline.results.subscribe(buffer)
     try:
-        while True:
-            result = await subscription.get()
-            if result is None:
-                return
-            yield result
+        while batch := await subscription.batch():
+            yield batch
     finally:
         pipeline.results.unsubscribe(subscription)
+
+
+def _sse_bytes(result: FrameResult) -> bytes:
+    encoded = result.encoded.get("sse")
+    if encoded is None:
+        encoded = ServerSentEvent(data=result.payload, event="detections", id=str(result.index)).encode()
+        result.encoded["sse"] = encoded
+    return encoded
 
 
 @router.get("/streams/{stream_id}/events", summary="Server-Sent Events: one 'detections' event per processed frame")
 async def events(request: Request, stream_id: str) -> EventSourceResponse:
     pipeline = pipeline_of(request, stream_id)
 
-    async def generate() -> AsyncIterator[dict[str, str]]:
-        async for result in _results(request, pipeline):
-            yield {"event": "detections", "id": str(result.index), "data": result.payload}
+    async def generate() -> AsyncIterator[bytes]:
+        async for batch in _batches(request, pipeline):
+            yield b"".join(_sse_bytes(r) for r in batch)  # encoded once per frame, one write per batch
 
     # A client that stops reading is disconnected after send_timeout; until then only its own buffer fills.
     return EventSourceResponse(generate(), ping=15, send_timeout=30)
@@ -89,14 +96,20 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
         return
     await websocket.accept()
     try:
-        async for result in _results(websocket, pipeline):
-            await websocket.send_text(result.payload)
+        async for batch in _batches(websocket, pipeline):
+            for result in batch:
+                await websocket.send_text(result.payload)
     except (WebSocketDisconnect, RuntimeError):
         return
 
 
 def _jpeg(result: FrameResult, height: int | None, quality: int, boxes: bool) -> bytes:
-    return render_jpeg(result.image, result.detections, height=height, quality=quality, boxes=boxes)
+    key = ("jpeg", height, quality, boxes)
+    encoded = result.encoded.get(key)
+    if encoded is None:  # clients watching with the same settings share one encoding per frame
+        encoded = render_jpeg(result.image, result.detections, height=height, quality=quality, boxes=boxes)
+        result.encoded[key] = encoded
+    return encoded
 
 
 Height = Annotated[int | None, Query(ge=16, le=4320, description="Scale frames down to this height")]

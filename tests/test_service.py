@@ -1,0 +1,195 @@
+"""The HTTP service, end to end: a real `edge serve` on loopback, a real model, real video."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import cv2
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
+
+from edge.loader import DetectorConfig, load_detector
+from models.detection import BoxXYXY
+from tests.conftest import MEDIA, VTEST
+from tests.server import running_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve") / "server.log"
+    with running_server(["--source", str(VTEST), "--model", "yolox-nano", "--loop", "--id", "cam"], log) as srv:
+        srv.wait_until("/health/ready")
+        srv.wait_for_frames("cam", 3)
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The same model run here, frame by frame, to compare the service's events with."""
+    detector = load_detector(DetectorConfig("yolox-nano"))
+    capture = cv2.VideoCapture(str(VTEST))
+    frames: list[np.ndarray] = []
+
+    def detections(index: int):
+        while len(frames) <= index % 795:
+            ok, frame = capture.read()
+            assert ok
+            frames.append(frame)
+        return detector.detect(frames[index % 795]).detections
+
+    yield detections
+    detector.close()
+
+
+def assert_same_people(event: dict, expected) -> None:
+    streamed = [BoxXYXY(*d["box"]) for d in event["detections"] if d["label"] == "person"]
+    people = [d.box for d in expected if d.label == "person"]
+    assert len(streamed) == len(people), (event["frame"], streamed, people)
+    for box in people:
+        assert max(box.iou(s) for s in streamed) > 0.95, (event["frame"], box, streamed)
+
+
+def sse_events(server, path: str, count: int) -> list[dict]:
+    events = []
+    with server.client.stream("GET", path, timeout=30) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        kind = None
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind == "detections":
+                events.append(json.loads(line.split(":", 1)[1]))
+                if len(events) == count:
+                    break
+    return events
+
+
+def test_sse_events_carry_the_models_people_and_timing(server, reference):
+    events = sse_events(server, "/api/v1/streams/cam/events", 8)
+    frames = [e["frame"] for e in events]
+    assert frames == sorted(frames) and len(set(frames)) == len(frames)
+    for event in events:
+        assert event["stream"] == "cam" and (event["width"], event["height"]) == (768, 576)
+        timing = event["timing_ms"]
+        assert set(timing) >= {
+            "captured_at",
+            "capture_ms",
+            "queue_wait_ms",
+            "preprocess_ms",
+            "inference_ms",
+            "postprocess_ms",
+            "end_to_end_ms",
+        }
+        assert timing["end_to_end_ms"] >= timing["inference_ms"] > 0
+        assert abs(time.time() - timing["captured_at"]) < 60
+        assert_same_people(event, reference(event["frame"]))
+
+
+def test_websocket_delivers_the_same_events(server, reference):
+    with connect(f"ws://127.0.0.1:{server.port}/api/v1/streams/cam/ws", open_timeout=10) as ws:
+        events = [json.loads(ws.recv(timeout=10)) for _ in range(5)]
+    assert [e["frame"] for e in events] == sorted(e["frame"] for e in events)
+    for event in events:
+        assert_same_people(event, reference(event["frame"]))
+
+
+def test_mjpeg_parts_decode_as_jpeg(server):
+    parts = []
+    with server.client.stream("GET", "/api/v1/streams/cam/video.mjpg?fps=20&height=288&quality=60") as response:
+        assert response.headers["content-type"] == "multipart/x-mixed-replace; boundary=frame"
+        buffer = b""
+        for chunk in response.iter_bytes():
+            buffer += chunk
+            while b"\r\n\r\n" in buffer:
+                head, rest = buffer.split(b"\r\n\r\n", 1)
+                length = int(
+                    next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+                )
+                if len(rest) < length + 2:
+                    break
+                parts.append(rest[:length])
+                buffer = rest[length + 2 :]
+            if len(parts) >= 3:
+                break
+    for part in parts:
+        image = cv2.imdecode(np.frombuffer(part, np.uint8), cv2.IMREAD_COLOR)
+        assert image is not None and image.shape == (288, 384, 3)
+
+
+def test_snapshot_and_latest(server):
+    response = server.client.get("/api/v1/streams/cam/snapshot.jpg?boxes=false")
+    image = cv2.imdecode(np.frombuffer(response.content, np.uint8), cv2.IMREAD_COLOR)
+    assert response.headers["content-type"] == "image/jpeg" and image.shape == (576, 768, 3)
+    latest = server.client.get("/api/v1/streams/cam/detections/latest").json()
+    assert latest["stream"] == "cam" and any(d["label"] == "person" for d in latest["detections"])
+    assert server.client.get("/api/v1/streams/nope/detections/latest").status_code == 404
+
+
+def test_streams_stats_and_openapi(server):
+    (stream,) = server.client.get("/api/v1/streams").json()
+    assert stream["id"] == "cam" and stream["state"] == "running" and stream["model"] == "yolox-nano"
+    assert stream["backend"] == "onnx" and stream["device"] == "CPUExecutionProvider" and stream["mode"] == "file"
+    stats = server.client.get("/api/v1/stats").json()
+    figures = stats["streams"]["cam"]
+    assert figures["frames_processed"] > 0 and figures["fps_processed"] > 0
+    assert set(figures["latency_ms"]) == {
+        "capture",
+        "queue_wait",
+        "preprocess",
+        "inference",
+        "postprocess",
+        "end_to_end",
+    }
+    assert figures["latency_ms"]["inference"]["p50"] <= figures["latency_ms"]["inference"]["p99"]
+    assert "onnx/CPUExecutionProvider" in stats["backends"]
+    paths = server.client.get("/openapi.json").json()["paths"]
+    assert {"/api/v1/streams", "/api/v1/detect", "/api/v1/stats", "/api/v1/health/ready"} <= set(paths)
+
+
+def test_metrics_parse_as_prometheus_text(server):
+    text = server.client.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    histogram = families["edge_stage_latency_seconds"]
+    assert histogram.type == "histogram"
+    stages = {s.labels["stage"] for s in histogram.samples if s.name.endswith("_count") and s.value > 0}
+    assert stages == {"capture", "queue_wait", "preprocess", "inference", "postprocess", "end_to_end"}
+    labels = next(s.labels for s in histogram.samples)
+    assert labels["stream"] == "cam" and labels["model"] == "yolox-nano" and labels["backend"].startswith("onnx/")
+    assert families["edge_fps_processed"].samples[0].value > 0
+    assert families["edge_frames_dropped"].type == "counter"
+    assert families["edge_ready"].samples[0].value == 1
+    assert server.client.get("/api/v1/metrics").status_code == 200
+
+
+def test_post_detect_raw_and_multipart(server):
+    data = (MEDIA / "cat_720p.jpg").read_bytes()
+    raw = server.client.post("/api/v1/detect", content=data, headers={"content-type": "image/jpeg"})
+    form = server.client.post("/api/v1/detect", files={"image": ("cat.jpg", data, "image/jpeg")})
+    for response in (raw, form):
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert set(body) == {"source", "width", "height", "model", "backend", "detections", "timings_ms"}
+        assert (body["width"], body["height"]) == (1280, 720) and body["detections"][0]["label"] == "cat"
+    assert form.json()["source"] == "cat.jpg"
+
+
+def test_post_detect_rejects_bad_bodies_clearly(server):
+    data = (MEDIA / "cat_720p.jpg").read_bytes()
+    cases = {
+        "text": (b"hello, not an image", 415, "not a readable image"),
+        "truncated": (data[: len(data) // 2], 415, "truncated"),
+        "empty": (b"", 400, "empty"),
+    }
+    for body, status, fragment in cases.values():
+        response = server.client.post("/api/v1/detect", content=body, headers={"content-type": "image/jpeg"})
+        assert response.status_code == status and fragment in response.json()["detail"]
+    big = server.client.post("/api/v1/detect", content=b"\xff" * 21_000_000)
+    assert big.status_code == 413 and "limit" in big.json()["detail"]
+    no_file = server.client.post("/api/v1/detect", data={"note": "x"}, files={"other": ("", b"", "text/plain")})
+    assert no_file.status_code in (400, 415)
+    assert server.client.post("/api/v1/detect?stream=zzz", content=data).status_code == 404
+    assert server.client.get("/health/live").json()["status"] == "alive"

@@ -1,0 +1,172 @@
+"""The service under trouble: slow model download, stalled clients, a stream that drops, a missing camera."""
+
+from __future__ import annotations
+
+import functools
+import socket
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import MEDIA, MODELS, VTEST
+from tests.helpers import run_edge
+from tests.server import running_server
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    """Serves files; `hold` delays model downloads, `cut_after` ends the first video responses early."""
+
+    hold: threading.Event | None = None
+    cut_after: int | None = None
+    cuts_left = 0
+    requests = 0
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_GET(self):
+        type(self).requests += 1
+        if self.hold is not None:
+            self.hold.wait(60)
+        if self.cut_after and type(self).cuts_left > 0 and self.path.endswith(".avi"):
+            type(self).cuts_left -= 1
+            data = (MEDIA / "vtest.avi").read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "video/x-msvideo")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: self.cut_after])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)  # the stream drops mid-file
+            return
+        super().do_GET()
+
+
+@pytest.fixture()
+def http_files():
+    servers = []
+
+    def serve(directory, **attrs):
+        handler = type("Handler", (_Handler,), attrs)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(directory)))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"127.0.0.1:{server.server_address[1]}", handler
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+
+
+def test_readiness_flips_from_503_to_200_once_the_model_is_loaded(tmp_path, http_files):
+    release = threading.Event()
+    address, _ = http_files(MODELS, hold=release)
+    env = {"EDGE_MODEL_MIRROR": f"http://{address}/", "EDGE_MODEL_CACHE": str(tmp_path / "cache")}
+    with running_server(["--source", str(VTEST), "--model", "yolox-nano"], tmp_path / "log", env) as server:
+        not_ready = server.wait_until("/health/ready", status=503)
+        assert not_ready.json()["streams"] == {"main": "loading"}
+        assert server.client.get("/health/live").status_code == 200
+        assert server.client.get("/api/v1/streams").json()[0]["state"] == "loading"
+        time.sleep(1.0)
+        assert server.client.get("/health/ready").status_code == 503  # still downloading
+        release.set()
+        ready = server.wait_until("/health/ready", status=200)
+        assert ready.json()["status"] == "ready"
+
+
+def _processed_per_second(server, stream: str, seconds: float) -> float:
+    stats = "/api/v1/stats"
+    start, t0 = server.client.get(stats).json()["streams"][stream]["frames_processed"], time.monotonic()
+    time.sleep(seconds)
+    end = server.client.get(stats).json()["streams"][stream]["frames_processed"]
+    return (end - start) / (time.monotonic() - t0)
+
+
+def test_stalled_sse_clients_do_not_slow_the_pipeline(tmp_path):
+    args = ["--source", str(VTEST), "--loop", "--no-pace", "--id", "fast"]
+    with running_server(args, tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        server.wait_for_frames("fast", 30)
+        before = _processed_per_second(server, "fast", 5)
+        stalled = []
+        for _ in range(3):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a tiny window: the server's sends block soon
+            sock.connect(("127.0.0.1", server.port))
+            sock.sendall(b"GET /api/v1/streams/fast/events HTTP/1.1\r\nHost: x\r\n\r\n")  # and never read
+            stalled.append(sock)
+        # The kernel absorbs a few MB per connection first; then the server's writes block and drops begin.
+        deadline = time.monotonic() + 60
+        while server.client.get("/api/v1/stats").json()["streams"]["fast"]["subscriber_drops"] == 0:
+            assert time.monotonic() < deadline, "stalled subscribers never dropped anything"
+            time.sleep(0.5)
+        during = _processed_per_second(server, "fast", 5)
+        (stream,) = server.client.get("/api/v1/streams").json()
+        for sock in stalled:
+            sock.close()
+    assert stream["subscribers"] == 3
+    # The pipeline does not wait for stalled clients (a blocking publisher would fall to ~0 fps; noise is ~20%).
+    assert during >= 0.7 * before, (before, during)
+
+
+def test_a_stream_that_drops_is_reopened_and_its_password_never_shown(tmp_path, http_files):
+    address, handler = http_files(MEDIA, cut_after=600_000, cuts_left=2)
+    url = f"http://viewer:s3cr3tpw@{address}/vtest.avi"
+    with running_server(["--source", url, "--id", "door"], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        deadline = time.monotonic() + 60
+        figures = {}
+        while time.monotonic() < deadline:
+            figures = server.client.get("/api/v1/stats").json()["streams"]["door"]
+            if figures["reconnects"] >= 2 and figures["state"] == "running" and figures["frames_processed"] > 20:
+                break
+            time.sleep(0.2)
+        assert figures["reconnects"] >= 2 and figures["state"] == "running", figures
+        processed = figures["frames_processed"]
+        server.wait_for_frames("door", processed + 10)  # frames flow again after the reopen
+        (stream,) = server.client.get("/api/v1/streams").json()
+        assert stream["source"] == f"http://viewer:***@{address}/vtest.avi"
+        assert stream["mode"] == "live" and "stopped delivering" in stream["last_error"]
+        responses = [server.client.get(p).text for p in ("/api/v1/streams", "/api/v1/stats", "/metrics")]
+    assert handler.requests >= 3
+    for text in [*responses, server.log]:
+        assert "s3cr3tpw" not in text
+
+
+def test_a_missing_camera_is_reported_while_other_streams_serve(tmp_path):
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        f"streams:\n"
+        f"  - id: porch\n    source: /dev/video9\n    model: yolox-nano\n"
+        f"  - id: clip\n    source: {VTEST}\n    model: yolox-nano\n    loop: true\n"
+    )
+    with running_server(["--config", str(config)], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        server.wait_for_frames("clip", 5)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            streams = {s["id"]: s for s in server.client.get("/api/v1/streams").json()}
+            if streams["porch"]["last_error"]:
+                break
+            time.sleep(0.2)
+        assert streams["porch"]["state"] == "reconnecting"
+        assert "camera /dev/video9 cannot be opened" in streams["porch"]["last_error"]
+        assert streams["clip"]["state"] == "running"
+        assert server.client.get("/api/v1/streams/porch/detections/latest").status_code == 503
+
+
+def test_bad_configs_and_sources_get_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("streams:\n  - id: a b\n    source: x.mp4\n")
+    for args, fragment in [
+        (["--config", str(bad)], "streams.0.id"),
+        (["--config", str(tmp_path / "missing.yaml")], "cannot read config"),
+        (["--source", str(tmp_path / "nothing.mp4")], "is not a camera, URL, or existing file"),
+        (["--source", str(VTEST), "--model", "nope"], "no model named 'nope'"),
+        ([], "give --source"),
+    ]:
+        proc = run_edge("serve", *args, "--port", "0", timeout=60)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert fragment in proc.stderr, proc.stderr
