@@ -14,8 +14,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     EDGE_MODEL_CACHE=/var/lib/edge/models
 COPY --from=build /wheels /wheels
+# EXTRAS=tflite,openvino adds engines; the base image stays CPU-only and small. The project's own wheel is
+# the version pin here.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir /wheels/*.whl ${EXTRAS:+"$(ls /wheels/edge_inference-*.whl)[$EXTRAS]"} \
+RUN pip install --no-cache-dir --find-links /wheels "edge-inference${EXTRAS:+[$EXTRAS]}" \
     && rm -rf /wheels \
     && useradd --system --uid 10001 --home-dir /var/lib/edge --create-home --groups video edge \
     && mkdir -p /var/lib/edge/models && chown -R edge /var/lib/edge
