@@ -11,9 +11,9 @@ from backends.base import Backend, BackendError, BackendOptions, Quantization, T
 BACKEND_MODULES: dict[str, str] = {
     "onnx": "backends.onnxruntime_backend",
     "tflite": "backends.tflite_backend",
+    "openvino": "backends.openvino_backend",
+    "edgetpu": "backends.edgetpu_backend",
 }
-# File extension -> the backend that reads it when none is named.
-DEFAULT_BACKEND_FOR_SUFFIX = {".onnx": "onnx", ".tflite": "tflite", ".xml": "openvino"}
 
 
 def open_backend(key: str, path: Path, options: BackendOptions) -> Backend:
@@ -24,16 +24,6 @@ def open_backend(key: str, path: Path, options: BackendOptions) -> Backend:
     return backend
 
 
-def backend_for_file(path: Path) -> str:
-    key = DEFAULT_BACKEND_FOR_SUFFIX.get(path.suffix.lower())
-    if key is None:
-        raise BackendError(
-            f"cannot tell which engine reads {path.name}; use a .onnx, .tflite or OpenVINO .xml file, "
-            "or name one with --backend"
-        )
-    return key
-
-
 __all__ = [
     "BACKEND_MODULES",
     "Backend",
@@ -41,6 +31,5 @@ __all__ = [
     "BackendOptions",
     "Quantization",
     "TensorInfo",
-    "backend_for_file",
     "open_backend",
 ]

@@ -34,7 +34,7 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class BackendOptions:
-    device: str = "cpu"
+    device: str = "auto"  # each engine's own default: CPU for ONNX Runtime and TFLite, AUTO for OpenVINO
     threads: int | None = None
     # Run elsewhere (the CPU) when the asked-for device is missing, and say so, instead of failing.
     allow_fallback: bool = False

@@ -36,6 +36,7 @@ _DTYPES = {
 def parse_device(device: str) -> tuple[str, int]:
     """'cuda:1' -> ('cuda', 1); 'CPU' -> ('cpu', 0)."""
     name, _, index = device.lower().partition(":")
+    name = "cpu" if name == "auto" else name
     if name not in PROVIDERS:
         raise BackendError(f"ONNX Runtime has no device {device!r}; choose one of: {', '.join(PROVIDERS)}")
     if index and not index.isdigit():

@@ -97,7 +97,7 @@ def describe(interpreter: Any) -> tuple[list[TensorInfo], list[TensorInfo]]:
 
 
 def load(path: Path, options: BackendOptions) -> TFLiteBackend:
-    if options.device.lower() != "cpu":
+    if options.device.lower() not in ("cpu", "auto"):
         raise BackendError(
             f"the tflite backend runs on the CPU only; for a Coral use --backend edgetpu --device {options.device}"
         )

@@ -25,7 +25,7 @@ class StreamConfig(BaseModel):
     source: str = Field(min_length=1)
     model: str = DEFAULT_MODEL
     backend: str = "auto"
-    device: str = "cpu"
+    device: str = "auto"
     fallback: bool = False
     threads: int | None = Field(default=None, gt=0)
     conf: float = Field(default=0.25, ge=0, le=1)
@@ -46,6 +46,8 @@ class ServerConfig(BaseModel):
     port: int = Field(default=8080, ge=0, le=65535)
     max_upload_mb: float = Field(default=20, gt=0)
     subscriber_buffer: int = Field(default=32, ge=1, le=10_000)
+    # SSE/WebSocket writes per client per second; faster streams arrive in batches (every event is still sent).
+    client_flush_hz: float = Field(default=30, gt=0, le=1000)
 
 
 class ServiceConfig(BaseModel):

@@ -6,7 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends import BACKEND_MODULES, BackendError, BackendOptions, backend_for_file, open_backend
+from backends import BACKEND_MODULES, BackendError, BackendOptions, open_backend
+from backends.discovery import choose_backend
+from backends.tflite_backend import is_edgetpu_model
 from edge.detector import Detector
 from edge.errors import EdgeError
 from edge.settings import Settings, get_settings
@@ -22,7 +24,7 @@ MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
 class DetectorConfig:
     model: str
     backend: str = "auto"
-    device: str = "cpu"
+    device: str = "auto"
     conf: float = 0.25
     iou: float = 0.45
     max_detections: int = 100
@@ -69,8 +71,14 @@ def load_detector(
 ) -> Detector:
     settings = settings or get_settings()
     name, path = locate_model(config.model, settings, progress)
-    key = backend_for_file(path) if config.backend == "auto" else config.backend
-    backend = open_backend(key, path, BackendOptions(config.device, config.threads, config.allow_fallback))
+    key, device, note = config.backend, config.device, None
+    if key == "auto":
+        choice = choose_backend(path, is_edgetpu_model(path))
+        key, device = choice.backend, choice.device if config.device == "auto" else config.device
+        note = f"--backend auto chose {key} on {device}: {choice.reason}"
+    backend = open_backend(key, path, BackendOptions(device, config.threads, config.allow_fallback))
+    if note:
+        backend.notes.insert(0, note)
     overrides = SpecOverrides()
     sidecar = sidecar_path(path)
     if sidecar:

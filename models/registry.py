@@ -25,10 +25,25 @@ class RegistryEntry:
     license: str
     files: tuple[RegistryFile, ...]  # the first one is what the engine opens
     agpl: bool = False
+    # Engines known to run it; by default every engine that reads its format.
+    only_engines: tuple[str, ...] | None = None
 
     @property
     def model_file(self) -> RegistryFile:
         return self.files[0]
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        if self.only_engines is not None:
+            return self.only_engines
+        path = self.model_file.path
+        if path.endswith("_edgetpu.tflite"):
+            return ("edgetpu",)
+        if path.endswith(".tflite"):
+            return ("tflite", "openvino")
+        if path.endswith(".onnx"):
+            return ("onnx", "openvino")
+        return ("openvino",)
 
 
 def _one(path: str, sha256: str, url: str | None) -> tuple[RegistryFile, ...]:
@@ -80,6 +95,8 @@ REGISTRY: dict[str, RegistryEntry] = {
                 "7046f31a72ec0045a57b94199144c96cf5840c7dc106b808b64a1ed5559aa0cd",
                 _CORAL + "ssd_mobilenet_v2_coco_quant_postprocess.tflite",
             ),
+            # OpenVINO's TFLite reader lacks the detection post-process op
+            only_engines=("tflite",),
         ),
         RegistryEntry(
             "ssd-mobilenet-v2-edgetpu",

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 
+from edge.backends_report import backends_report
 from edge.drawing import render_jpeg
 from edge.images import ImageError, decode_image
 from edge.pipeline import FrameResult, StreamPipeline
@@ -59,11 +60,15 @@ def latest_detections(request: Request, stream_id: str) -> Response:
 
 async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> AsyncIterator[list[FrameResult]]:
     """Results in order, in batches of whatever accumulated while the client was busy."""
-    buffer: int = request.app.state.config.server.subscriber_buffer
-    subscription = pipeline.results.subscribe(buffer)
+    server = request.app.state.config.server
+    subscription = pipeline.results.subscribe(server.subscriber_buffer)
+    period = 1.0 / server.client_flush_hz
     try:
         while batch := await subscription.batch():
+            sent = time.monotonic()
             yield batch
+            # Above the flush rate, gather events instead of paying a write per client per frame.
+            await asyncio.sleep(max(0.0, sent + period - time.monotonic()))
     finally:
         pipeline.results.unsubscribe(subscription)
 
@@ -212,6 +217,11 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
             return result_record(name, detector.detect(image), detector)
 
     return await asyncio.to_thread(run)
+
+
+@router.get("/backends", summary="Inference engines, devices found, and the registry models each can run")
+def backends() -> list[dict[str, Any]]:
+    return backends_report()
 
 
 @router.get("/stats", summary="Per-stream and per-backend figures")

@@ -26,7 +26,7 @@ def detector_options(func: F) -> F:
         click.option(
             "--device",
             "-d",
-            default="cpu",
+            default="auto",
             show_default=True,
             help="Device for the engine, e.g. cpu, cuda:0, tensorrt (onnx); CPU, GPU, NPU, AUTO (openvino).",
         ),

@@ -32,7 +32,7 @@ def _urls(config: ServiceConfig) -> str:
 @click.option("--source", "-s", help="Camera index, /dev/videoN, video file, RTSP/HTTP URL, image, folder or glob.")
 @click.option("--model", "-m", default=DEFAULT_MODEL, show_default=True, help="Registry name or model file.")
 @click.option("--backend", "-b", default="auto", show_default=True)
-@click.option("--device", "-d", default="cpu", show_default=True)
+@click.option("--device", "-d", default="auto", show_default=True)
 @click.option("--fallback", is_flag=True, help="Run on the CPU if the device is unavailable, and say so.")
 @click.option("--threads", type=click.IntRange(min=1))
 @click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)

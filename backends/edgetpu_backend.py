@@ -1,0 +1,112 @@
+"""Coral Edge TPU: the TFLite interpreter with the libedgetpu delegate (through pycoral when it imports).
+
+Devices: usb, usb:N, pci, pci:N, or auto (the first one found). EDGE_LIBEDGETPU names another delegate library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+from backends.base import BackendError, BackendOptions
+from backends.hardware import coral_pcie_devices, coral_usb_devices
+from backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
+
+LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
+INSTALL_LIBEDGETPU = (
+    "install the Edge TPU runtime: on Debian / Raspberry Pi OS add Coral's apt repository and "
+    "`sudo apt install libedgetpu1-std` (libedgetpu1-max for full clock speed), or use a community build of "
+    "libedgetpu for newer systems; then unplug and replug the accelerator"
+)
+NO_DEVICE = (
+    "no Edge TPU found. USB Accelerator: plug it straight into a USB 3 port (blue) or a powered hub (on a Raspberry "
+    "Pi the board needs a 3 A supply), make sure the udev rule from the libedgetpu package is installed "
+    "(/etc/udev/rules.d/99-edgetpu-accelerator.rules) and this user is in 'plugdev', then replug; `lsusb` must show "
+    "1a6e:089a or 18d1:9302. PCIe/M.2: install gasket-dkms so /dev/apex_0 appears"
+)
+_DEVICE = re.compile(r"^(usb|pci)?(:\d+)?$")
+
+
+def parse_device(device: str) -> str | None:
+    """'auto'/'edgetpu'/'' -> None (any); 'usb', 'usb:1', 'pci:0', ':0' kept as the delegate expects them."""
+    value = device.strip().lower()
+    if value in ("", "auto", "edgetpu", "tpu", "cpu"):
+        return None
+    if not _DEVICE.match(value):
+        raise BackendError(f"Edge TPU device {device!r} not understood; use usb, usb:N, pci, pci:N or auto")
+    return value
+
+
+def delegate_library() -> str:
+    return os.environ.get("EDGE_LIBEDGETPU") or LIBRARIES.get(platform.system(), "libedgetpu.so.1")
+
+
+def diagnose(library: str, device: str | None) -> str:
+    """Why the delegate did not load, as precisely as this machine lets us tell."""
+    try:
+        ctypes.CDLL(library)
+    except OSError as exc:
+        if os.path.sep in library and Path(library).exists():
+            reason = str(exc).split(":")[-1].strip()
+            return f"{library} is not a loadable Edge TPU library ({reason}); {INSTALL_LIBEDGETPU}"
+        return f"the Edge TPU runtime ({library}) is not installed; {INSTALL_LIBEDGETPU}"
+    usb, pci = coral_usb_devices(), coral_pcie_devices()
+    found = {"usb": usb, "pci": pci}
+    if not usb and not pci:
+        return NO_DEVICE
+    if device:
+        kind, _, index = device.partition(":")
+        kind = kind or "usb"
+        if index and int(index) >= len(found[kind]):
+            return f"asked for {device} but found {len(found[kind])} {kind.upper()} Edge TPU(s): {'; '.join(usb + pci)}"
+    return (
+        f"the Edge TPU did not respond ({'; '.join(usb + pci)}): replug it, check its power supply and that this user "
+        "may open it (udev rule, 'plugdev' group); a USB accelerator that stays at 1a6e:089a never got its firmware"
+    )
+
+
+def _pycoral_interpreter(path: Path, device: str | None, threads: int | None) -> Any | None:
+    """pycoral's own loader when pycoral is installed (it is not on PyPI; never required)."""
+    try:
+        from pycoral.utils import edgetpu
+    except ImportError:
+        return None
+    return edgetpu.make_interpreter(str(path), device=device or None)
+
+
+def load(path: Path, options: BackendOptions) -> TFLiteBackend:
+    device = parse_device(options.device)
+    if not is_edgetpu_model(path):
+        raise BackendError(
+            f"{path.name} is not compiled for the Edge TPU, so it would run entirely on the CPU. Compile it with "
+            f"`edgetpu_compiler {path.name}` (int8-quantised models only), or run it with --backend tflite"
+        )
+    library = delegate_library()
+    interpreter_cls, load_delegate, engine = import_litert()
+    try:
+        interpreter = _pycoral_interpreter(path, device, options.threads)
+        if interpreter is None:
+            ctypes.CDLL(library)  # first: LiteRT's delegate prints a stray traceback when the library is missing
+            delegate = load_delegate(library, {"device": device} if device else {})
+            interpreter = interpreter_cls(
+                model_path=str(path), experimental_delegates=[delegate], num_threads=options.threads
+            )
+        else:
+            engine = "pycoral + " + engine
+    except (ValueError, RuntimeError, OSError):
+        raise BackendError(f"cannot use the Edge TPU: {diagnose(library, device)}") from None
+    allocate(interpreter, path)
+    inputs, outputs = describe(interpreter)
+    return TFLiteBackend(
+        key="edgetpu",
+        model_path=str(path),
+        engine=f"{engine} + {Path(library).name}",
+        device=f"edgetpu:{device or 'auto'}",
+        inputs=inputs,
+        outputs=outputs,
+        interpreter=interpreter,
+    )

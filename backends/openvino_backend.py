@@ -1,0 +1,141 @@
+"""Intel OpenVINO: ONNX, TFLite and IR (.xml/.bin) models on CPU, GPU, NPU or AUTO.
+
+MYRIAD (Neural Compute Stick 2) left OpenVINO after 2022.3 LTS; it is used only where such a runtime is installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+
+DEVICES = ("CPU", "GPU", "NPU", "AUTO", "MYRIAD")
+DEVICE_HINTS = {
+    "GPU": "an Intel integrated or Arc GPU with its compute runtime (apt install intel-opencl-icd, or Intel's "
+    "compute-runtime packages), and this user in the 'render' group",
+    "NPU": "an Intel Core Ultra NPU with the Intel NPU driver (linux-npu-driver) and access to /dev/accel/accel0",
+}
+MYRIAD_HELP = (
+    "MYRIAD (Intel Neural Compute Stick 2) was removed after OpenVINO 2022.3 LTS; this runtime is OpenVINO {version} "
+    "with devices {devices}. To use an NCS2, install openvino==2022.3.* (Python 3.7-3.10) in its own environment with "
+    "the Movidius udev rules; edge uses MYRIAD automatically when such a runtime lists it. Otherwise choose CPU, GPU, "
+    "NPU or AUTO."
+)
+
+
+def import_openvino() -> Any:
+    try:
+        import openvino as ov
+    except ImportError:
+        raise BackendError("OpenVINO is not installed: pip install 'edge-inference[openvino]'") from None
+    return ov
+
+
+def available_devices(ov: Any) -> list[str]:
+    devices: list[str] = ov.Core().available_devices
+    return devices
+
+
+def check_device(requested: str, devices: list[str], version: str) -> str:
+    """The device to compile for, or a message that says why it cannot be used."""
+    name = requested.upper()
+    base = name.split(".")[0].split(":")[0]
+    if base not in DEVICES:
+        raise BackendError(f"OpenVINO has no device {requested!r}; choose one of: CPU, GPU, NPU, AUTO")
+    if base == "AUTO":
+        return name
+    if base == "MYRIAD" and not any(d.startswith("MYRIAD") for d in devices):
+        raise BackendError(MYRIAD_HELP.format(version=version, devices=", ".join(devices)))
+    if not any(d == name or d.startswith(base) for d in devices):
+        hint = DEVICE_HINTS.get(base, "the device and its driver")
+        raise BackendError(
+            f"OpenVINO {version} sees no {base} here (devices: {', '.join(devices)}). {base} needs {hint}; "
+            "or use --device CPU (or AUTO)"
+        )
+    return name
+
+
+def _tflite_quantization(path: Path) -> tuple[list[Quantization | None], list[Quantization | None]]:
+    """OpenVINO keeps int8 TFLite I/O but not its scales; read them from the file with LiteRT when it is there."""
+    from backends.tflite_backend import create_interpreter
+
+    try:
+        interpreter, _ = create_interpreter(path, None)
+    except BackendError:
+        return [], []
+    scales = [
+        [
+            Quantization(float(d["quantization"][0]), int(d["quantization"][1])) if d["quantization"][0] else None
+            for d in details
+        ]
+        for details in (interpreter.get_input_details(), interpreter.get_output_details())
+    ]
+    return scales[0], scales[1]
+
+
+def _tensor_info(port: Any, quant: Quantization | None) -> TensorInfo:
+    shape = tuple(d.get_length() if d.is_static else -1 for d in port.get_partial_shape())
+    return TensorInfo(port.get_any_name(), shape, np.dtype(port.get_element_type().to_dtype()), quant)
+
+
+@dataclass
+class OpenVINOBackend(Backend):
+    compiled: Any = None
+
+    def __post_init__(self) -> None:
+        self._request = self.compiled.create_infer_request()
+        self._outputs = list(self.compiled.outputs)
+
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        results = self._request.infer({0: tensor})
+        return [results[port] for port in self._outputs]  # copies: safe while the next frame runs
+
+
+def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
+    ov = import_openvino()
+    core = ov.Core()
+    version = ov.__version__.split("-")[0]
+    device = check_device(options.device, core.available_devices, version)
+    try:
+        model = core.read_model(str(path))
+    except RuntimeError as exc:
+        text = str(exc)
+        if "No translator found for" in text:
+            op = text.split("No translator found for", 1)[1].split()[0]
+            raise BackendError(
+                f"OpenVINO cannot read {path.name}: its TFLite reader does not support the {op} operation; "
+                "run the model with --backend tflite, or give OpenVINO an ONNX conversion of it"
+            ) from None
+        detail = " ".join(line for line in text.splitlines() if "failed" in line.lower() or "Unable" in line)
+        raise BackendError(f"OpenVINO cannot read {path.name}: {detail[:300] or text[:300]}") from None
+    config = {"INFERENCE_NUM_THREADS": options.threads} if options.threads and device.startswith("CPU") else {}
+    try:
+        compiled = core.compile_model(model, device, config)
+    except RuntimeError as exc:
+        raise BackendError(
+            f"OpenVINO cannot compile {path.name} for {device}: {str(exc).splitlines()[-1][:300]}"
+        ) from None
+    in_quant, out_quant = _tflite_quantization(path) if path.suffix.lower() == ".tflite" else ([], [])
+    inputs = [_tensor_info(p, in_quant[i] if i < len(in_quant) else None) for i, p in enumerate(compiled.inputs)]
+    outputs = [_tensor_info(p, out_quant[i] if i < len(out_quant) else None) for i, p in enumerate(compiled.outputs)]
+    if any(t.dtype.kind in "iu" and t.quantization is None for t in inputs + outputs) and path.suffix == ".tflite":
+        raise BackendError(
+            f"{path.name} has integer inputs/outputs whose scales OpenVINO does not report; install ai-edge-litert "
+            "so they can be read from the file, or run it with --backend tflite"
+        )
+    actual = device
+    if device.startswith("AUTO"):
+        actual = f"AUTO ({', '.join(compiled.get_property('EXECUTION_DEVICES'))})"
+    return OpenVINOBackend(
+        key="openvino",
+        model_path=str(path),
+        engine=f"openvino {version}",
+        device=actual,
+        inputs=inputs,
+        outputs=outputs,
+        compiled=compiled,
+    )

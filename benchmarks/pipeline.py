@@ -1,0 +1,191 @@
+"""Pipeline and service figures for issue 3, measured side by side in one run on vtest.avi, yolox-nano, ORT CPU.
+
+    python -m benchmarks.pipeline
+
+(a) efficiency: processed fps in file mode (unpaced) / the backend's inference-only fps on the same frames;
+    target >= 0.90
+(b) live mode: end-to-end latency p95 / inference p95 with a camera-like 25 fps source; target <= 1.3
+(c) processed fps with 20 SSE clients connected / with none (a real `edge serve`); target >= 0.95
+(d) service RSS with one stream
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import selectors
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from benchmarks.common import MODELS, VTEST, machine, pct
+from edge.loader import DetectorConfig, load_detector
+from edge.pipeline import FrameResult, StreamPipeline
+from edge.sources import CaptureSource
+from tests.server import running_server
+
+MODEL = str(MODELS / "onnx/yolox_nano.onnx")
+
+
+def inference_only_fps(frames: int, threads: int | None) -> float:
+    """Pre-processing untimed; only backend.run on each frame's tensor is timed."""
+    detector = load_detector(DetectorConfig(MODEL, threads=threads))
+    source = CaptureSource(str(VTEST), live=False)
+    source.open()
+    tensors: list[np.ndarray] = []
+    while len(tensors) < frames and (image := source.read()) is not None:
+        tensors.append(detector.prepare(image).tensor.copy())
+    source.close()
+    for tensor in tensors[:5]:
+        detector.infer(tensor)
+    total = 0.0
+    for tensor in tensors:
+        t0 = time.perf_counter()
+        detector.infer(tensor)
+        total += time.perf_counter() - t0
+    detector.close()
+    return len(tensors) / total
+
+
+def pipeline_fps(frames: int, threads: int | None) -> float:
+    pipeline = StreamPipeline(
+        "bench",
+        CaptureSource(str(VTEST), live=False),
+        lambda b: load_detector(DetectorConfig(MODEL, threads=threads, buffers=b)),
+        pace=False,
+    )
+    marks: list[float] = []
+    pipeline.add_listener(lambda r: marks.append(time.perf_counter()))
+    pipeline.start()
+    while len(marks) < frames and pipeline.state not in ("ended", "failed"):
+        time.sleep(0.01)
+    pipeline.stop()
+    warm = 10  # from the 10th result on: start-up excluded, as for inference-only
+    return (len(marks) - 1 - warm) / (marks[-1] - marks[warm])
+
+
+class CameraLike(CaptureSource):
+    """A video file delivered like a camera: live, at a fixed frame rate, whether anyone keeps up or not."""
+
+    def __init__(self, path: str, fps: float) -> None:
+        super().__init__(path, live=True)
+        self._period, self._next = 1.0 / fps, 0.0
+
+    def read(self) -> np.ndarray | None:
+        delay = self._next - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        self._next = max(self._next, time.perf_counter()) + self._period
+        image = super().read()
+        return image
+
+
+def live_latency(seconds: float, fps: float) -> tuple[float, float, float]:
+    pipeline = StreamPipeline(
+        "live", CameraLike(str(VTEST), fps), lambda b: load_detector(DetectorConfig(MODEL, buffers=b)), mode="live"
+    )
+    end_to_end: list[float] = []
+    inference: list[float] = []
+
+    def record(result: FrameResult) -> None:
+        end_to_end.append(result.timing.end_to_end_ms)
+        inference.append(result.timing.inference_ms)
+
+    pipeline.add_listener(record)
+    pipeline.start()
+    time.sleep(seconds)
+    pipeline.stop()
+    dropped = pipeline.stats.frames_dropped
+    return pct(end_to_end[10:], 95), pct(inference[10:], 95), dropped
+
+
+def _drain(sockets: list[socket.socket], stop: threading.Event) -> None:
+    selector = selectors.DefaultSelector()
+    for sock in sockets:
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ)
+    while not stop.is_set():
+        for key, _ in selector.select(0.2):
+            with contextlib.suppress(BlockingIOError):
+                key.fileobj.recv(1 << 20)  # type: ignore[union-attr]
+
+
+def _window_fps(server, seconds: float) -> float:
+    start, t0 = server.client.get("/api/v1/stats").json()["streams"]["main"]["frames_processed"], time.monotonic()
+    time.sleep(seconds)
+    end = server.client.get("/api/v1/stats").json()["streams"]["main"]["frames_processed"]
+    return (end - start) / (time.monotonic() - t0)
+
+
+def service_figures(rounds: int, seconds: float) -> tuple[list[float], list[float], float]:
+    """fps with no clients and with 20 SSE clients, alternated; clients are raw sockets drained by one thread."""
+    none, twenty = [], []
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_server(
+            ["--source", str(VTEST), "--model", "yolox-nano", "--loop", "--no-pace"], Path(tmp) / "log"
+        ) as server,
+    ):
+        server.wait_until("/health/ready")
+        server.wait_for_frames("main", 50)
+        for _ in range(rounds):
+            none.append(_window_fps(server, seconds))
+            clients = []
+            for _ in range(20):
+                sock = socket.create_connection(("127.0.0.1", server.port))
+                sock.sendall(b"GET /api/v1/streams/main/events HTTP/1.1\r\nHost: bench\r\n\r\n")
+                clients.append(sock)
+            stop = threading.Event()
+            reader = threading.Thread(target=_drain, args=(clients, stop))
+            reader.start()
+            time.sleep(1)
+            twenty.append(_window_fps(server, seconds))
+            stop.set()
+            reader.join()
+            for sock in clients:
+                sock.close()
+            time.sleep(1)
+        rss = psutil.Process(server.process.pid).memory_info().rss / 2**20
+    return none, twenty, rss
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("EDGE_MODEL_MIRROR", str(MODELS))
+    print(f"# pipeline and service, vtest.avi 768x576, yolox-nano on ONNX Runtime CPU\n# {machine()}")
+    for threads, note in ((None, "engine default: both cores"), (1, "one engine thread, one core for the rest")):
+        infer_a = inference_only_fps(args.frames, threads)
+        piped = pipeline_fps(args.frames, threads)
+        infer_b = inference_only_fps(args.frames, threads)
+        infer = (infer_a + infer_b) / 2
+        print(
+            f"(a) [{note}] inference-only fps {infer_a:.1f} / {infer_b:.1f} (before/after), pipeline file-mode fps"
+            f" {piped:.1f} -> efficiency {piped / infer:.2f} (target >= 0.90)"
+        )
+    e2e, inf, dropped = live_latency(20, 25)
+    print(
+        f"(b) live 25 fps source: end-to-end p95 {e2e:.1f} ms, inference p95 {inf:.1f} ms -> ratio {e2e / inf:.2f}"
+        f" (target <= 1.3); frames dropped {dropped}"
+    )
+    none, twenty, rss = service_figures(args.rounds, 6)
+    ratio = statistics.mean(twenty) / statistics.mean(none)
+    print(
+        f"(c) service fps, no clients {[round(v, 1) for v in none]}, 20 SSE clients {[round(v, 1) for v in twenty]}"
+        f" -> ratio {ratio:.2f} (target >= 0.95)"
+    )
+    print(f"(d) service RSS with one stream: {rss:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
