@@ -97,7 +97,7 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
             )
         else:
             engine = "pycoral + " + engine
-    except (ValueError, RuntimeError, OSError):
+    except (ValueError, RuntimeError, OSError, AttributeError):  # AttributeError: a library without the delegate
         raise BackendError(f"cannot use the Edge TPU: {diagnose(library, device)}") from None
     allocate(interpreter, path)
     inputs, outputs = describe(interpreter)

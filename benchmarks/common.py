@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 
 import cv2
 import numpy as np
+
+from edge.machine import describe_machine
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()
@@ -35,13 +36,4 @@ def pct(values: list[float] | np.ndarray, q: float) -> float:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    system = f"{platform.system()} {platform.release()}"
-    return f"{cpu}, {os.cpu_count()} cores, {system}, Python {platform.python_version()}"
+    return describe_machine()

@@ -27,10 +27,16 @@ class RegistryEntry:
     agpl: bool = False
     # Engines known to run it; by default every engine that reads its format.
     only_engines: tuple[str, ...] | None = None
+    # The same weights in other formats share a family; `edge bench --models FAMILY` picks the file per engine.
+    family: str = ""
 
     @property
     def model_file(self) -> RegistryFile:
         return self.files[0]
+
+    @property
+    def family_name(self) -> str:
+        return self.family or self.name
 
     @property
     def engines(self) -> tuple[str, ...]:
@@ -72,6 +78,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                 "6518faf758f5827fb8412c38d2240b7722027c299596518e1f94e678af1e6e29",
                 _KAZUHITO + "yolox_nano_float16_quantize.tflite",
             ),
+            family="yolox-nano",
         ),
         RegistryEntry(
             "yolox-nano-openvino",
@@ -85,6 +92,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                     "openvino/yolox_nano.bin", "4cb66710c220f2c3cea95309780af829e9dc96fefa1ceb34a7fbee18e03c6274", None
                 ),
             ),
+            family="yolox-nano",
         ),
         RegistryEntry(
             "ssd-mobilenet-v2",
@@ -107,6 +115,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                 "1df6f563746346d656c58aa2ae801b32f2a29e4e4adee46a65aeac6decc5f887",
                 _CORAL + "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite",
             ),
+            family="ssd-mobilenet-v2",
         ),
         RegistryEntry(
             "ssd-mobilenet-v2-onnx",
@@ -117,6 +126,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                 "a99749798b46f32640a920c44c4958899fd2d521fb3461b92cfe46b460af67ca",
                 None,
             ),
+            family="ssd-mobilenet-v2",
         ),
         RegistryEntry(
             "nanodet-m",
@@ -138,6 +148,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                 "https://github.com/Lamri-Meriem/edge-object-detection/raw/main/yolov8n_int8.onnx",
             ),
             agpl=True,
+            family="yolov8n-int8",
         ),
         RegistryEntry(
             "yolov8n-int8-tflite",
@@ -149,6 +160,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                 _KOUSH + "eab99ef5fd78/yolov8n/yolov8n_full_integer_quant.tflite",
             ),
             agpl=True,
+            family="yolov8n-int8",
         ),
         RegistryEntry(
             "yolov8n-int8-320-tflite",
@@ -160,6 +172,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                 _KOUSH + "419ea9d3bac5/yolov8n_full_integer_quant_320/yolov8n_full_integer_quant_320.tflite",
             ),
             agpl=True,
+            family="yolov8n-int8-320",
         ),
         RegistryEntry(
             "yolov8n-int8-edgetpu",
@@ -171,6 +184,7 @@ REGISTRY: dict[str, RegistryEntry] = {
                 _KOUSH + "eab99ef5fd78/yolov8n/yolov8n_full_integer_quant_edgetpu.tflite",
             ),
             agpl=True,
+            family="yolov8n-int8",
         ),
         RegistryEntry(
             "yolov8n-int8-320-edgetpu",
@@ -182,11 +196,31 @@ REGISTRY: dict[str, RegistryEntry] = {
                 _KOUSH + "419ea9d3bac5/yolov8n_full_integer_quant_320/yolov8n_full_integer_quant_320_edgetpu.tflite",
             ),
             agpl=True,
+            family="yolov8n-int8-320",
         ),
     )
 }
 
 DEFAULT_MODEL = "yolox-nano"  # Apache-2.0; AGPL models are never a default
+
+# The registry file each engine prefers within a family: its native format first.
+_PREFERRED_SUFFIX = {
+    "openvino": (".xml", ".onnx", ".tflite"),
+    "onnx": (".onnx",),
+    "tflite": (".tflite",),
+    "edgetpu": ("_edgetpu.tflite",),
+}
+
+
+def entry_for_engine(name: str, engine: str) -> RegistryEntry | None:
+    """The registry entry that `engine` should run for a model name or family; None when there is none."""
+    family = REGISTRY[name].family_name if name in REGISTRY else name
+    members = [e for e in REGISTRY.values() if e.family_name == family and engine in e.engines]
+    for suffix in _PREFERRED_SUFFIX.get(engine, ()):
+        for entry in members:
+            if entry.model_file.path.endswith(suffix):
+                return entry
+    return members[0] if members else None
 
 
 def get_entry(name: str) -> RegistryEntry:

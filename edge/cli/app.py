@@ -46,7 +46,7 @@ def cli() -> None:
 
 
 def main() -> None:
-    from edge.cli import backends_cmd, detect, models_cmd, serve  # noqa: F401 - registers the sub-commands
+    from edge.cli import backends_cmd, bench_cmd, detect, models_cmd, serve  # noqa: F401 - registers commands
 
     try:
         cli.main(standalone_mode=True)

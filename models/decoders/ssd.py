@@ -36,11 +36,16 @@ def decode_ssd(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Detect
 
 
 def _matches_ssd(shapes: Sequence[tuple[int, ...]], w: int, h: int, strides: tuple[int, ...]) -> bool:
+    """Boxes [1, K, 4], classes and scores [1, K], count [1]; engines may report K (or all dims) as dynamic (-1)."""
     if len(shapes) != 4:
         return False
-    sizes = sorted(int(np.prod(s)) for s in shapes)
-    box_like = [s for s in shapes if len(s) >= 2 and s[-1] == 4]
-    return len(box_like) == 1 and sizes[0] == 1 and sizes[1] == sizes[2] and sizes[3] == 4 * sizes[1]
+    ranks = sorted(len(s) for s in shapes)
+    if ranks != [1, 2, 2, 3]:
+        return False
+    boxes = next(s for s in shapes if len(s) == 3)
+    pair = [s for s in shapes if len(s) == 2]
+    known = {s[-1] for s in pair if s[-1] > 0} | ({boxes[1]} if boxes[1] > 0 else set())
+    return boxes[-1] in (4, -1) and len(known) <= 1
 
 
 SSD = Decoder(

@@ -1,0 +1,207 @@
+"""Every backend up to the hardware this machine has, and the message a user without the hardware gets."""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backends import BackendError, BackendOptions, open_backend
+from backends.discovery import choose_backend, probe_all
+from backends.edgetpu_backend import NO_DEVICE, diagnose, parse_device
+from backends.hardware import coral_pcie_devices, coral_usb_devices, nvidia_gpus
+from backends.tflite_backend import create_interpreter, is_edgetpu_model, op_names
+from edge.loader import DetectorConfig, load_detector
+from models.overrides import SpecOverrides
+from models.resolve import ModelIO, resolve_spec
+from tests.conftest import MODELS
+from tests.helpers import run_edge
+
+TFLITE = MODELS / "tflite"
+EDGETPU_TWINS = {
+    "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite": "ssd_mobilenet_v2_coco_quant_postprocess.tflite",
+    "yolov8n_full_integer_quant_edgetpu.tflite": "yolov8n_full_integer_quant.tflite",
+    "yolov8n_full_integer_quant_320_edgetpu.tflite": "yolov8n_full_integer_quant_320.tflite",
+}
+
+
+# -- Edge TPU ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("tpu_file", sorted(EDGETPU_TWINS))
+def test_edgetpu_models_are_recognised_and_match_their_cpu_twins(tpu_file):
+    tpu, cpu = TFLITE / tpu_file, TFLITE / EDGETPU_TWINS[tpu_file]
+    assert is_edgetpu_model(tpu) and not is_edgetpu_model(cpu)
+    tpu_interp, _ = create_interpreter(tpu, None)  # loads without a TPU; only allocation needs one
+    cpu_interp, _ = create_interpreter(cpu, None)
+    assert "edgetpu-custom-op" in op_names(tpu_interp) and "edgetpu-custom-op" not in op_names(cpu_interp)
+    cpu_interp.allocate_tensors()
+
+    def io(interp):
+        inp = interp.get_input_details()[0]
+        outs = interp.get_output_details()
+        return inp, outs
+
+    (tin, touts), (cin, couts) = io(tpu_interp), io(cpu_interp)
+    assert tin["shape"].tolist() == cin["shape"].tolist() and tin["dtype"] == cin["dtype"]
+    assert tin["quantization"] == cin["quantization"]
+    # The same model description (so the same pre- and post-processing) results from either file.
+    specs = [
+        resolve_spec(
+            "m",
+            ModelIO(tuple(i["shape"]), [tuple(o["shape"]) for o in outs], [o["name"] for o in outs], {}),
+            SpecOverrides(),
+        )
+        for i, outs in ((tin, touts), (cin, couts))
+    ]
+    assert specs[0] == specs[1]
+
+
+def test_cpu_twin_runs_the_same_pipeline(photos):
+    detector = load_detector(DetectorConfig(str(TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess.tflite")))
+    assert detector.backend.key == "tflite" and detector.spec.decoder == "ssd"
+    assert "cat" in [d.label for d in detector.detect(photos["chelsea"]).detections]
+
+
+def test_edgetpu_without_runtime_says_how_to_install(monkeypatch):
+    monkeypatch.delenv("EDGE_LIBEDGETPU", raising=False)
+    if ctypes.util.find_library("edgetpu"):
+        pytest.skip("libedgetpu is installed on this machine")
+    with pytest.raises(BackendError, match="libedgetpu1-std"):
+        open_backend("edgetpu", TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite", BackendOptions())
+
+
+def test_fake_delegate_library_is_named(tmp_path, monkeypatch):
+    fake = tmp_path / "libedgetpu.so.1"
+    fake.write_text("not a shared library")
+    monkeypatch.setenv("EDGE_LIBEDGETPU", str(fake))
+    with pytest.raises(BackendError, match=r"libedgetpu.so.1 is not a loadable Edge TPU library"):
+        open_backend("edgetpu", TFLITE / "yolov8n_full_integer_quant_320_edgetpu.tflite", BackendOptions("usb"))
+
+
+def test_a_library_without_the_delegate_reaches_the_device_check(monkeypatch):
+    # A real shared library that loads but is not libedgetpu: the delegate fails, and with no TPU on this machine
+    # the diagnosis is the missing device.
+    libm = ctypes.util.find_library("m")
+    monkeypatch.setenv("EDGE_LIBEDGETPU", libm)
+    with pytest.raises(BackendError) as info:
+        open_backend("edgetpu", TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite", BackendOptions())
+    assert "no Edge TPU found" in str(info.value) and "USB 3" in str(info.value) and "udev" in str(info.value)
+
+
+def test_cpu_model_on_the_tpu_and_tpu_model_on_the_cpu_are_refused():
+    with pytest.raises(BackendError, match=r"not compiled for the Edge TPU.*edgetpu_compiler"):
+        open_backend("edgetpu", TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess.tflite", BackendOptions())
+    with pytest.raises(BackendError, match=r"compiled for the Coral Edge TPU.*--backend edgetpu"):
+        open_backend("tflite", TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite", BackendOptions())
+
+
+def _fake_usb(root: Path, name: str, vendor: str, product: str, speed: str = "5000") -> None:
+    device = root / name
+    device.mkdir(parents=True)
+    (device / "idVendor").write_text(vendor + "\n")
+    (device / "idProduct").write_text(product + "\n")
+    (device / "speed").write_text(speed + "\n")
+
+
+def test_coral_discovery_by_usb_ids_and_apex_nodes(tmp_path):
+    usb = tmp_path / "usb"
+    _fake_usb(usb, "2-1", "1a6e", "089a", "480")
+    _fake_usb(usb, "2-2", "18d1", "9302")
+    _fake_usb(usb, "1-1", "046d", "0825")  # a webcam
+    found = coral_usb_devices(usb)
+    assert len(found) == 2 and found[0].startswith("usb:0") and "firmware not loaded" in found[0]
+    assert "480 Mbit/s" in found[0] and found[1].startswith("usb:1  Coral USB Accelerator at 2-2")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "apex_0").touch()
+    assert coral_pcie_devices(dev) == [f"pci:0  {dev / 'apex_0'}"]
+    assert coral_usb_devices(tmp_path / "absent") == [] and nvidia_gpus(tmp_path / "absent") == []
+
+
+def test_device_names_and_diagnosis(monkeypatch, tmp_path):
+    assert [parse_device(d) for d in ("auto", "usb", "usb:1", "pci:0", ":0")] == [None, "usb", "usb:1", "pci:0", ":0"]
+    with pytest.raises(BackendError, match="usb, usb:N, pci, pci:N"):
+        parse_device("coral")
+    libm = ctypes.util.find_library("m")
+    assert diagnose(libm, None) == NO_DEVICE
+    usb = tmp_path / "usb"
+    _fake_usb(usb, "2-1", "18d1", "9302")
+    monkeypatch.setattr("backends.edgetpu_backend.coral_usb_devices", lambda: coral_usb_devices(usb))
+    assert "asked for usb:1 but found 1 USB" in diagnose(libm, "usb:1")
+    assert "did not respond" in diagnose(libm, "usb:0")
+
+
+# -- OpenVINO ----------------------------------------------------------------------------------------------------
+def test_openvino_reads_onnx_ir_and_tflite():
+    for path in (
+        MODELS / "onnx/yolox_nano.onnx",
+        MODELS / "openvino/yolox_nano.xml",
+        TFLITE / "yolox_nano_float16_quantize.tflite",
+    ):
+        backend = open_backend("openvino", path, BackendOptions("CPU"))
+        assert backend.device == "CPU" and backend.outputs[0].shape == (1, 3549, 85)
+        out = backend.run(np.zeros((1, 3, 416, 416), np.float32))
+        assert out[0].shape == (1, 3549, 85)
+
+
+def test_openvino_int8_tflite_gets_its_scales_from_the_file():
+    backend = open_backend("openvino", TFLITE / "yolov8n_full_integer_quant_320.tflite", BackendOptions("CPU"))
+    assert backend.inputs[0].dtype == np.int8 and backend.inputs[0].quantization is not None
+    assert backend.outputs[0].quantization.zero_point == -128
+
+
+def test_myriad_and_missing_devices_are_explained():
+    model = MODELS / "onnx/yolox_nano.onnx"
+    with pytest.raises(BackendError) as info:
+        open_backend("openvino", model, BackendOptions("MYRIAD"))
+    assert "removed after OpenVINO 2022.3 LTS" in str(info.value) and "openvino==2022.3" in str(info.value)
+    with pytest.raises(BackendError, match=r"sees no NPU here.*NPU driver"):
+        open_backend("openvino", model, BackendOptions("NPU"))
+    with pytest.raises(BackendError, match="sees no GPU here"):
+        open_backend("openvino", model, BackendOptions("GPU"))
+    with pytest.raises(BackendError, match="no device 'TPU'"):
+        open_backend("openvino", model, BackendOptions("TPU"))
+    with pytest.raises(BackendError, match=r"TFLite_Detection_PostProcess operation.*--backend tflite"):
+        open_backend("openvino", TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess.tflite", BackendOptions("CPU"))
+
+
+# -- ONNX Runtime execution providers ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("device", "provider"),
+    [
+        ("cuda:0", "CUDAExecutionProvider"),
+        ("tensorrt", "TensorrtExecutionProvider"),
+        ("openvino", "OpenVINOExecutionProvider"),
+    ],
+)
+def test_unavailable_providers_are_refused_or_fall_back_when_asked(device, provider):
+    model = MODELS / "onnx/yolox_nano.onnx"
+    with pytest.raises(BackendError, match=rf"no {provider}.*--fallback"):
+        open_backend("onnx", model, BackendOptions(device))
+    backend = open_backend("onnx", model, BackendOptions(device, allow_fallback=True))
+    assert backend.device == "CPUExecutionProvider" and provider in backend.notes[0]
+
+
+# -- discovery and auto ------------------------------------------------------------------------------------------
+def test_discovery_lists_every_backend_with_its_state():
+    statuses = {s.key: s for s in probe_all()}
+    assert set(statuses) == {"onnx", "tflite", "edgetpu", "openvino"}
+    assert statuses["onnx"].available and "cpu" in statuses["onnx"].devices
+    assert statuses["openvino"].available and any(d.startswith("CPU") for d in statuses["openvino"].devices)
+    assert not statuses["edgetpu"].available and statuses["edgetpu"].problem
+    proc = run_edge("backends", "--json")
+    rows = {r["key"]: r for r in json.loads(proc.stdout)}
+    assert "ssd-mobilenet-v2-edgetpu" in rows["edgetpu"]["models"] and "yolox-nano" in rows["onnx"]["models"]
+    assert "ssd-mobilenet-v2" not in rows["openvino"]["models"]
+
+
+def test_auto_picks_an_engine_and_says_why():
+    onnx = choose_backend(MODELS / "onnx/yolox_nano.onnx", False)
+    assert (onnx.backend, onnx.device) == ("onnx", "cpu") and "no GPU or NPU" in onnx.reason
+    assert choose_backend(MODELS / "openvino/yolox_nano.xml", False).backend == "openvino"
+    assert choose_backend(TFLITE / "yolox_nano_float16_quantize.tflite", False).backend == "tflite"
+    assert choose_backend(TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite", True).backend == "edgetpu"
+    detector = load_detector(DetectorConfig(str(MODELS / "openvino/yolox_nano.xml")))
+    assert detector.backend.key == "openvino" and detector.backend.notes[0].startswith("--backend auto chose openvino")

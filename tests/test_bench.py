@@ -1,0 +1,90 @@
+"""`edge bench` as a user runs it: pairs on the same frames, agreement, JSON/CSV/PNG, unavailable pairs explained."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import cv2
+import numpy as np
+
+from tests.conftest import VTEST
+from tests.helpers import run_edge
+
+
+def test_bench_compares_models_and_backends(tmp_path):
+    out = tmp_path / "bench"
+    proc = run_edge(
+        "bench",
+        "--source",
+        str(VTEST),
+        "--models",
+        "yolox-nano,ssd-mobilenet-v2",
+        "--backends",
+        "onnx,openvino:CPU,tflite,edgetpu",
+        "--frames",
+        "20",
+        "--step",
+        "10",
+        "--reference",
+        "onnx",
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "frame" in proc.stderr  # the progress bar
+    lines = proc.stdout.splitlines()
+    assert lines[2].startswith("Model") and "infer p50" in lines[2] and "mAP50" in lines[2]
+    rows = {(r["model"], r["backend"]): r for r in json.loads((out / "bench.json").read_text())["pairs"]}
+    ran = [k for k, r in rows.items() if r["status"] == "ok"]
+    assert set(ran) == {
+        ("yolox-nano", "onnx"),
+        ("yolox-nano", "openvino"),
+        ("yolox-nano", "tflite"),
+        ("ssd-mobilenet-v2", "onnx"),
+        ("ssd-mobilenet-v2", "openvino"),
+        ("ssd-mobilenet-v2", "tflite"),
+    }
+    assert rows[("yolox-nano", "tflite")]["file"] == "yolox-nano-tflite"
+    assert rows[("ssd-mobilenet-v2", "onnx")]["file"] == "ssd-mobilenet-v2-onnx"
+    for key in ran:
+        row = rows[key]
+        assert row["frames"] == 20 and row["fps"] > 0 and row["peak_rss_mib"] > 50 and row["cpu_percent"] > 0
+        assert row["inference_p50_ms"] <= row["inference_p95_ms"] <= row["inference_p99_ms"]
+        assert row["end_to_end_p50_ms"] >= row["inference_p50_ms"]
+    assert rows[("yolox-nano", "onnx")]["reference"] and rows[("yolox-nano", "onnx")]["map50"] == 1.0
+    assert (
+        rows[("yolox-nano", "tflite")]["map50"] >= 0.95
+        and "person" in rows[("yolox-nano", "tflite")]["agreement"]["per_class"]
+    )
+    tpu = rows[("ssd-mobilenet-v2", "edgetpu")]
+    assert tpu["status"] == "not run" and "Edge TPU" in tpu["reason"]
+    assert "not run: the registry has no yolox-nano file that edgetpu can run" in proc.stdout
+    with (out / "bench.csv").open() as handle:
+        assert len(list(csv.DictReader(handle))) == 8
+    chart = cv2.imread(str(out / "bench.png"))
+    assert chart is not None and chart.shape[0] > 300
+    assert (np.abs(chart.astype(int) - 255).sum(axis=2) > 60).mean() > 0.02  # more than a blank canvas
+
+
+def test_bench_with_nothing_runnable_fails_clearly(tmp_path):
+    proc = run_edge(
+        "bench",
+        "--source",
+        str(VTEST),
+        "--models",
+        "nanodet-m",
+        "--backends",
+        "edgetpu",
+        "--frames",
+        "3",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    )
+    assert proc.returncode == 1 and "not run" in proc.stdout and "Traceback" not in proc.stderr
+    proc = run_edge(
+        "bench", "--source", str(VTEST), "--models", "yolox-nano", "--backends", "coral", "--out", str(tmp_path)
+    )
+    assert proc.returncode == 1 and "unknown backend 'coral'" in proc.stderr
