@@ -98,8 +98,9 @@ def probe_openvino() -> BackendStatus:
     if not _installed("openvino"):
         status.problem = "openvino is not installed"
         return status
-    import openvino as ov
+    from backends.openvino_backend import import_openvino
 
+    ov = import_openvino()
     core = ov.Core()
     status.available, status.engine = True, f"openvino {ov.__version__.split('-')[0]}"
     for device in core.available_devices:

@@ -28,11 +28,18 @@ MYRIAD_HELP = (
 
 
 def import_openvino() -> Any:
+    """The runtime module with `Core` and `__version__`; 2022.3 LTS (the last with MYRIAD) keeps them elsewhere."""
     try:
         import openvino as ov
     except ImportError:
         raise BackendError("OpenVINO is not installed: pip install 'edge-inference[openvino]'") from None
-    return ov
+    if hasattr(ov, "Core"):
+        return ov
+    from openvino import runtime as legacy  # OpenVINO <= 2022.3
+
+    if not hasattr(legacy, "__version__"):
+        legacy.__version__ = legacy.get_version()
+    return legacy
 
 
 def available_devices(ov: Any) -> list[str]:

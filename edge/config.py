@@ -37,6 +37,9 @@ class StreamConfig(BaseModel):
     width: int | None = Field(default=None, gt=0)  # cameras: requested resolution and rate
     height: int | None = Field(default=None, gt=0)
     fps: float | None = Field(default=None, gt=0)
+    # Live comparison: the same frames through each of these backends (backend or backend:device); each becomes
+    # a stream "<id>-<backend>", the first one is the agreement reference.
+    compare: list[str] = Field(default_factory=list)
 
 
 class ServerConfig(BaseModel):

@@ -12,15 +12,17 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import numpy as np
 
+from edge.capture import CaptureLoop
 from edge.detector import Detector, Prepared
 from edge.publish import Broadcaster
-from edge.sources import Frame, FrameSource, SourceError, describe_error
+from edge.sources import Frame, FrameSource
 from edge.stats import FrameTiming, StreamStats
 from models.detection import Detection
 
@@ -28,7 +30,6 @@ log = logging.getLogger("edge.pipeline")
 
 Mode = Literal["live", "file"]
 State = Literal["loading", "connecting", "running", "reconnecting", "ended", "failed", "stopped"]
-MAX_BACKOFF_S = 10.0
 _END = object()  # end of a finite source, passed down the stages
 
 
@@ -76,7 +77,7 @@ class StreamPipeline:
     def __init__(
         self,
         stream_id: str,
-        source: FrameSource,
+        source: FrameSource | None,
         load_detector: Callable[[int], Detector],
         *,
         mode: Mode | None = None,
@@ -86,7 +87,7 @@ class StreamPipeline:
     ) -> None:
         self.stream_id = stream_id
         self.source = source
-        self.mode: Mode = mode or ("live" if source.live else "file")
+        self.mode: Mode = mode or ("live" if source is None or source.live else "file")
         self.pace, self.loop = pace, loop
         self.labels = labels or {}  # model/backend names for metrics before the detector has loaded
         self._load_detector = load_detector
@@ -96,6 +97,8 @@ class StreamPipeline:
         self.stats = StreamStats()
         self.results: Broadcaster[FrameResult] = Broadcaster()
         self.latest: FrameResult | None = None
+        # (frame index, detections) of recent results, for agreement between pipelines fed the same frames
+        self.recent: deque[tuple[int, list[Detection]]] = deque(maxlen=300)
         self._listeners: list[Callable[[FrameResult], None]] = []
         self._stop = threading.Event()
         self._slot = LatestSlot()
@@ -119,7 +122,8 @@ class StreamPipeline:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout)
-        self.source.close()
+        if self.source is not None:
+            self.source.close()
         self.results.close()
         if self.detector is not None:
             self.detector.close()
@@ -131,7 +135,7 @@ class StreamPipeline:
         self._threads.append(thread)
         thread.start()
 
-    def _set_state(self, state: State, error: str | None = None) -> None:
+    def set_state(self, state: State, error: str | None = None) -> None:
         if error is not None:
             self.last_error = error
         if state != self.state:
@@ -144,78 +148,42 @@ class StreamPipeline:
             detector = self._load_detector(4 if self.mode == "file" else 2)
             detector.warmup()
         except Exception as exc:  # noqa: BLE001 - any loading failure ends this stream only, with its message
-            self._set_state("failed", str(exc))
+            self.set_state("failed", str(exc))
             log.error("stream %s: cannot load its model: %s", self.stream_id, exc)
             return
         self.detector = detector
-        self._set_state("connecting")
-        self._spawn(self._capture_loop, "capture")
+        self.set_state("connecting")
+        if self.source is not None:  # otherwise a group's capture calls offer()
+            self._spawn(self._capture, "capture")
         self._spawn(self._infer_loop, "infer")
         self._spawn(self._finish_loop, "finish")
 
-    # -- capture -----------------------------------------------------------------------------------------------
-    def _capture_loop(self) -> None:
-        backoff = 0.5
-        index = 0
-        while not self._stop.is_set():
-            try:
-                self.source.open()
-            except SourceError as exc:
-                self._failed(describe_error(exc, self.source))
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
-                continue
-            self._set_state("running")
-            backoff = 0.5
-            outcome = self._read_frames(index)
-            index = outcome[1]
-            if outcome[0] == "failed":
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
-            elif outcome[0] == "ended":
-                if self.loop:
-                    continue
-                self._hand_on(self._prepared, _END)
-                return
-        self.source.close()
+    # -- capture ---------------------------------------------------------------------------------------------
+    def _capture(self) -> None:
+        assert self.source is not None
+        CaptureLoop(
+            self.source,
+            self.offer,
+            stop=self._stop,
+            pace=self.pace and self.mode == "file",
+            loop=self.loop,
+            on_state=self.set_state,  # type: ignore[arg-type]
+            on_reconnect=self.stats.reconnect,
+            on_end=lambda: self._hand_on(self._prepared, _END),
+        ).run()
 
-    def _read_frames(self, index: int) -> tuple[str, int]:
-        fps = self.source.fps if (self.pace and self.mode == "file") else None
-        started = time.perf_counter()
-        first = index
-        while not self._stop.is_set():
-            if fps:
-                delay = started + (index - first) / fps - time.perf_counter()
-                if delay > 0:
-                    self._stop.wait(delay)
-            t0 = time.perf_counter()
-            try:
-                image = self.source.read()
-            except SourceError as exc:
-                self._failed(describe_error(exc, self.source))
-                return "failed", index
-            except Exception as exc:  # noqa: BLE001 - a decoder crash is a source failure, not a service failure
-                self._failed(describe_error(exc, self.source))
-                return "failed", index
-            if image is None:
-                self.source.close()
-                return "ended", index
-            now = time.perf_counter()
-            frame = Frame(image, index, time.time(), now, (now - t0) * 1e3)
-            index += 1
-            self.stats.frame_in()
-            if self.mode == "live":
-                if self._slot.put(frame):
-                    self.stats.frame_dropped()
-            else:
-                assert self.detector is not None
-                self._hand_on(self._prepared, (frame, self.detector.prepare(image)))
-        return "stopped", index
-
-    def _failed(self, message: str) -> None:
-        self.stats.reconnect()
-        self.source.close()
-        self._set_state("reconnecting", message)
+    def offer(self, frame: Frame) -> None:
+        """A new frame from this pipeline's own capture, or from a group feeding several pipelines."""
+        if self.detector is None:
+            return  # still loading: nothing to run it on yet
+        if self.source is None and self.state == "connecting":
+            self.set_state("running")  # fed by a group whose capture was already running
+        self.stats.frame_in()
+        if self.mode == "live":
+            if self._slot.put(frame):
+                self.stats.frame_dropped()
+        else:
+            self._hand_on(self._prepared, (frame, self.detector.prepare(frame.image)))
 
     def _hand_on(self, target: queue.Queue[Any], item: object) -> None:
         """Blocking put that still notices a stop."""
@@ -267,7 +235,7 @@ class StreamPipeline:
             except queue.Empty:
                 continue
             if item is _END:
-                self._set_state("ended")
+                self.set_state("ended")
                 return
             frame, prepared, raw, inference_ms = cast(tuple[Frame, Prepared, list[np.ndarray], float], item)
             t0 = time.perf_counter()
@@ -302,6 +270,7 @@ class StreamPipeline:
         )
         result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, payload)
         self.latest = result
+        self.recent.append((frame.index, detections))
         self.stats.frame_processed(timing)
         self.results.publish(result)
         for listener in self._listeners:

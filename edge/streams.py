@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from edge.config import ServiceConfig, StreamConfig
+from edge.compare import CompareGroup
+from edge.config import ConfigError, ServiceConfig, StreamConfig
 from edge.detector import Detector
 from edge.loader import DetectorConfig, check_reference, load_detector
 from edge.pipeline import StreamPipeline
 from edge.settings import Settings, get_settings
-from edge.sources import open_source
+from edge.sources import FrameSource, open_source
+from models.registry import REGISTRY, entry_for_engine
 
 
 def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
@@ -31,9 +33,13 @@ class StreamManager:
         self.config = config
         self.settings = settings or get_settings()
         self.pipelines: dict[str, StreamPipeline] = {}
+        self.groups: dict[str, CompareGroup] = {}
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
+            if stream.compare:
+                self._add_group(stream, source)
+                continue
             mode = None if stream.mode == "auto" else stream.mode
             self.pipelines[stream.id] = StreamPipeline(
                 stream.id,
@@ -42,8 +48,34 @@ class StreamManager:
                 mode=mode,
                 pace=stream.pace,
                 loop=stream.loop,
-                labels={"model": stream.model, "backend": stream.backend},
+                labels={"model": stream.model, "backend": stream.backend, "source": source.description},
             )
+
+    def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
+        members = []
+        for item in stream.compare:
+            backend, _, device = item.partition(":")
+            model = stream.model
+            if model in REGISTRY or any(e.family_name == model for e in REGISTRY.values()):
+                entry = entry_for_engine(model, backend)
+                if entry is None:
+                    raise ConfigError(f"stream {stream.id}: the registry has no {model} file that {backend} can run")
+                model = entry.name
+            member = stream.model_copy(
+                update={
+                    "id": f"{stream.id}-{backend}",
+                    "model": model,
+                    "backend": backend,
+                    "device": device or stream.device,
+                    "compare": [],
+                }
+            )
+            check_reference(detector_config(member))
+            labels = {"model": model, "backend": backend, "source": source.description}
+            pipeline = StreamPipeline(member.id, None, self._loader(member), mode="live", labels=labels)
+            self.pipelines[member.id] = pipeline
+            members.append(pipeline)
+        self.groups[stream.id] = CompareGroup(stream.id, source, members, pace=stream.pace, loop=stream.loop)
 
     def _loader(self, stream: StreamConfig) -> Any:
         def load(buffers: int) -> Detector:
@@ -51,26 +83,58 @@ class StreamManager:
 
         return load
 
+    def _grouped(self) -> set[str]:
+        return {m.stream_id for g in self.groups.values() for m in g.members}
+
     def start(self) -> None:
+        grouped = self._grouped()
         for pipeline in self.pipelines.values():
-            pipeline.start()
+            if pipeline.stream_id not in grouped:
+                pipeline.start()
+        for group in self.groups.values():
+            group.start()
 
     def stop(self) -> None:
+        grouped = self._grouped()
         for pipeline in self.pipelines.values():
-            pipeline.stop()
+            if pipeline.stream_id not in grouped:
+                pipeline.stop()
+        for group in self.groups.values():
+            group.stop()
 
     @property
     def ready(self) -> bool:
         return all(p.ready for p in self.pipelines.values())
 
     def stream_config(self, stream_id: str) -> StreamConfig:
-        return next(s for s in self.config.streams if s.id == stream_id)
+        """A stream's settings; a compare member's are its group's with its own model and backend."""
+        for stream in self.config.streams:
+            if stream.id == stream_id:
+                return stream
+            for item in stream.compare:
+                backend, _, device = item.partition(":")
+                if stream_id == f"{stream.id}-{backend}":
+                    pipeline = self.pipelines[stream_id]
+                    return stream.model_copy(
+                        update={
+                            "id": stream_id,
+                            "model": pipeline.labels["model"],
+                            "backend": backend,
+                            "device": device or stream.device,
+                            "compare": [],
+                        }
+                    )
+        raise KeyError(stream_id)
+
+    def compare(self) -> list[dict[str, Any]]:
+        return [group.snapshot() for group in self.groups.values()]
 
     def summary(self, pipeline: StreamPipeline) -> dict[str, Any]:
         detector = pipeline.detector
         return {
             "id": pipeline.stream_id,
-            "source": pipeline.source.description,
+            "source": pipeline.labels["source"],
+            "group": next((g for g, group in self.groups.items() if pipeline in group.members), None),
             "mode": pipeline.mode,
             "model": detector.spec.name if detector else pipeline.labels["model"],
             "backend": detector.backend.key if detector else pipeline.labels["backend"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
@@ -217,6 +218,26 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
             return result_record(name, detector.detect(image), detector)
 
     return await asyncio.to_thread(run)
+
+
+@router.get("/compare", summary="Live comparison: per-backend latency, fps and agreement with the first backend")
+def compare(request: Request) -> list[dict[str, Any]]:
+    return manager_of(request).compare()
+
+
+@router.get("/compare/events", summary="Server-Sent Events: the /compare figures once a second")
+async def compare_events(
+    request: Request, interval: Annotated[float, Query(ge=0.2, le=60)] = 1.0
+) -> EventSourceResponse:
+    manager = manager_of(request)
+
+    async def generate() -> AsyncIterator[dict[str, str]]:
+        while True:
+            figures = await asyncio.to_thread(manager.compare)
+            yield {"event": "compare", "data": json.dumps(figures)}
+            await asyncio.sleep(interval)
+
+    return EventSourceResponse(generate(), ping=15, send_timeout=30)
 
 
 @router.get("/backends", summary="Inference engines, devices found, and the registry models each can run")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
 
 from edge import __version__
 from edge.config import ServiceConfig
@@ -16,6 +19,12 @@ from service.metrics import ServiceMetrics
 from service.uploads import UploadDetectors
 
 API_PREFIX = "/api/v1"
+STATIC = Path(__file__).parent / "static"
+
+
+def dashboard() -> FileResponse:
+    """The web dashboard: static files, no build step, nothing fetched from elsewhere."""
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
 def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastAPI:
@@ -39,6 +48,8 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.state.metrics = ServiceMetrics(manager)
     app.state.uploads = UploadDetectors(manager)
     app.include_router(api.router, prefix=API_PREFIX)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)
     # Conventional unversioned paths for Prometheus scrapers and container health checks.
     app.add_api_route("/metrics", api.metrics, methods=["GET"], include_in_schema=False)
     app.add_api_route("/health/live", api.live, methods=["GET"], include_in_schema=False)

@@ -8,6 +8,7 @@ from pydantic import BaseModel
 class StreamInfo(BaseModel):
     id: str
     source: str
+    group: str | None  # the compare group this stream belongs to
     mode: str
     model: str
     backend: str

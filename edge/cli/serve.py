@@ -18,11 +18,13 @@ def _urls(config: ServiceConfig) -> str:
     shown = "localhost" if host in (LOOPBACK, "localhost", "::1") else host
     base = f"http://{shown}:{config.server.port}"
     lines = [f"edge: serving on {base}  (API docs {base}/docs)"]
+    lines.append(f"  dashboard {base}/")
     for stream in config.streams:
-        api = f"{base}/api/v1/streams/{stream.id}"
-        lines.append(
-            f"  stream {stream.id}: video {api}/video.mjpg  events {api}/events  latest {api}/detections/latest"
-        )
+        for stream_id in [f"{stream.id}-{item.split(':')[0]}" for item in stream.compare] or [stream.id]:
+            api = f"{base}/api/v1/streams/{stream_id}"
+            lines.append(f"  stream {stream_id}: video {api}/video.mjpg  events {api}/events")
+        if stream.compare:
+            lines.append(f"  comparison of {', '.join(stream.compare)}: {base}/api/v1/compare")
     lines.append(f"  metrics {base}/metrics  stats {base}/api/v1/stats  ready {base}/health/ready")
     return "\n".join(lines)
 
@@ -38,6 +40,11 @@ def _urls(config: ServiceConfig) -> str:
 @click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)
 @click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True)
 @click.option("--id", "stream_id", default="main", show_default=True, help="Stream id in the API.")
+@click.option(
+    "--compare",
+    help="Run the source through several backends at once, e.g. onnx,openvino,tflite "
+    "(backend[:device]); the first is the agreement reference.",
+)
 @click.option(
     "--mode",
     type=click.Choice(["auto", "live", "file"]),
@@ -68,7 +75,10 @@ def serve(
     elif source is None:
         raise click.UsageError("give --source (e.g. --source 0 or --source video.mp4) or --config streams.yaml")
     else:
+        compare = kwargs.pop("compare")
         stream = {"id": kwargs.pop("stream_id"), "source": source, **kwargs}
+        if compare:
+            stream["compare"] = [item.strip() for item in compare.split(",") if item.strip()]
         stream["pace"] = not stream.pop("no_pace")
         config = single_stream_config(stream, {k: v for k, v in (("host", host), ("port", port)) if v is not None})
 

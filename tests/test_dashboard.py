@@ -1,0 +1,82 @@
+"""The web dashboard in a real headless Chromium (Debian's), against a real server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from tests.conftest import REPO, VTEST
+from tests.server import running_server
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = REPO / "test-artifacts"
+# Without these, Chromium keeps trying to reach Google's services, which this network refuses.
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+if CHROMIUM is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI needs Debian's chromium for the dashboard tests: apt-get install chromium")
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield instance
+        instance.close()
+
+
+def _wait(page, script: str, timeout_s: float = 30.0):
+    page.wait_for_function(script, timeout=timeout_s * 1000)
+
+
+def test_dashboard_shows_video_detections_latency_and_backends(tmp_path, browser):
+    args = ["--source", str(VTEST), "--model", "yolox-nano", "--loop"]
+    with running_server(args, tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.base + "/")
+        panel = 'document.querySelector(\'.panel[data-stream="main"]\')'
+        _wait(page, f"{panel} && {panel}.querySelector('img.video').naturalWidth > 0")
+        _wait(page, f"{panel}.querySelectorAll('.detections li').length > 0")
+        first_frame = page.inner_text('.panel[data-stream="main"] .frame')
+        draws = int(page.get_attribute('.panel[data-stream="main"] canvas.latency-chart', "data-points"))
+        time.sleep(1.5)
+        assert page.inner_text('.panel[data-stream="main"] .frame') != first_frame  # the list keeps updating
+        assert int(page.get_attribute('.panel[data-stream="main"] canvas.latency-chart', "data-points")) > draws
+        assert "person" in page.inner_text('.panel[data-stream="main"] .detections')
+        _wait(page, "document.querySelector('#ready').textContent === 'ready'")
+        _wait(page, "document.querySelector('.panel .figures').textContent.includes('fps')")
+        _wait(page, "document.querySelectorAll('#backends-table tbody tr').length === 4")
+        assert "openvino" in page.inner_text("#backends-table") and page.is_hidden("#compare")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+        page.close()
+    assert (ARTIFACTS / "dashboard.png").stat().st_size > 20_000
+
+
+def test_compare_mode_shows_one_panel_per_backend(tmp_path, browser):
+    args = ["--source", str(VTEST), "--model", "yolox-nano", "--compare", "onnx,tflite", "--loop"]
+    with running_server(args, tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(server.base + "/")
+        _wait(page, "document.querySelectorAll('.panel').length === 2")
+        streams = page.eval_on_selector_all(".panel", "nodes => nodes.map(n => n.dataset.stream)")
+        assert streams == ["main-onnx", "main-tflite"]
+        for stream in streams:
+            _wait(page, f"document.querySelector('.panel[data-stream=\"{stream}\"] img.video').naturalWidth > 0")
+        _wait(page, "!document.querySelector('#compare').hidden && "
+                    "document.querySelectorAll('#compare-table tbody tr').length === 2")
+        _wait(page, "document.querySelector('#compare-table tbody').textContent.includes('frames)')")
+        table = page.inner_text("#compare-table")
+        assert "reference" in table and "tflite" in table
+        page.screenshot(path=str(ARTIFACTS / "dashboard-compare.png"), full_page=True)
+        page.close()
