@@ -90,13 +90,20 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
     try:
         interpreter = _pycoral_interpreter(path, device, options.threads)
         if interpreter is None:
-            ctypes.CDLL(library)  # first: LiteRT's delegate prints a stray traceback when the library is missing
+            # Checked first: LiteRT's Delegate prints a stray traceback for a missing or foreign library.
+            if not hasattr(ctypes.CDLL(library), "tflite_plugin_create_delegate"):
+                raise BackendError(
+                    f"cannot use the Edge TPU: {library} is not a TFLite delegate library (it has no "
+                    f"tflite_plugin_create_delegate); point EDGE_LIBEDGETPU at libedgetpu.so.1, or unset it"
+                )
             delegate = load_delegate(library, {"device": device} if device else {})
             interpreter = interpreter_cls(
                 model_path=str(path), experimental_delegates=[delegate], num_threads=options.threads
             )
         else:
             engine = "pycoral + " + engine
+    except BackendError:
+        raise
     except (ValueError, RuntimeError, OSError, AttributeError):  # AttributeError: a library without the delegate
         raise BackendError(f"cannot use the Edge TPU: {diagnose(library, device)}") from None
     allocate(interpreter, path)

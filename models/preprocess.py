@@ -20,6 +20,7 @@ class InputQuantization:
 
 
 _INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+_LUT_DTYPES = {np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.float32)}  # depths cv2.LUT writes
 
 
 class Preprocessor:
@@ -58,6 +59,8 @@ class Preprocessor:
         self._a = a.astype(np.float32)
         self._b = b.astype(np.float32)
         self._has_offset = bool(np.any(self._b != 0))
+        # Pixels are uint8, so normalisation + quantisation is a 256-entry table per channel: one pass, any dtype.
+        self._lut = self._table(a, b) if self.dtype in _LUT_DTYPES else None
         self._last_size: tuple[int, int] | None = None
         self._transform: ImageTransform | None = None
 
@@ -83,6 +86,9 @@ class Preprocessor:
             else:
                 self._tensor[0] = hwc
             return self._tensor, t
+        if self._lut is not None:
+            self._apply_table(hwc)
+            return self._tensor, t
         self._affine(hwc)
         if self._work is not self._tensor[0]:
             if self.dtype in _INTEGER_RANGES:
@@ -91,6 +97,21 @@ class Preprocessor:
                 np.clip(self._work, low, high, out=self._work)
             self._tensor[0] = self._work
         return self._tensor, t
+
+    def _table(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        values = np.arange(256, dtype=np.float64)[:, None] * a[None, :] + b[None, :]  # (256, channels)
+        if self.dtype in _INTEGER_RANGES:
+            values = np.clip(np.rint(values), *_INTEGER_RANGES[self.dtype])
+        return np.ascontiguousarray(values.astype(self.dtype))
+
+    def _apply_table(self, hwc: np.ndarray) -> None:
+        assert self._lut is not None
+        out = self._tensor[0]
+        if self.pre.layout == "NCHW":
+            for index, plane in enumerate(cv2.split(hwc)):
+                cv2.LUT(plane, np.ascontiguousarray(self._lut[:, index]), dst=out[index])
+        else:
+            cv2.LUT(hwc, self._lut.reshape(1, 256, 3), dst=out)
 
     def _affine(self, hwc: np.ndarray) -> None:
         """work = hwc * a + b per channel, in the model's layout."""

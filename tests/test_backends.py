@@ -80,14 +80,11 @@ def test_fake_delegate_library_is_named(tmp_path, monkeypatch):
         open_backend("edgetpu", TFLITE / "yolov8n_full_integer_quant_320_edgetpu.tflite", BackendOptions("usb"))
 
 
-def test_a_library_without_the_delegate_reaches_the_device_check(monkeypatch):
-    # A real shared library that loads but is not libedgetpu: the delegate fails, and with no TPU on this machine
-    # the diagnosis is the missing device.
-    libm = ctypes.util.find_library("m")
+def test_a_library_that_is_not_a_delegate_is_named(monkeypatch):
+    libm = ctypes.util.find_library("m")  # a real shared library that loads, but is no TFLite delegate
     monkeypatch.setenv("EDGE_LIBEDGETPU", libm)
-    with pytest.raises(BackendError) as info:
+    with pytest.raises(BackendError, match="is not a TFLite delegate library"):
         open_backend("edgetpu", TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite", BackendOptions())
-    assert "no Edge TPU found" in str(info.value) and "USB 3" in str(info.value) and "udev" in str(info.value)
 
 
 def test_cpu_model_on_the_tpu_and_tpu_model_on_the_cpu_are_refused():

@@ -14,8 +14,15 @@ from tests.server import running_server
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = REPO / "test-artifacts"
 # Without these, Chromium keeps trying to reach Google's services, which this network refuses.
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 if CHROMIUM is None:
     if os.environ.get("CI"):
@@ -43,7 +50,7 @@ def test_dashboard_shows_video_detections_latency_and_backends(tmp_path, browser
         server.wait_until("/health/ready")
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server.base + "/")
-        panel = 'document.querySelector(\'.panel[data-stream="main"]\')'
+        panel = "document.querySelector('.panel[data-stream=\"main\"]')"
         _wait(page, f"{panel} && {panel}.querySelector('img.video').naturalWidth > 0")
         _wait(page, f"{panel}.querySelectorAll('.detections li').length > 0")
         first_frame = page.inner_text('.panel[data-stream="main"] .frame')
@@ -73,8 +80,11 @@ def test_compare_mode_shows_one_panel_per_backend(tmp_path, browser):
         assert streams == ["main-onnx", "main-tflite"]
         for stream in streams:
             _wait(page, f"document.querySelector('.panel[data-stream=\"{stream}\"] img.video').naturalWidth > 0")
-        _wait(page, "!document.querySelector('#compare').hidden && "
-                    "document.querySelectorAll('#compare-table tbody tr').length === 2")
+        _wait(
+            page,
+            "!document.querySelector('#compare').hidden && "
+            "document.querySelectorAll('#compare-table tbody tr').length === 2",
+        )
         _wait(page, "document.querySelector('#compare-table tbody').textContent.includes('frames)')")
         table = page.inner_text("#compare-table")
         assert "reference" in table and "tflite" in table

@@ -1,0 +1,50 @@
+"""Live comparison through the API: one source, the same frames through each backend, agreement with the first."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.conftest import VTEST
+from tests.helpers import run_edge
+from tests.server import running_server
+
+
+def test_compare_api_and_its_event_stream(tmp_path):
+    config = tmp_path / "compare.yaml"
+    config.write_text(
+        f"streams:\n  - id: yard\n    source: {VTEST}\n    model: yolox-nano\n    loop: true\n"
+        f"    compare: [onnx, tflite]\n"
+    )
+    with running_server(["--config", str(config)], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        server.wait_for_frames("yard-tflite", 30)
+        streams = {s["id"]: s for s in server.client.get("/api/v1/streams").json()}
+        assert set(streams) == {"yard-onnx", "yard-tflite"}
+        assert streams["yard-tflite"]["model"] == "yolox-nano-tflite" and streams["yard-onnx"]["group"] == "yard"
+        assert all(s["state"] == "running" for s in streams.values())
+        (group,) = server.client.get("/api/v1/compare").json()
+        assert group["group"] == "yard" and group["source"] == str(VTEST)
+        rows = {r["backend"]: r for r in group["backends"]}
+        assert rows["onnx"]["agreement"]["map50"] == 1.0  # the reference agrees with itself
+        tflite = rows["tflite"]["agreement"]
+        assert tflite["reference"] == "yard-onnx" and tflite["frames"] >= 10 and tflite["map50"] >= 0.95
+        assert rows["tflite"]["fps_processed"] > 0 and rows["tflite"]["latency_ms"]["inference"]["p50"] > 0
+        # both pipelines were offered the very same frames: their results cover common frame indices
+        latest = {sid: server.client.get(f"/api/v1/streams/{sid}/detections/latest").json()["frame"] for sid in streams}
+        assert abs(latest["yard-onnx"] - latest["yard-tflite"]) < 10
+        with server.client.stream("GET", "/api/v1/compare/events?interval=0.5") as response:
+            lines = (line for line in response.iter_lines() if line.startswith("data:"))
+            first = json.loads(next(lines).split(":", 1)[1])
+            t0 = time.monotonic()
+            second = json.loads(next(lines).split(":", 1)[1])
+            assert time.monotonic() - t0 < 3
+        assert first[0]["group"] == second[0]["group"] == "yard"
+
+
+def test_a_pair_that_cannot_run_is_refused_at_start(tmp_path):
+    proc = run_edge(
+        "serve", "--source", str(VTEST), "--model", "nanodet-m", "--compare", "onnx,tflite", "--port", "0", timeout=60
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "the registry has no nanodet-m file that tflite can run" in proc.stderr
