@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import os
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,7 +187,3 @@ def open_source(
 def describe_error(exc: BaseException, source: FrameSource) -> str:
     """An exception's text with the source's credentials masked."""
     return mask_in(str(exc) or type(exc).__name__, source.target)
-
-
-def monotonic_ms() -> float:
-    return time.perf_counter() * 1e3
