@@ -61,6 +61,7 @@ class Preprocessor:
         self._has_offset = bool(np.any(self._b != 0))
         # Pixels are uint8, so normalisation + quantisation is a 256-entry table per channel: one pass, any dtype.
         self._lut = self._table(a, b) if self.dtype in _LUT_DTYPES else None
+        self._plane_luts = [] if self._lut is None else [np.ascontiguousarray(self._lut[:, c]) for c in range(3)]
         self._last_size: tuple[int, int] | None = None
         self._transform: ImageTransform | None = None
 
@@ -109,7 +110,7 @@ class Preprocessor:
         out = self._tensor[0]
         if self.pre.layout == "NCHW":
             for index, plane in enumerate(cv2.split(hwc)):
-                cv2.LUT(plane, np.ascontiguousarray(self._lut[:, index]), dst=out[index])
+                cv2.LUT(plane, self._plane_luts[index], dst=out[index])
         else:
             cv2.LUT(hwc, self._lut.reshape(1, 256, 3), dst=out)
 
