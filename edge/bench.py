@@ -6,23 +6,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import psutil
 
 from backends import BACKEND_MODULES, BackendError
 from edge.errors import EdgeError
-from edge.loader import DetectorConfig, load_detector
+from edge.loader import DetectorConfig, load_detector, model_for_engine
 from edge.settings import Settings
 from edge.sources import open_source
 from edge.timings import StageTimings
 from models.agreement import Agreement, agreement
 from models.detection import Detection
 from models.errors import ModelError
-from models.registry import REGISTRY, entry_for_engine
-
-READS = {"onnx": (".onnx",), "tflite": (".tflite",), "edgetpu": (".tflite",), "openvino": (".xml", ".onnx", ".tflite")}
 
 
 @dataclass(frozen=True)
@@ -71,22 +67,6 @@ def parse_backends(text: str) -> list[tuple[str, str]]:
     if not chosen:
         raise EdgeError("--backends is empty; e.g. --backends onnx,openvino,tflite")
     return chosen
-
-
-def model_for(model: str, backend: str) -> tuple[str | None, str | None]:
-    """(what to load, None) or (None, why this engine cannot run this model)."""
-    known_family = any(e.family_name == model for e in REGISTRY.values())
-    if model in REGISTRY or known_family:
-        entry = entry_for_engine(model, backend)
-        if entry is None:
-            return None, f"the registry has no {model} file that {backend} can run"
-        return entry.name, None
-    path = Path(model)
-    if not path.is_file():
-        return None, f"{model} is neither a registry model nor a file"
-    if not path.name.lower().endswith(READS[backend]):
-        return None, f"{backend} does not read {path.suffix} files"
-    return model, None
 
 
 def read_frames(source: str, count: int, step: int = 1) -> list[np.ndarray]:
@@ -143,7 +123,7 @@ def run_pair(
     step: Callable[[], None] = lambda: None,
 ) -> PairResult:
     result = PairResult(pair)
-    target, reason = model_for(pair.model, pair.backend)
+    target, reason = model_for_engine(pair.model, pair.backend)
     if target is None:
         result.reason = reason
         return result

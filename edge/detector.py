@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends import Backend
+from backends import Backend, Quantization
 from edge.timings import StageTimings
 from models.decoders import DecodeContext, get_decoder
 from models.detection import Detection
@@ -84,10 +84,10 @@ class Detector:
         return DetectionResult(detections, timings, width, height)
 
     @staticmethod
-    def _dequantize(output: np.ndarray, quant: object) -> np.ndarray:
+    def _dequantize(output: np.ndarray, quant: Quantization | None) -> np.ndarray:
         if quant is None or not np.issubdtype(output.dtype, np.integer):
             return output
-        scale, zero_point = quant.scale, quant.zero_point  # type: ignore[attr-defined]
+        scale, zero_point = quant.scale, quant.zero_point
         return (output.astype(np.float32) - zero_point) * np.float32(scale)
 
     def warmup(self) -> None:

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends import BACKEND_MODULES, BackendError, BackendOptions, open_backend
-from backends.discovery import choose_backend
+from backends.discovery import FORMATS, choose_backend
 from backends.tflite_backend import is_edgetpu_model
 from edge.detector import Detector
 from edge.errors import EdgeError
 from edge.settings import Settings, get_settings
 from models.download import Progress, cached_path, is_cached, pull
 from models.overrides import SpecOverrides, load_sidecar, sidecar_path
-from models.registry import REGISTRY, get_entry
+from models.registry import REGISTRY, entry_for_engine, get_entry
 from models.resolve import ModelIO, resolve_spec
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
@@ -46,6 +46,24 @@ def check_reference(config: DetectorConfig) -> None:
         if path.suffix.lower() in MODEL_SUFFIXES or "/" in config.model:
             raise EdgeError(f"model file {config.model} does not exist")
         get_entry(config.model)
+
+
+def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
+    """(what `backend` should load for `model`, None), or (None, why it cannot run it).
+
+    A registry name or family picks the family member in the engine's own format; a file must be one it reads.
+    """
+    if model in REGISTRY or any(e.family_name == model for e in REGISTRY.values()):
+        entry = entry_for_engine(model, backend)
+        if entry is None:
+            return None, f"the registry has no {model} file that {backend} can run"
+        return entry.name, None
+    path = Path(model)
+    if not path.is_file():
+        return None, f"{model} is neither a registry model nor a file"
+    if not path.name.lower().endswith(tuple(FORMATS[backend])):
+        return None, f"{backend} reads {', '.join(FORMATS[backend])} files, not {path.name}"
+    return model, None
 
 
 def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:

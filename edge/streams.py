@@ -8,11 +8,10 @@ from typing import Any
 from edge.compare import CompareGroup
 from edge.config import ConfigError, ServiceConfig, StreamConfig
 from edge.detector import Detector
-from edge.loader import DetectorConfig, check_reference, load_detector
+from edge.loader import DetectorConfig, check_reference, load_detector, model_for_engine
 from edge.pipeline import StreamPipeline
 from edge.settings import Settings, get_settings
 from edge.sources import FrameSource, open_source
-from models.registry import REGISTRY, entry_for_engine
 
 
 def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
@@ -34,12 +33,15 @@ class StreamManager:
         self.settings = settings or get_settings()
         self.pipelines: dict[str, StreamPipeline] = {}
         self.groups: dict[str, CompareGroup] = {}
+        self._configs: dict[str, StreamConfig] = {}  # per pipeline, compare members included
+        self._units: list[StreamPipeline | CompareGroup] = []  # what start() and stop() drive
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
             if stream.compare:
                 self._add_group(stream, source)
                 continue
+            self._configs[stream.id] = stream
             mode = None if stream.mode == "auto" else stream.mode
             self.pipelines[stream.id] = StreamPipeline(
                 stream.id,
@@ -50,17 +52,15 @@ class StreamManager:
                 loop=stream.loop,
                 labels={"model": stream.model, "backend": stream.backend, "source": source.description},
             )
+            self._units.append(self.pipelines[stream.id])
 
     def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
         members = []
         for item in stream.compare:
             backend, _, device = item.partition(":")
-            model = stream.model
-            if model in REGISTRY or any(e.family_name == model for e in REGISTRY.values()):
-                entry = entry_for_engine(model, backend)
-                if entry is None:
-                    raise ConfigError(f"stream {stream.id}: the registry has no {model} file that {backend} can run")
-                model = entry.name
+            model, reason = model_for_engine(stream.model, backend)
+            if model is None:
+                raise ConfigError(f"stream {stream.id}: {reason}")
             member = stream.model_copy(
                 update={
                     "id": f"{stream.id}-{backend}",
@@ -74,8 +74,10 @@ class StreamManager:
             labels = {"model": model, "backend": backend, "source": source.description}
             pipeline = StreamPipeline(member.id, None, self._loader(member), mode="live", labels=labels)
             self.pipelines[member.id] = pipeline
+            self._configs[member.id] = member
             members.append(pipeline)
         self.groups[stream.id] = CompareGroup(stream.id, source, members, pace=stream.pace, loop=stream.loop)
+        self._units.append(self.groups[stream.id])
 
     def _loader(self, stream: StreamConfig) -> Any:
         def load(buffers: int) -> Detector:
@@ -83,24 +85,13 @@ class StreamManager:
 
         return load
 
-    def _grouped(self) -> set[str]:
-        return {m.stream_id for g in self.groups.values() for m in g.members}
-
     def start(self) -> None:
-        grouped = self._grouped()
-        for pipeline in self.pipelines.values():
-            if pipeline.stream_id not in grouped:
-                pipeline.start()
-        for group in self.groups.values():
-            group.start()
+        for unit in self._units:
+            unit.start()
 
     def stop(self) -> None:
-        grouped = self._grouped()
-        for pipeline in self.pipelines.values():
-            if pipeline.stream_id not in grouped:
-                pipeline.stop()
-        for group in self.groups.values():
-            group.stop()
+        for unit in self._units:
+            unit.stop()
 
     @property
     def ready(self) -> bool:
@@ -108,23 +99,7 @@ class StreamManager:
 
     def stream_config(self, stream_id: str) -> StreamConfig:
         """A stream's settings; a compare member's are its group's with its own model and backend."""
-        for stream in self.config.streams:
-            if stream.id == stream_id:
-                return stream
-            for item in stream.compare:
-                backend, _, device = item.partition(":")
-                if stream_id == f"{stream.id}-{backend}":
-                    pipeline = self.pipelines[stream_id]
-                    return stream.model_copy(
-                        update={
-                            "id": stream_id,
-                            "model": pipeline.labels["model"],
-                            "backend": backend,
-                            "device": device or stream.device,
-                            "compare": [],
-                        }
-                    )
-        raise KeyError(stream_id)
+        return self._configs[stream_id]
 
     def compare(self) -> list[dict[str, Any]]:
         return [group.snapshot() for group in self.groups.values()]
