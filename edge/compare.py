@@ -6,12 +6,13 @@ fps is its own. Agreement is mAP@0.5 against the first backend, over the recent 
 
 from __future__ import annotations
 
-import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
-from edge.capture import CaptureLoop
+from edge.capture import CaptureRunner
 from edge.pipeline import StreamPipeline
-from edge.sources import FrameSource
+from edge.sources import Frame, FrameSource
 from models.agreement import agreement
 
 WINDOW = 150  # recent frames the agreement is computed over
@@ -19,57 +20,65 @@ WINDOW = 150  # recent frames the agreement is computed over
 
 class CompareGroup:
     def __init__(
-        self, group_id: str, source: FrameSource, members: list[StreamPipeline], *, pace: bool, loop: bool
+        self,
+        group_id: str,
+        source: FrameSource,
+        members: list[StreamPipeline],
+        *,
+        pace: bool,
+        loop: bool,
+        stall_timeout_s: float | None = None,
     ) -> None:
         self.group_id = group_id
-        self.source = source
         self.members = members
-        self.pace, self.loop = pace, loop
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.capture = CaptureRunner(
+            f"{group_id}-group",
+            source,
+            self._deliver,
+            pace=pace,
+            loop=loop,
+            on_state=self._on_state,
+            on_reconnect=lambda: self._each(lambda m: m.stats.reconnect()),
+            on_stall=lambda: self._each(lambda m: m.stats.stall()),
+            on_end=lambda: self._each(lambda m: m.set_state("ended")),
+            stall_timeout_s=stall_timeout_s,
+        )
+
+    @property
+    def source(self) -> FrameSource:
+        return self.capture.source
 
     def start(self) -> None:
         for member in self.members:
             member.start()
-        self._thread = threading.Thread(target=self._capture, name=f"{self.group_id}-capture", daemon=True)
-        self._thread.start()
+        self.capture.start()
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        self.source.close()
+    def begin_stop(self) -> None:
+        self.capture.begin_stop()
         for member in self.members:
-            member.stop()
+            member.begin_stop()
 
-    def _capture(self) -> None:
-        def deliver(frame: Any) -> None:
-            for member in self.members:
-                member.offer(frame)
+    def stop(self, timeout: float = 5.0) -> None:
+        self.begin_stop()
+        deadline = time.monotonic() + timeout
+        self.capture.stop(timeout)
+        for member in self.members:
+            member.stop(max(0.1, deadline - time.monotonic()))
 
-        def on_state(state: str, error: str | None) -> None:
-            for member in self.members:
-                if member.ready:
-                    member.set_state(state, error)  # type: ignore[arg-type]
+    def check(self, now: float) -> None:
+        self.capture.check(now)  # members' own checks (stuck inference) are made on them by the watchdog
 
-        def on_reconnect() -> None:
-            for member in self.members:
-                member.stats.reconnect()
+    def _each(self, action: Callable[[StreamPipeline], None]) -> None:
+        for member in self.members:
+            action(member)
 
-        def on_end() -> None:
-            for member in self.members:
-                member.set_state("ended")
+    def _deliver(self, frame: Frame) -> None:
+        for member in self.members:
+            member.offer(frame)
 
-        CaptureLoop(
-            self.source,
-            deliver,
-            stop=self._stop,
-            pace=self.pace,
-            loop=self.loop,
-            on_state=on_state,
-            on_reconnect=on_reconnect,
-            on_end=on_end,
-        ).run()
+    def _on_state(self, state: str, error: str | None) -> None:
+        for member in self.members:
+            member.set_state(state, error)  # type: ignore[arg-type]
 
     def snapshot(self) -> dict[str, Any]:
         reference = self.members[0]

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from edge.errors import EdgeError
 from models.registry import DEFAULT_MODEL
@@ -40,6 +40,11 @@ class StreamConfig(BaseModel):
     # Live comparison: the same frames through each of these backends (backend or backend:device); each becomes
     # a stream "<id>-<backend>", the first one is the agreement reference.
     compare: list[str] = Field(default_factory=list)
+    # Watchdogs. A source read (or open) that has not returned for this long is declared stalled and reopened;
+    # default: 5 s, or 10 frame intervals for sources slower than 2 fps (opens get three times as long).
+    stall_timeout_s: float | None = Field(default=None, gt=0)
+    # An inference that has not returned for this long marks the detector stuck; it is reloaded (Frigate: 10 s).
+    inference_timeout_s: float = Field(default=10, gt=0)
 
 
 class ServerConfig(BaseModel):
@@ -47,7 +52,30 @@ class ServerConfig(BaseModel):
 
     host: str = LOOPBACK
     port: int = Field(default=8080, ge=0, le=65535)
+    # Access control. A token (here, in token_file, or EDGE_TOKEN / EDGE_TOKEN_FILE) protects every route but
+    # /health/live. Listening beyond loopback without one makes a random token, printed in the start-up URL,
+    # unless allow_no_token says that an open service is really wanted.
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    allow_no_token: bool = False
+    metrics_public: bool = False  # true: /metrics answers a scraper without the token
+    # Host header names accepted; default: the loopback names, or any name when listening beyond loopback.
+    allowed_hosts: list[str] | None = None
+    cors_origins: list[str] = Field(default_factory=list)  # cross-origin browser access: off unless listed
+    # Ready is 503 until every stream delivers frames (strict) or only while nothing works at all (default).
+    strict_ready: bool = False
+    # Connections: all of them, streaming clients per stream, and the clocks that end idle or stuck ones.
+    max_connections: int = Field(default=100, ge=4)
+    max_clients_per_stream: int = Field(default=16, ge=1)
+    header_timeout_s: float = Field(default=10, gt=0)
+    keep_alive_timeout_s: int = Field(default=5, ge=1)
+    send_timeout_s: float = Field(default=30, gt=0)  # a streaming client that takes nothing for this long is cut
+    shutdown_timeout_s: int = Field(default=3, ge=1)
+    # Uploads to /detect: body size, pixels from the header (checked before decoding), work in flight and queued.
     max_upload_mb: float = Field(default=20, gt=0)
+    max_upload_megapixels: float = Field(default=50, gt=0)
+    upload_workers: int = Field(default=2, ge=1, le=64)
+    upload_queue: int = Field(default=8, ge=0, le=1000)
     subscriber_buffer: int = Field(default=32, ge=1, le=10_000)
     # SSE/WebSocket writes per client per second; faster streams arrive in batches (every event is still sent).
     client_flush_hz: float = Field(default=30, gt=0, le=1000)

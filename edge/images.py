@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import re
+import warnings
 from pathlib import Path
 
 import cv2
@@ -13,8 +16,37 @@ _JPEG_START, _JPEG_END = b"\xff\xd8", b"\xff\xd9"
 _PNG_START, _PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND"
 
 
+# Real photos are at most a few tens of megapixels; a tiny file claiming far more is a decompression bomb.
+DEFAULT_MAX_PIXELS = 50_000_000
+
+
 class ImageError(EdgeError):
     pass
+
+
+class ImageTooLargeError(ImageError):
+    pass
+
+
+def check_pixels(data: bytes, name: str, max_pixels: int) -> None:
+    """Refuse an image whose header claims more than `max_pixels`, before a single pixel is decoded."""
+    from PIL import Image, UnidentifiedImageError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(io.BytesIO(data)) as image:  # lazy: reads the header only
+                width, height = image.size
+        except Image.DecompressionBombError as exc:  # Pillow's own limit (about 179 MP) tripped: far above ours
+            width, height = int(re.search(r"\((\d+) pixels\)", str(exc) + "(0 pixels)")[1]), 1  # type: ignore[index]
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+            return  # a header Pillow does not know: OpenCV's own limit (OPENCV_IO_MAX_IMAGE_PIXELS) still applies
+    if width * height > max_pixels:
+        claimed = f"{width}x{height}" if height > 1 else f"{width / 1e6:.0f} megapixels"
+        raise ImageTooLargeError(
+            f"{name}: the image is larger than the {max_pixels / 1e6:g} megapixel limit ({claimed} claimed by its "
+            "header); scale it down or raise max_upload_megapixels"
+        )
 
 
 def _truncated(data: bytes) -> bool:
@@ -27,13 +59,17 @@ def _truncated(data: bytes) -> bool:
     return False
 
 
-def decode_image(data: bytes, name: str) -> np.ndarray:
-    """BGR uint8 image from encoded bytes (JPEG, PNG, BMP, WebP, TIFF...)."""
+def decode_image(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """BGR uint8 image from encoded bytes (JPEG, PNG, BMP, WebP, TIFF...); the size is checked before decoding."""
     if not data:
         raise ImageError(f"{name}: the file is empty (0 bytes)")
+    check_pixels(data, name, max_pixels)
     if _truncated(data):
         raise ImageError(f"{name}: the image is truncated (the file ends early); copy or download it again")
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    try:
+        image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error:
+        image = None  # e.g. a header OpenCV rejects (its own size limit): no image, the message below
     if image is None:
         raise ImageError(f"{name}: not a readable image (JPEG, PNG, BMP, WebP or TIFF expected)")
     return image

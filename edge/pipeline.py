@@ -3,6 +3,10 @@
 Live sources (cameras, network streams) keep only the newest frame, so latency never builds up behind a slow
 backend; skipped frames are counted. File sources deliver every frame in order, paced at the file's fps or as fast
 as the backend allows, and are prepared (pre-processed) on the capture thread so the engine never waits for them.
+
+Nothing here gives up: a model that fails to load is retried with backoff (a replugged accelerator comes back),
+an inference that never returns gets the detector reloaded, a stalled source is reopened (see `check`, called by
+the watchdog), and a worker that crashes on a bug is restarted. The state and its errors say what is going on.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from edge.capture import CaptureLoop
+from edge.capture import CaptureRunner
 from edge.detector import Detector, Prepared
 from edge.publish import Broadcaster
 from edge.sources import Frame, FrameSource
@@ -29,8 +33,11 @@ from models.detection import Detection
 log = logging.getLogger("edge.pipeline")
 
 Mode = Literal["live", "file"]
-State = Literal["loading", "connecting", "running", "reconnecting", "ended", "failed", "stopped"]
+# loading: the model is loading; failed: it failed to load and is retried; the others are the source's.
+State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
+SourceState = Literal["connecting", "running", "reconnecting", "ended"]
 _END = object()  # end of a finite source, passed down the stages
+MAX_LOAD_BACKOFF_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,25 @@ class FrameResult:
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(self.payload)
+
+    @property
+    def age_s(self) -> float:
+        return max(0.0, time.time() - self.timing.captured_at)
+
+
+@dataclass(frozen=True)
+class Health:
+    """What a person (or a probe) needs to know about one stream right now."""
+
+    state: State
+    since: float  # wall clock, seconds since the epoch
+    error: str | None  # what is wrong now; None while frames flow
+    last_error: str | None  # the most recent error, kept after recovery
+    last_error_at: float | None
+    frame_age_s: float | None  # age of the newest processed frame
+    detector_restarts: int
+    stalls: int
+    workers_alive: bool
 
 
 class LatestSlot:
@@ -84,16 +110,16 @@ class StreamPipeline:
         pace: bool = True,
         loop: bool = False,
         labels: dict[str, str] | None = None,
+        stall_timeout_s: float | None = None,
+        inference_timeout_s: float = 10.0,
     ) -> None:
         self.stream_id = stream_id
-        self.source = source
         self.mode: Mode = mode or ("live" if source is None or source.live else "file")
         self.pace, self.loop = pace, loop
         self.labels = labels or {}  # model/backend names for metrics before the detector has loaded
+        self.inference_timeout_s = inference_timeout_s
         self._load_detector = load_detector
         self.detector: Detector | None = None
-        self.state: State = "loading"
-        self.last_error: str | None = None
         self.stats = StreamStats()
         self.results: Broadcaster[FrameResult] = Broadcaster()
         self.latest: FrameResult | None = None
@@ -105,12 +131,94 @@ class StreamPipeline:
         self._prepared: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._inferred: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._threads: list[threading.Thread] = []
+        self._lock = threading.RLock()
+        # state: the detector's part (loading/failed/ready) and the source's, combined by `state`
+        self._detector_state: Literal["loading", "failed", "ready"] = "loading"
+        self._source_state: SourceState = "connecting"
+        self._stopped = False
+        self._source_ended = False
+        self.state_since = time.time()
+        self._shown_state: State = "loading"
+        self.error: str | None = None
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self._infer_generation = 0
+        self._infer_started: float | None = None  # monotonic start of the inference in progress
+        self.capture: CaptureRunner | None = None
+        if source is not None:
+            self.capture = CaptureRunner(
+                stream_id,
+                source,
+                self.offer,
+                pace=self.pace and self.mode == "file",
+                loop=loop,
+                on_state=lambda state, error: self.set_source_state(cast(SourceState, state), error),
+                on_reconnect=self.stats.reconnect,
+                on_stall=self.stats.stall,
+                on_end=self._source_end,
+                stall_timeout_s=stall_timeout_s,
+            )
 
-    # -- control -----------------------------------------------------------------------------------------------
+    @property
+    def source(self) -> FrameSource | None:
+        return self.capture.source if self.capture else None
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        if self._stopped and self._source_state != "ended":
+            return "stopped"  # a file played to its end stays "ended"
+        if self._detector_state != "ready":
+            return self._detector_state
+        return self._source_state
+
     @property
     def ready(self) -> bool:
         return self.detector is not None
 
+    def _note(self, error: str | None, clears: bool) -> None:
+        """Record an error (kept as last_error with its time), or clear the current one when things work."""
+        if error is not None:
+            self.error, self.last_error, self.last_error_at = error, error, time.time()
+        elif clears:
+            self.error = None
+        state = self.state
+        if state != self._shown_state:
+            self._shown_state, self.state_since = state, time.time()
+            log.info("stream %s: %s%s", self.stream_id, state, f" ({error})" if error else "")
+        elif error:
+            log.warning("stream %s: %s", self.stream_id, error)
+
+    def set_source_state(self, state: SourceState, error: str | None = None) -> None:
+        with self._lock:
+            self._source_state = state
+            self._note(error, clears=state == "running" and self._detector_state == "ready")
+
+    def set_state(self, state: State, error: str | None = None) -> None:
+        """For a compare group, whose capture reports the source's state to every member."""
+        if state in ("connecting", "running", "reconnecting", "ended"):
+            self.set_source_state(cast(SourceState, state), error)
+
+    def _set_detector_state(self, state: Literal["loading", "failed", "ready"], error: str | None = None) -> None:
+        with self._lock:
+            self._detector_state = state
+            self._note(error, clears=state == "ready" and self._source_state == "running")
+
+    def health(self) -> Health:
+        latest = self.latest
+        return Health(
+            state=self.state,
+            since=self.state_since,
+            error=self.error,
+            last_error=self.last_error,
+            last_error_at=self.last_error_at,
+            frame_age_s=None if latest is None else round(latest.age_s, 3),
+            detector_restarts=self.stats.restarts,
+            stalls=self.stats.stalls,
+            workers_alive=self.workers_alive,
+        )
+
+    # -- control -----------------------------------------------------------------------------------------------
     def add_listener(self, listener: Callable[[FrameResult], None]) -> None:
         """Called on the finishing thread for every result; keep it cheap (metrics)."""
         self._listeners.append(listener)
@@ -118,72 +226,148 @@ class StreamPipeline:
     def start(self) -> None:
         self._spawn(self._load_then_run, "load")
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def begin_stop(self) -> None:
+        """Signal every thread to stop and end every subscriber's stream; `stop` waits and releases devices."""
         self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout)
-        if self.source is not None:
-            self.source.close()
+        if self.capture is not None:
+            self.capture.begin_stop()
         self.results.close()
-        if self.detector is not None:
-            self.detector.close()
-        if self.state not in ("failed", "ended"):
-            self.state = "stopped"
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.begin_stop()
+        deadline = time.monotonic() + timeout
+        if self.capture is not None:
+            self.capture.stop(max(0.0, deadline - time.monotonic()))
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            detector, self.detector = self.detector, None
+        if detector is not None and self._infer_started is None:
+            detector.close()  # a detector stuck in an inference is left to its thread
+        with self._lock:
+            self._stopped = True
+            self._note(None, clears=False)
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=f"{self.stream_id}-{name}", daemon=True)
-        self._threads.append(thread)
+        thread = threading.Thread(target=self._guarded(target, name), name=f"{self.stream_id}-{name}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
-    def set_state(self, state: State, error: str | None = None) -> None:
-        if error is not None:
-            self.last_error = error
-        if state != self.state:
-            log.info("stream %s: %s%s", self.stream_id, state, f" ({error})" if error else "")
-        self.state = state
+    def _guarded(self, target: Callable[[], None], name: str) -> Callable[[], None]:
+        """A worker that raises on a bug is logged and restarted, so the stream keeps going."""
+
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    target()
+                    return
+                except Exception as exc:
+                    self.stats.restart()
+                    log.exception("stream %s: the %s worker crashed; restarting it", self.stream_id, name)
+                    with self._lock:
+                        self._note(f"internal error in {name}: {type(exc).__name__}: {exc}; restarted", False)
+                    self._stop.wait(1.0)
+
+        return run
+
+    @property
+    def workers_alive(self) -> bool:
+        if self._stopped or self.state == "ended":
+            return True
+        capture_ok = self.capture is None or self.capture.alive or self.detector is None
+        return capture_ok and any(t.is_alive() for t in self._threads)
+
+    # -- loading -----------------------------------------------------------------------------------------------
+    def _load_with_retry(self) -> Detector | None:
+        """Load and warm up, retrying with backoff until it works or the stream stops (None)."""
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                # file mode prepares ahead: 2 queued + 1 in the engine + 1 being filled
+                detector = self._load_detector(4 if self.mode == "file" else 2)
+            except Exception as exc:  # noqa: BLE001 - any loading failure is reported and retried
+                self.stats.load_failure()
+                self._set_detector_state("failed", f"cannot load the model: {exc} (retrying in {backoff:g} s)")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_LOAD_BACKOFF_S)
+                continue
+            try:
+                detector.warmup()
+            except Exception as exc:  # noqa: BLE001 - a model that loads but cannot run is retried the same way
+                detector.close()
+                self.stats.load_failure()
+                self._set_detector_state("failed", f"the model loaded but failed its first run: {exc}")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_LOAD_BACKOFF_S)
+                continue
+            if self._stop.is_set():
+                detector.close()
+                return None
+            return detector
+        return None
 
     def _load_then_run(self) -> None:
-        try:
-            # file mode prepares ahead: 2 queued + 1 in the engine + 1 being filled
-            detector = self._load_detector(4 if self.mode == "file" else 2)
-            detector.warmup()
-        except Exception as exc:  # noqa: BLE001 - any loading failure ends this stream only, with its message
-            self.set_state("failed", str(exc))
-            log.error("stream %s: cannot load its model: %s", self.stream_id, exc)
+        detector = self._load_with_retry()
+        if detector is None:
             return
-        self.detector = detector
-        self.set_state("connecting")
-        if self.source is not None:  # otherwise a group's capture calls offer()
-            self._spawn(self._capture, "capture")
+        with self._lock:
+            self.detector = detector
+            self._set_detector_state("ready")
+        if self.capture is not None:  # otherwise a group's capture calls offer()
+            self.capture.start()
         self._spawn(self._infer_loop, "infer")
         self._spawn(self._finish_loop, "finish")
 
+    def _reload(self, reason: str) -> None:
+        """The detector is stuck: leave it to its thread and load a new one."""
+        with self._lock:
+            self._infer_generation += 1
+            self._infer_started = None
+            self.detector = None
+            self.stats.restart()
+            self._set_detector_state("loading", reason)
+
+        def reload() -> None:
+            detector = self._load_with_retry()
+            if detector is None:
+                return
+            with self._lock:
+                self.detector = detector
+                self._set_detector_state("ready")
+            self._spawn(self._infer_loop, "infer")
+
+        self._spawn(reload, "reload")
+
+    def check(self, now: float) -> None:
+        """The watchdog's call: a stalled source is reopened, a stuck inference reloads the detector."""
+        started = self._infer_started
+        if started is not None and time.monotonic() - started > self.inference_timeout_s:
+            self._reload(
+                f"inference did not return within {self.inference_timeout_s:g} s: the detector is stuck "
+                "(accelerator unplugged or hung?); reloading it"
+            )
+        if self.capture is not None and self.detector is not None:
+            self.capture.check(now)
+
     # -- capture ---------------------------------------------------------------------------------------------
-    def _capture(self) -> None:
-        assert self.source is not None
-        CaptureLoop(
-            self.source,
-            self.offer,
-            stop=self._stop,
-            pace=self.pace and self.mode == "file",
-            loop=self.loop,
-            on_state=self.set_state,  # type: ignore[arg-type]
-            on_reconnect=self.stats.reconnect,
-            on_end=lambda: self._hand_on(self._prepared, _END),
-        ).run()
+    def _source_end(self) -> None:
+        self._source_ended = True
+        if self.mode == "file":
+            self._hand_on(self._prepared, _END)
 
     def offer(self, frame: Frame) -> None:
         """A new frame from this pipeline's own capture, or from a group feeding several pipelines."""
-        if self.detector is None:
-            return  # still loading: nothing to run it on yet
-        if self.source is None and self.state == "connecting":
-            self.set_state("running")  # fed by a group whose capture was already running
+        detector = self.detector
+        if detector is None:
+            return  # loading or reloading: nothing to run it on yet
+        if self.capture is None and self._source_state == "connecting":
+            self.set_source_state("running")  # fed by a group whose capture was already running
         self.stats.frame_in()
         if self.mode == "live":
             if self._slot.put(frame):
                 self.stats.frame_dropped()
         else:
-            self._hand_on(self._prepared, (frame, self.detector.prepare(frame.image)))
+            self._hand_on(self._prepared, (frame, detector.prepare(frame.image)))
 
     def _hand_on(self, target: queue.Queue[Any], item: object) -> None:
         """Blocking put that still notices a stop."""
@@ -195,20 +379,23 @@ class StreamPipeline:
                 continue
 
     # -- inference ---------------------------------------------------------------------------------------------
-    def _next_prepared(self) -> tuple[Frame, Prepared] | object | None:
-        assert self.detector is not None
+    def _next_prepared(self, detector: Detector) -> tuple[Frame, Prepared] | object | None:
         if self.mode == "live":
             frame = self._slot.take(0.2)
-            return None if frame is None else (frame, self.detector.prepare(frame.image))
+            if frame is None:
+                return _END if self._source_ended else None  # a finite source read live has ended
+            return frame, detector.prepare(frame.image)
         try:
             return self._prepared.get(timeout=0.2)
         except queue.Empty:
             return None
 
     def _infer_loop(self) -> None:
-        assert self.detector is not None
-        while not self._stop.is_set():
-            item = self._next_prepared()
+        generation, detector = self._infer_generation, self.detector
+        if detector is None:
+            return
+        while not self._stop.is_set() and generation == self._infer_generation:
+            item = self._next_prepared(detector)
             if item is None:
                 continue
             if item is _END:
@@ -216,34 +403,43 @@ class StreamPipeline:
                 return
             frame, ready = cast(tuple[Frame, Prepared], item)
             t0 = time.perf_counter()
+            self._infer_started = time.monotonic()
             try:
-                raw = self.detector.infer(ready.tensor)
+                raw = detector.infer(ready.tensor)
             except Exception as exc:  # noqa: BLE001 - e.g. an accelerator unplugged mid-run: count, report, go on
                 self.stats.error()
-                self.last_error = f"inference failed: {exc}"
-                log.warning("stream %s: %s", self.stream_id, self.last_error)
+                with self._lock:
+                    self._note(f"inference failed: {exc}", clears=False)
                 self._stop.wait(0.5)
                 continue
-            self._hand_on(self._inferred, (frame, ready, raw, (time.perf_counter() - t0) * 1e3))
+            finally:
+                if generation == self._infer_generation:
+                    self._infer_started = None
+            if generation != self._infer_generation:
+                detector.close()  # the watchdog gave up on this detector while it was stuck; it is ours to free
+                return
+            self._hand_on(self._inferred, (frame, ready, raw, (time.perf_counter() - t0) * 1e3, detector))
 
     # -- finish ------------------------------------------------------------------------------------------------
     def _finish_loop(self) -> None:
-        assert self.detector is not None
         while not self._stop.is_set():
             try:
                 item = self._inferred.get(timeout=0.2)
             except queue.Empty:
                 continue
             if item is _END:
-                self.set_state("ended")
+                self.set_source_state("ended")
                 return
-            frame, prepared, raw, inference_ms = cast(tuple[Frame, Prepared, list[np.ndarray], float], item)
+            frame, prepared, raw, inference_ms, detector = cast(
+                tuple[Frame, Prepared, list[np.ndarray], float, Detector], item
+            )
             t0 = time.perf_counter()
             try:
-                detections = self.detector.finish(raw, prepared.transform)
+                detections = detector.finish(raw, prepared.transform)
             except Exception as exc:  # noqa: BLE001 - a decoding failure loses one frame, never the stream
                 self.stats.error()
-                self.last_error = f"decoding failed: {exc}"
+                with self._lock:
+                    self._note(f"decoding failed: {exc}", clears=False)
                 continue
             self._publish(frame, prepared, detections, inference_ms, t0)
 
@@ -270,6 +466,9 @@ class StreamPipeline:
         )
         result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, payload)
         self.latest = result
+        if self.error is not None and self.state == "running":
+            with self._lock:
+                self._note(None, clears=True)  # frames flow again: no current error (last_error is kept)
         self.recent.append((frame.index, detections))
         self.stats.frame_processed(timing)
         self.results.publish(result)

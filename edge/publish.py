@@ -65,11 +65,15 @@ class Broadcaster(Generic[T]):
         self._subscriptions: list[Subscription[T]] = []
         self._lock = threading.Lock()
         self.dropped_by_departed = 0
+        self.closed = False
 
     def subscribe(self, maxlen: int, loop: asyncio.AbstractEventLoop | None = None) -> Subscription[T]:
         subscription: Subscription[T] = Subscription(maxlen, loop or asyncio.get_running_loop())
         with self._lock:
-            self._subscriptions = [*self._subscriptions, subscription]
+            if self.closed:
+                subscription.closed = True  # stopping: a late subscriber's stream ends at once
+            else:
+                self._subscriptions = [*self._subscriptions, subscription]
         return subscription
 
     def unsubscribe(self, subscription: Subscription[T]) -> None:
@@ -88,6 +92,8 @@ class Broadcaster(Generic[T]):
                 loop.call_soon_threadsafe(_wake_all, members)
 
     def close(self) -> None:
+        with self._lock:
+            self.closed = True
         for subscription in self._subscriptions:
             subscription.close()
 

@@ -1,31 +1,114 @@
-"""Keep credentials in stream URLs out of logs, stats and API responses."""
+"""Keep credentials in URLs out of every output: API, SSE, metrics, logs, errors, `edge bench` files.
+
+URLs are parsed, not pattern-replaced: the password is everything between the first ':' of the user info and the
+last '@' of the authority (so `admin:t@lk@host` masks `t@lk`), and query values are masked by their key
+(password, pass, pw, pwd, token, key, secret, auth, sig and their compounds such as api_key or access_token).
+Text that holds no URL with a secret is returned unchanged, byte for byte.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
-import urllib.parse
 
-_SECRET_QUERY_KEYS = re.compile(r"(pass(word)?|pwd|token|key|secret|auth|signature|sig)", re.IGNORECASE)
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
+MASK = "***"
+# A URL inside free text: scheme, '://', then anything up to whitespace, a quote or an angle bracket.
+_URL_IN_TEXT = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>`]+")
+_SECRET_WORDS = {
+    "password", "passwd", "pass", "pw", "pwd", "passphrase", "token", "key", "secret", "auth", "authorization",
+    "sig", "signature", "credential", "credentials", "session", "sessionid", "jwt", "otp",
+    "apikey", "accesskey", "secretkey", "privatekey", "sessionkey", "authkey", "streamkey",
+}  # fmt: skip
+_SECRET_SUFFIXES = ("password", "passwd", "token", "secret", "signature")
 
 
-def mask_url(text: str) -> str:
-    """`rtsp://admin:hunter2@cam/stream?token=abc` -> `rtsp://admin:***@cam/stream?token=***`."""
+def is_secret_key(key: str) -> bool:
+    """`pw`, `api_key`, `accessToken`, `X-Amz-Signature` are secret; `keyframe`, `width`, `stream` are not."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key)
+    words = [w for w in re.split(r"[^a-zA-Z0-9]+", spaced.lower()) if w]
+    return any(w in _SECRET_WORDS or (w.endswith(_SECRET_SUFFIXES) and w != "keyframe") for w in words)
+
+
+def _mask_query(query: str) -> str:
+    def one(part: str) -> str:
+        key, eq, _value = part.partition("=")
+        return f"{key}={MASK}" if eq and is_secret_key(_unquote(key)) else part
+
+    return "&".join(";".join(one(p) for p in chunk.split(";")) for chunk in query.split("&"))
+
+
+def _unquote(text: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(text)
+
+
+def mask_url(url: str) -> str:
+    """`rtsp://admin:t@lk@cam/s?pw=1&fps=5` -> `rtsp://admin:***@cam/s?pw=***&fps=5`; other text as it is."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0], default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    userinfo, at, host = authority.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if colon and password:
+            authority = f"{user}:{MASK}@{host}"
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query, hash_, fragment = query.partition("#")
+        tail = f"{path}?{_mask_query(query)}{hash_}{fragment}"
+    return f"{scheme}://{authority}{tail}"
+
+
+def mask_text(text: str) -> str:
+    """Every URL inside a message, a log line or a traceback, masked; nothing else touched."""
     if "://" not in text:
         return text
-    masked = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
-    parts = urllib.parse.urlsplit(masked)
-    if not parts.query:
-        return masked
-    query = [(k, "***" if _SECRET_QUERY_KEYS.search(k) else v) for k, v in urllib.parse.parse_qsl(parts.query, True)]
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, safe="*")))
+
+    def one(match: re.Match[str]) -> str:
+        url = match.group(0)
+        kept = url.rstrip(".,;:!)]}")  # sentence punctuation after a URL is not part of it
+        return mask_url(kept) + url[len(kept) :]
+
+    return _URL_IN_TEXT.sub(one, text)
 
 
 def mask_in(message: str, secret_source: str) -> str:
-    """Replace a source URL (and its password alone) wherever a library echoed it into a message."""
-    masked = mask_url(secret_source)
-    message = message.replace(secret_source, masked)
-    match = _USERINFO.search(secret_source)
-    if match and match["password"]:
-        message = message.replace(match["password"], "***")
+    """A library's message about `secret_source`: its URLs masked, and the source's own `user:password@` if a
+    library echoed it without the scheme. The password alone is never replaced: it may be any common string."""
+    message = mask_text(message.replace(secret_source, mask_url(secret_source)))
+    _scheme, sep, rest = secret_source.partition("://")
+    userinfo, at, _ = rest.split("/", 1)[0].rpartition("@") if sep else ("", "", "")
+    if at and ":" in userinfo:
+        user = userinfo.split(":", 1)[0]
+        message = message.replace(f"{userinfo}@", f"{user}:{MASK}@")
     return message
+
+
+class _MaskingRecordFactory:
+    """Every log record of every logger (ours, uvicorn's, libraries') is masked once, when it is made."""
+
+    def __init__(self, inner: logging._LogRecordFactory) -> None:  # type: ignore[name-defined]
+        self.inner = inner
+
+    def __call__(self, *args: object, **kwargs: object) -> logging.LogRecord:
+        record = self.inner(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed log call keeps its own behaviour
+            return record
+        masked = mask_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = mask_text(logging.Formatter().formatException(record.exc_info))
+        return record
+
+
+def install_log_masking() -> None:
+    """Idempotent: call once at start-up of every command that may log a URL."""
+    factory = logging.getLogRecordFactory()
+    if not isinstance(factory, _MaskingRecordFactory):
+        logging.setLogRecordFactory(_MaskingRecordFactory(factory))

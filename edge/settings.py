@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -14,6 +15,9 @@ class Settings(BaseSettings):
     model_cache: Path = Path.home() / ".cache" / "edge-inference" / "models"
     # A folder or URL laid out like the registry paths (onnx/..., tflite/...), for machines without internet.
     model_mirror: str | None = None
+    # The service's API token (EDGE_TOKEN), or a file holding it (EDGE_TOKEN_FILE); a config file's own wins.
+    token: SecretStr | None = None
+    token_file: Path | None = None
 
 
 def get_settings() -> Settings:

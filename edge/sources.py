@@ -20,6 +20,8 @@ cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
 VIDEO_SUFFIXES = {".avi", ".mp4", ".mkv", ".mov", ".m4v", ".webm", ".mpg", ".mpeg", ".ts", ".flv", ".wmv", ".h264"}
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+NETWORK_OPEN_TIMEOUT_MS = 15_000
+NETWORK_READ_TIMEOUT_MS = 10_000
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
 
 
@@ -62,6 +64,10 @@ class FrameSource(ABC):
     def close(self) -> None:  # noqa: B027 - sources without handles need nothing here
         """Release the device or file."""
 
+    @abstractmethod
+    def fresh(self) -> FrameSource:
+        """A new, unopened source with the same settings (the old one may still be blocked in a read)."""
+
 
 class CaptureSource(FrameSource):
     """Anything cv2.VideoCapture opens: V4L2 cameras, video files, RTSP/HTTP streams through FFmpeg."""
@@ -74,11 +80,28 @@ class CaptureSource(FrameSource):
         self._want = (width, height, fps)
         self._capture: cv2.VideoCapture | None = None
 
+    def fresh(self) -> CaptureSource:
+        width, height, fps = self._want
+        return CaptureSource(self.target, live=self.live, width=width, height=height, fps=fps)
+
     def _open_capture(self) -> cv2.VideoCapture:
         if self.target.isdigit():
             return cv2.VideoCapture(int(self.target), cv2.CAP_V4L2)
         if self.target.startswith("/dev/video"):
             return cv2.VideoCapture(self.target, cv2.CAP_V4L2)
+        if self.target.startswith(STREAM_SCHEMES):
+            # FFmpeg's own clocks for network opens and reads, so most stalls end in an error, not a hang;
+            # the pipeline's watchdog covers the rest.
+            return cv2.VideoCapture(
+                self.target,
+                cv2.CAP_FFMPEG,
+                [
+                    cv2.CAP_PROP_OPEN_TIMEOUT_MSEC,
+                    NETWORK_OPEN_TIMEOUT_MS,
+                    cv2.CAP_PROP_READ_TIMEOUT_MSEC,
+                    NETWORK_READ_TIMEOUT_MS,
+                ],
+            )
         return cv2.VideoCapture(self.target, cv2.CAP_FFMPEG)
 
     def open(self) -> None:
@@ -138,6 +161,9 @@ class ImageFilesSource(FrameSource):
         super().__init__(target)
         self._paths = paths
         self._next = 0
+
+    def fresh(self) -> ImageFilesSource:
+        return ImageFilesSource(self.target, self._paths)
 
     def open(self) -> None:
         if not self._paths:

@@ -69,6 +69,7 @@ class StreamStats:
         self._recent: deque[FrameTiming] = deque(maxlen=history)
         self.frames_in = self.frames_processed = self.frames_dropped = 0
         self.errors = self.reconnects = 0
+        self.stalls = self.restarts = self.load_failures = 0
 
     def frame_in(self) -> None:
         with self._lock:
@@ -94,6 +95,19 @@ class StreamStats:
         with self._lock:
             self.reconnects += 1
 
+    def stall(self) -> None:
+        with self._lock:
+            self.stalls += 1
+
+    def restart(self) -> None:
+        """The detector was reloaded (stuck inference) or a crashed worker restarted."""
+        with self._lock:
+            self.restarts += 1
+
+    def load_failure(self) -> None:
+        with self._lock:
+            self.load_failures += 1
+
     def snapshot(self) -> dict[str, object]:
         now = time.monotonic()
         with self._lock:
@@ -107,6 +121,9 @@ class StreamStats:
                 "frames_dropped": self.frames_dropped,
                 "errors": self.errors,
                 "reconnects": self.reconnects,
+                "stalls": self.stalls,
+                "restarts": self.restarts,
+                "load_failures": self.load_failures,
             }
         table = np.array([[getattr(t, f"{s}_ms") for s in STAGES] for t in recent], dtype=np.float64).reshape(
             -1, len(STAGES)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -12,6 +14,9 @@ from edge.loader import DetectorConfig, check_reference, load_detector, model_fo
 from edge.pipeline import StreamPipeline
 from edge.settings import Settings, get_settings
 from edge.sources import FrameSource, open_source
+from edge.watchdog import Watchdog
+
+log = logging.getLogger("edge.streams")
 
 
 def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
@@ -35,6 +40,7 @@ class StreamManager:
         self.groups: dict[str, CompareGroup] = {}
         self._configs: dict[str, StreamConfig] = {}  # per pipeline, compare members included
         self._units: list[StreamPipeline | CompareGroup] = []  # what start() and stop() drive
+        self.watchdog = Watchdog(self._checked)
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
@@ -51,6 +57,8 @@ class StreamManager:
                 pace=stream.pace,
                 loop=stream.loop,
                 labels={"model": stream.model, "backend": stream.backend, "source": source.description},
+                stall_timeout_s=stream.stall_timeout_s,
+                inference_timeout_s=stream.inference_timeout_s,
             )
             self._units.append(self.pipelines[stream.id])
 
@@ -72,11 +80,20 @@ class StreamManager:
             )
             check_reference(detector_config(member))
             labels = {"model": model, "backend": backend, "source": source.description}
-            pipeline = StreamPipeline(member.id, None, self._loader(member), mode="live", labels=labels)
+            pipeline = StreamPipeline(
+                member.id,
+                None,
+                self._loader(member),
+                mode="live",
+                labels=labels,
+                inference_timeout_s=stream.inference_timeout_s,
+            )
             self.pipelines[member.id] = pipeline
             self._configs[member.id] = member
             members.append(pipeline)
-        self.groups[stream.id] = CompareGroup(stream.id, source, members, pace=stream.pace, loop=stream.loop)
+        self.groups[stream.id] = CompareGroup(
+            stream.id, source, members, pace=stream.pace, loop=stream.loop, stall_timeout_s=stream.stall_timeout_s
+        )
         self._units.append(self.groups[stream.id])
 
     def _loader(self, stream: StreamConfig) -> Any:
@@ -88,10 +105,24 @@ class StreamManager:
     def start(self) -> None:
         for unit in self._units:
             unit.start()
+        self.watchdog.start()
 
-    def stop(self) -> None:
+    def begin_stop(self) -> None:
+        """End every subscriber's stream now (shutdown must not wait for clients); threads stop in `stop`."""
         for unit in self._units:
-            unit.stop()
+            unit.begin_stop()
+
+    def stop(self, timeout: float = 4.0) -> None:
+        """Stop every stream and release cameras and accelerators: signalled together, joined within `timeout`."""
+        self.watchdog.stop()
+        self.begin_stop()
+        deadline = time.monotonic() + timeout
+        for unit in self._units:
+            unit.stop(max(0.1, deadline - time.monotonic()))
+        log.info("streams stopped; cameras and accelerators released")
+
+    def _checked(self) -> list[StreamPipeline | CompareGroup]:
+        return [*self.pipelines.values(), *self.groups.values()]
 
     @property
     def ready(self) -> bool:
@@ -117,8 +148,12 @@ class StreamManager:
             "engine": detector.backend.engine if detector else None,
             "notes": list(detector.backend.notes) if detector else [],
             "state": pipeline.state,
+            "state_since": pipeline.state_since,
             "ready": pipeline.ready,
+            "error": pipeline.error,
             "last_error": pipeline.last_error,
+            "last_error_at": pipeline.last_error_at,
+            "frame_age_s": None if pipeline.latest is None else round(pipeline.latest.age_s, 3),
             "fps": pipeline.stats.snapshot()["fps_processed"],
             "subscribers": pipeline.results.subscribers,
         }
@@ -130,6 +165,7 @@ class StreamManager:
             figures = pipeline.stats.snapshot()
             figures["subscriber_drops"] = pipeline.results.dropped
             figures["state"] = pipeline.state
+            figures["error"] = pipeline.error
             streams[stream_id] = figures
             detector = pipeline.detector
             key = f"{detector.backend.key}/{detector.backend.device}" if detector else pipeline.labels["backend"]

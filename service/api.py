@@ -3,27 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
+from starlette.background import BackgroundTask
+from starlette.datastructures import Headers
 
 from edge.backends_report import backends_report
 from edge.drawing import render_jpeg
-from edge.images import ImageError, decode_image
+from edge.health import service_health
+from edge.images import ImageError, ImageTooLargeError, decode_image
 from edge.pipeline import FrameResult, StreamPipeline
 from edge.report import result_record
 from edge.streams import StreamManager
-from service.schemas import DetectResponse, Health, StreamInfo
-from service.uploads import UploadDetectors
+from service.errors import quoted
+from service.limits import ClientSlots, UploadGate, busy
+from service.schemas import DetectResponse, Health, StreamHealth, StreamInfo
+from service.uploads import UploadDetectors, UploadModelUnavailableError
 
 router = APIRouter()
 BOUNDARY = "frame"
+FRESH_STATES = ("running", "ended")  # a finished file's last frame is final, not stale
 
 
 def manager_of(request: Request | WebSocket) -> StreamManager:
@@ -34,18 +41,21 @@ def manager_of(request: Request | WebSocket) -> StreamManager:
 def pipeline_of(request: Request | WebSocket, stream_id: str) -> StreamPipeline:
     pipeline = manager_of(request).pipelines.get(stream_id)
     if pipeline is None:
-        known = ", ".join(manager_of(request).pipelines)
-        raise HTTPException(404, f"no stream {stream_id!r}; streams: {known}")
+        known = ", ".join(list(manager_of(request).pipelines)[:20])
+        raise HTTPException(404, f"no stream {quoted(stream_id)}; streams: {known}")
     return pipeline
 
 
-def latest_or_503(pipeline: StreamPipeline) -> FrameResult:
-    if pipeline.latest is None:
-        detail = f"stream {pipeline.stream_id} has no processed frame yet (state: {pipeline.state})"
-        if pipeline.last_error:
-            detail += f"; last error: {pipeline.last_error}"
-        raise HTTPException(503, detail)
-    return pipeline.latest
+def current_or_503(pipeline: StreamPipeline) -> FrameResult:
+    """The newest result, refused when it is stale: the stream is not delivering frames now."""
+    latest, state = pipeline.latest, pipeline.state
+    if latest is None or state not in FRESH_STATES:
+        detail = f"stream {pipeline.stream_id} is {state}"
+        detail += "; no frame processed yet" if latest is None else f"; its newest frame is {latest.age_s:.1f} s old"
+        if pipeline.error:
+            detail += f"; error: {pipeline.error}"
+        raise busy(detail)
+    return latest
 
 
 @router.get("/streams", response_model=list[StreamInfo], summary="Streams with their source, model and state")
@@ -54,13 +64,20 @@ def list_streams(request: Request) -> list[dict[str, Any]]:
     return [manager.summary(p) for p in manager.pipelines.values()]
 
 
-@router.get("/streams/{stream_id}/detections/latest", summary="The newest frame's detections and timing")
+@router.get(
+    "/streams/{stream_id}/detections/latest",
+    summary="The newest frame's detections and timing, with its age; 503 while the stream is not delivering frames",
+    responses={503: {"description": "the stream is loading, reconnecting or stalled: no fresh frame"}},
+)
 def latest_detections(request: Request, stream_id: str) -> Response:
-    return Response(latest_or_503(pipeline_of(request, stream_id)).payload, media_type="application/json")
+    result = current_or_503(pipeline_of(request, stream_id))
+    age = result.age_s
+    body = f'{result.payload[:-1]}, "age_s": {age:.3f}}}'  # the shared payload plus this answer's own field
+    return Response(body, media_type="application/json", headers={"X-Frame-Age": f"{age:.3f}"})
 
 
 async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> AsyncIterator[list[FrameResult]]:
-    """Results in order, in batches of whatever accumulated while the client was busy."""
+    """Results in order, in batches of whatever accumulated while the client was busy; ends on shutdown."""
     server = request.app.state.config.server
     subscription = pipeline.results.subscribe(server.subscriber_buffer)
     period = 1.0 / server.client_flush_hz
@@ -82,31 +99,74 @@ def _sse_bytes(result: FrameResult) -> bytes:
     return encoded
 
 
-@router.get("/streams/{stream_id}/events", summary="Server-Sent Events: one 'detections' event per processed frame")
+def _slots(request: Request | WebSocket) -> ClientSlots:
+    slots: ClientSlots = request.app.state.client_slots
+    return slots
+
+
+TOO_MANY: dict[int | str, dict[str, Any]] = {
+    503: {"description": "the stream has max_clients_per_stream streaming clients already"}
+}
+
+
+@router.get(
+    "/streams/{stream_id}/events",
+    summary="Server-Sent Events: one 'detections' event per processed frame",
+    responses=TOO_MANY,
+)
 async def events(request: Request, stream_id: str) -> EventSourceResponse:
     pipeline = pipeline_of(request, stream_id)
+    slots = _slots(request)
+    slots.take(stream_id)
+    release = _once(lambda: slots.give_back(stream_id))
 
     async def generate() -> AsyncIterator[bytes]:
-        async for batch in _batches(request, pipeline):
-            yield b"".join(_sse_bytes(r) for r in batch)  # encoded once per frame, one write per batch
+        try:
+            async for batch in _batches(request, pipeline):
+                yield b"".join(_sse_bytes(r) for r in batch)  # encoded once per frame, one write per batch
+        finally:
+            release()
 
     # A client that stops reading is disconnected after send_timeout; until then only its own buffer fills.
-    return EventSourceResponse(generate(), ping=15, send_timeout=30)
+    send_timeout = request.app.state.config.server.send_timeout_s
+    return EventSourceResponse(generate(), ping=15, send_timeout=send_timeout, background=BackgroundTask(release))
 
 
 @router.websocket("/streams/{stream_id}/ws")
 async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
     pipeline = manager_of(websocket).pipelines.get(stream_id)
     if pipeline is None:
-        await websocket.close(code=4404, reason=f"no stream {stream_id!r}")
+        await websocket.close(code=4404, reason=f"no stream {quoted(stream_id)}"[:120])
         return
-    await websocket.accept()
+    slots = _slots(websocket)
     try:
+        slots.take(stream_id)
+    except HTTPException as exc:
+        await websocket.close(code=1013, reason=str(exc.detail)[:120])  # 1013: try again later
+        return
+    send_timeout = websocket.app.state.config.server.send_timeout_s
+    try:
+        await websocket.accept()
         async for batch in _batches(websocket, pipeline):
             for result in batch:
-                await websocket.send_text(result.payload)
-    except (WebSocketDisconnect, RuntimeError):
+                await asyncio.wait_for(websocket.send_text(result.payload), send_timeout)
+        await websocket.close(code=1001, reason="the service is stopping")  # the stream ended: shutdown
+    except (WebSocketDisconnect, RuntimeError, TimeoutError, OSError):
         return
+    finally:
+        slots.give_back(stream_id)
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            action()
+
+    return run
 
 
 def _jpeg(result: FrameResult, height: int | None, quality: int, boxes: bool) -> bytes:
@@ -126,12 +186,14 @@ Quality = Annotated[int, Query(ge=10, le=100)]
 async def snapshot(
     request: Request, stream_id: str, height: Height = None, quality: Quality = 80, boxes: bool = True
 ) -> Response:
-    result = latest_or_503(pipeline_of(request, stream_id))
+    result = current_or_503(pipeline_of(request, stream_id))
     data = await asyncio.to_thread(_jpeg, result, height, quality, boxes)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
 
-@router.get("/streams/{stream_id}/video.mjpg", summary="Annotated MJPEG (multipart/x-mixed-replace)")
+@router.get(
+    "/streams/{stream_id}/video.mjpg", summary="Annotated MJPEG (multipart/x-mixed-replace)", responses=TOO_MANY
+)
 async def mjpeg(
     request: Request,
     stream_id: str,
@@ -142,6 +204,9 @@ async def mjpeg(
 ) -> StreamingResponse:
     pipeline = pipeline_of(request, stream_id)
     interval = 1.0 / fps
+    slots = _slots(request)
+    slots.take(stream_id)
+    release = _once(lambda: slots.give_back(stream_id))
 
     async def generate() -> AsyncIterator[bytes]:
         subscription = pipeline.results.subscribe(2)
@@ -160,64 +225,102 @@ async def mjpeg(
                 yield header.encode() + data + b"\r\n"
         finally:
             pipeline.results.unsubscribe(subscription)
+            release()
 
     return StreamingResponse(
-        generate(), media_type=f"multipart/x-mixed-replace; boundary={BOUNDARY}", headers={"Cache-Control": "no-store"}
+        generate(),
+        media_type=f"multipart/x-mixed-replace; boundary={BOUNDARY}",
+        headers={"Cache-Control": "no-store"},
+        background=BackgroundTask(release),
     )
 
 
-async def _read_limited(request: Request, limit: int) -> bytes:
+async def _read_limited(request: Request, limit: int, timeout_s: float) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"image is larger than the {limit // 1_000_000} MB limit")
+        raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise HTTPException(413, f"image is larger than the {limit // 1_000_000} MB limit")
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        raise HTTPException(408, f"the upload did not arrive within {timeout_s:g} s") from None
     return bytes(body)
 
 
-async def _image_bytes(request: Request, limit: int) -> tuple[bytes, str]:
-    body = await _read_limited(request, limit)
-    content_type = request.headers.get("content-type", "")
-    if not content_type.startswith("multipart/form-data"):
-        return body, "upload"
+def _file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:
+    """The first file field of a multipart body; runs in a worker thread (parsing is CPU work), on its own loop."""
     from starlette.formparsers import MultiPartParser
 
     async def replay() -> AsyncGenerator[bytes, None]:
         yield body
 
-    try:
-        form = await MultiPartParser(request.headers, replay(), max_part_size=limit).parse()
-    except Exception as exc:  # noqa: BLE001 - malformed multipart bodies come in many shapes
-        raise HTTPException(400, f"malformed multipart body: {exc}") from None
-    for value in form.values():
-        if not isinstance(value, str):
-            return await value.read(), value.filename or "upload"
-    raise HTTPException(400, "multipart body has no file part; send the image as a file field, e.g. -F image=@x.jpg")
+    async def parse() -> tuple[bytes, str]:
+        try:
+            form = await MultiPartParser(headers, replay(), max_part_size=limit).parse()
+        except Exception as exc:  # noqa: BLE001 - malformed multipart bodies come in many shapes
+            raise HTTPException(400, f"malformed multipart body: {str(exc)[:200]}") from None
+        try:
+            for value in form.values():
+                if not isinstance(value, str):
+                    return await value.read(), (value.filename or "upload")[:200]
+        finally:
+            await form.close()
+        raise HTTPException(
+            400, "multipart body has no file part; send the image as a file field, e.g. -F image=@x.jpg"
+        )
+
+    return asyncio.run(parse())
 
 
-@router.post("/detect", response_model=DetectResponse, summary="Detect objects in an uploaded image")
+@router.post(
+    "/detect",
+    response_model=DetectResponse,
+    summary="Detect objects in an uploaded image",
+    responses={
+        400: {"description": "empty or malformed body"},
+        408: {"description": "the body did not arrive in time"},
+        413: {"description": "body or pixel count over the limit"},
+        415: {"description": "not an image, or a truncated one"},
+        503: {"description": "busy (see Retry-After), or the stream's model is not loaded"},
+    },
+)
 async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     """Send the image as the raw body or as a multipart file; `stream` picks whose model runs (default: the first)."""
     manager = manager_of(request)
     stream_id = stream or next(iter(manager.pipelines))
     pipeline_of(request, stream_id)
-    limit = int(request.app.state.config.server.max_upload_mb * 1_000_000)
-    data, name = await _image_bytes(request, limit)
-    try:
-        image = decode_image(data, name)
-    except ImageError as exc:
-        raise HTTPException(415 if data else 400, str(exc)) from None
+    server = request.app.state.config.server
     uploads: UploadDetectors = request.app.state.uploads
+    gate: UploadGate = request.app.state.upload_gate
+    limit = int(server.max_upload_mb * 1_000_000)
+    max_pixels = int(server.max_upload_megapixels * 1_000_000)
+    multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
 
-    def run() -> dict[str, Any]:
+    def run(body: bytes) -> dict[str, Any]:
+        data, name = _file_part(body, request.headers, limit) if multipart else (body, "upload")
+        try:
+            image = decode_image(data, name, max_pixels=max_pixels)
+        except ImageTooLargeError as exc:
+            raise HTTPException(413, str(exc)) from None
+        except ImageError as exc:
+            raise HTTPException(415 if data else 400, str(exc)) from None
         with uploads.lock(stream_id):
-            detector = uploads.get(stream_id)
+            try:
+                detector = uploads.get(stream_id)
+            except UploadModelUnavailableError as exc:
+                raise busy(f"{exc}; try again later") from None
             return result_record(name, detector.detect(image), detector)
 
-    return await asyncio.to_thread(run)
+    async with gate.slot():  # bounded: beyond the workers and the queue, 503 with Retry-After at once
+        body = await _read_limited(request, limit, server.send_timeout_s)
+        return await asyncio.to_thread(run, body)  # decoding and inference never run on the event loop
 
 
 @router.get("/compare", summary="Live comparison: per-backend latency, fps and agreement with the first backend")
@@ -231,11 +334,14 @@ async def compare_events(
 ) -> EventSourceResponse:
     manager = manager_of(request)
 
+    shutdown: asyncio.Event = request.app.state.shutdown
+
     async def generate() -> AsyncIterator[dict[str, str]]:
-        while True:
+        while not shutdown.is_set():
             figures = await asyncio.to_thread(manager.compare)
             yield {"event": "compare", "data": json.dumps(figures)}
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shutdown.wait(), interval)
 
     return EventSourceResponse(generate(), ping=15, send_timeout=30)
 
@@ -257,14 +363,22 @@ def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/health/live", response_model=Health, summary="The process is up")
-def live() -> dict[str, Any]:
-    return {"status": "alive"}
+@router.get("/health/live", response_model=Health, summary="The process is sound", responses={503: {}})
+def live(request: Request) -> JSONResponse:
+    """200 while the event loop answers and every stream's threads are alive (or being restarted)."""
+    health = service_health(manager_of(request), request.app.state.config.server.strict_ready)
+    body = Health(status="alive" if health.live else "unsound", streams={})
+    return JSONResponse(body.model_dump(), status_code=200 if health.live else 503)
 
 
-@router.get("/health/ready", response_model=Health, summary="Every model loaded and warmed up", responses={503: {}})
-def ready(request: Request) -> Response:
-    manager = manager_of(request)
-    states: dict[str, str] = {sid: p.state for sid, p in manager.pipelines.items()}
-    body = Health(status="ready" if manager.ready else "not ready", streams=states)
-    return JSONResponse(body.model_dump(), status_code=200 if manager.ready else 503)
+@router.get(
+    "/health/ready",
+    response_model=Health,
+    summary="Can the service do its job: ok, degraded (200 unless strict_ready) or starting (503)",
+    responses={503: {"model": Health}},
+)
+def ready(request: Request) -> JSONResponse:
+    health = service_health(manager_of(request), request.app.state.config.server.strict_ready)
+    streams = {sid: StreamHealth(**figures) for sid, figures in health.streams.items()}
+    body = Health(status=health.status, strict=health.strict, streams=streams)
+    return JSONResponse(body.model_dump(), status_code=200 if health.ready else 503)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -9,13 +10,18 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from edge import __version__
 from edge.config import ServiceConfig
-from edge.settings import Settings
+from edge.settings import Settings, get_settings
 from edge.streams import StreamManager
-from service import api
+from service import api, errors
+from service.access import AccessMiddleware, AccessPolicy
+from service.limits import ClientSlots, UploadGate
 from service.metrics import ServiceMetrics
+from service.server import SendTimeoutMiddleware
 from service.uploads import UploadDetectors
 
 API_PREFIX = "/api/v1"
@@ -28,13 +34,17 @@ def dashboard() -> FileResponse:
 
 
 def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    access = AccessPolicy.from_config(config.server, settings)  # reads token files: fails before anything starts
     manager = StreamManager(config, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.shutdown = asyncio.Event()
         manager.start()  # models load in the background; /health/ready says when they are warm
         yield
-        manager.stop()
+        app.state.shutdown.set()
+        await asyncio.to_thread(manager.stop)
         app.state.uploads.close()
 
     app = FastAPI(
@@ -44,9 +54,25 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
         lifespan=lifespan,
     )
     app.state.config = config
+    app.state.access = access
     app.state.manager = manager
     app.state.metrics = ServiceMetrics(manager)
     app.state.uploads = UploadDetectors(manager)
+    app.state.upload_gate = UploadGate(config.server.upload_workers, config.server.upload_queue)
+    app.state.client_slots = ClientSlots(config.server.max_clients_per_stream)
+    app.state.shutdown = asyncio.Event()  # replaced in the lifespan, on the serving loop
+    errors.install(app)
+    # Outermost last: Host check, then the slow-client clock, then Origin and token, then CORS when configured.
+    if config.server.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=config.server.cors_origins,
+            allow_headers=["Authorization", "Content-Type"],
+            allow_methods=["GET", "POST"],
+        )
+    app.add_middleware(AccessMiddleware, policy=access)
+    app.add_middleware(SendTimeoutMiddleware, timeout_s=config.server.send_timeout_s)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
     app.include_router(api.router, prefix=API_PREFIX)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)

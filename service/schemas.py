@@ -16,8 +16,12 @@ class StreamInfo(BaseModel):
     engine: str | None
     notes: list[str]
     state: str
+    state_since: float  # seconds since the epoch
     ready: bool
-    last_error: str | None
+    error: str | None  # what is wrong now; None while frames flow
+    last_error: str | None  # kept after recovery, with its time
+    last_error_at: float | None
+    frame_age_s: float | None
     fps: float
     subscribers: int
 
@@ -39,6 +43,21 @@ class DetectResponse(BaseModel):
     timings_ms: dict[str, float]
 
 
+class StreamHealth(BaseModel):
+    state: str
+    since: float
+    up: bool
+    fps: float
+    error: str | None
+    last_error: str | None
+    last_error_at: float | None
+    frame_age_s: float | None
+    detector_restarts: int
+    stalls: int
+    workers_alive: bool
+
+
 class Health(BaseModel):
-    status: str
-    streams: dict[str, str] = {}
+    status: str  # live: alive | unsound; ready: ok | degraded | starting
+    strict: bool = False
+    streams: dict[str, StreamHealth] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import socket
 import threading
 import time
@@ -66,49 +67,49 @@ def test_readiness_flips_from_503_to_200_once_the_model_is_loaded(tmp_path, http
     env = {"EDGE_MODEL_MIRROR": f"http://{address}/", "EDGE_MODEL_CACHE": str(tmp_path / "cache")}
     with running_server(["--source", str(VTEST), "--model", "yolox-nano"], tmp_path / "log", env) as server:
         not_ready = server.wait_until("/health/ready", status=503)
-        assert not_ready.json()["streams"] == {"main": "loading"}
+        assert not_ready.json()["status"] == "starting"
+        assert not_ready.json()["streams"]["main"]["state"] == "loading"
         assert server.client.get("/health/live").status_code == 200
         assert server.client.get("/api/v1/streams").json()[0]["state"] == "loading"
-        time.sleep(1.0)
-        assert server.client.get("/health/ready").status_code == 503  # still downloading
+        assert server.client.get("/health/ready").status_code == 503  # still downloading: the mirror holds it
         release.set()
         ready = server.wait_until("/health/ready", status=200)
-        assert ready.json()["status"] == "ready"
+        body = ready.json()
+        assert body["status"] in ("ok", "degraded") and body["streams"]["main"]["error"] is None
 
 
-def _processed_per_second(server, stream: str, seconds: float) -> float:
-    stats = "/api/v1/stats"
-    start, t0 = server.client.get(stats).json()["streams"][stream]["frames_processed"], time.monotonic()
-    time.sleep(seconds)
-    end = server.client.get(stats).json()["streams"][stream]["frames_processed"]
-    return (end - start) / (time.monotonic() - t0)
+def test_stalled_sse_clients_do_not_hold_up_a_reading_client(tmp_path):
+    """Three clients that never read stay connected while a reading client gets a steady flow of events.
 
-
-def test_stalled_sse_clients_do_not_slow_the_pipeline(tmp_path):
+    That the pipeline never waits for a subscriber is proven deterministically at the publish layer
+    (test_pipeline); here the same holds through real sockets, asserting progress, not a rate.
+    """
     args = ["--source", str(VTEST), "--loop", "--no-pace", "--id", "fast"]
     with running_server(args, tmp_path / "log") as server:
         server.wait_until("/health/ready")
-        server.wait_for_frames("fast", 30)
-        before = _processed_per_second(server, "fast", 5)
         stalled = []
         for _ in range(3):
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a tiny window: the server's sends block soon
             sock.connect(("127.0.0.1", server.port))
-            sock.sendall(b"GET /api/v1/streams/fast/events HTTP/1.1\r\nHost: x\r\n\r\n")  # and never read
+            sock.sendall(b"GET /api/v1/streams/fast/events HTTP/1.1\r\nHost: localhost\r\n\r\n")  # never read
             stalled.append(sock)
-        # The kernel absorbs a few MB per connection first; then the server's writes block and drops begin.
         deadline = time.monotonic() + 60
-        while server.client.get("/api/v1/stats").json()["streams"]["fast"]["subscriber_drops"] == 0:
-            assert time.monotonic() < deadline, "stalled subscribers never dropped anything"
-            time.sleep(0.5)
-        during = _processed_per_second(server, "fast", 5)
+        while server.client.get("/api/v1/streams").json()[0]["subscribers"] < 3:
+            assert time.monotonic() < deadline, "the stalled clients never subscribed"
+            time.sleep(0.1)
+        frames = []
+        with server.client.stream("GET", "/api/v1/streams/fast/events", timeout=60) as response:
+            for line in response.iter_lines():
+                if line.startswith("data:"):
+                    frames.append(json.loads(line[5:])["frame"])
+                if len(frames) >= 60:
+                    break
         (stream,) = server.client.get("/api/v1/streams").json()
         for sock in stalled:
             sock.close()
-    assert stream["subscribers"] == 3
-    # The pipeline does not wait for stalled clients (a blocking publisher would fall to ~0 fps; noise is ~20%).
-    assert during >= 0.7 * before, (before, during)
+    assert stream["subscribers"] == 3  # the reading client has gone; the stalled ones are still held
+    assert frames == sorted(frames) and len(set(frames)) == 60  # in order, no repeats, still flowing
 
 
 def test_a_stream_that_drops_is_reopened_and_its_password_never_shown(tmp_path, http_files):

@@ -11,6 +11,7 @@ import click
 from backends import BackendError
 from edge import __version__
 from edge.errors import EdgeError
+from edge.secrets import mask_text
 from models.errors import ModelError
 
 USER_ERRORS = (EdgeError, ModelError, BackendError)
@@ -28,14 +29,14 @@ class FriendlyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except USER_ERRORS as exc:
-            raise UserError(str(exc)) from None
+            raise UserError(mask_text(str(exc))) from None
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:
             if os.environ.get("EDGE_DEBUG"):
                 raise
             raise UserError(
-                f"unexpected {type(exc).__name__}: {exc} (set EDGE_DEBUG=1 for the traceback and report it)"
+                mask_text(f"unexpected {type(exc).__name__}: {exc} (set EDGE_DEBUG=1 for the traceback and report it)")
             ) from None
 
 
@@ -47,7 +48,9 @@ def cli() -> None:
 
 def main() -> None:
     from edge.cli import backends_cmd, bench_cmd, detect, models_cmd, serve  # noqa: F401 - registers commands
+    from edge.secrets import install_log_masking
 
+    install_log_masking()  # no log line of any library shows a password from a URL
     try:
         cli.main(standalone_mode=True)
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +11,23 @@ import click
 
 from edge.cli.app import cli
 from edge.config import LOOPBACK, ServiceConfig, load_config, single_stream_config
+from edge.errors import EdgeError
 from models.registry import DEFAULT_MODEL
 
 
-def _urls(config: ServiceConfig) -> str:
+def _urls(config: ServiceConfig, port: int, generated_token: str | None) -> str:
     host = config.server.host
     shown = "localhost" if host in (LOOPBACK, "localhost", "::1") else host
-    base = f"http://{shown}:{config.server.port}"
+    base = f"http://{shown}:{port}"
     lines = [f"edge: serving on {base}  (API docs {base}/docs)"]
-    lines.append(f"  dashboard {base}/")
+    if generated_token:
+        lines.append(f"  dashboard {base}/?token={generated_token}")
+        lines.append(
+            "  (a token was made for this run because the service listens beyond loopback: give it to clients as "
+            "'Authorization: Bearer <token>'; set server.token or EDGE_TOKEN to keep one)"
+        )
+    else:
+        lines.append(f"  dashboard {base}/")
     for stream in config.streams:
         for stream_id in [f"{stream.id}-{item.split(':')[0]}" for item in stream.compare] or [stream.id]:
             api = f"{base}/api/v1/streams/{stream_id}"
@@ -61,16 +70,18 @@ def serve(
     config_path: Path | None, source: str | None, host: str | None, port: int | None, log_level: str, **kwargs: Any
 ) -> None:
     """Run detection on live sources and serve detections, video and metrics over HTTP."""
-    import uvicorn
-
+    from service.access import is_loopback
     from service.app import create_app
+    from service.server import make_server
 
     if config_path is not None:
         if source is not None:
             raise click.UsageError("give either --config or --source, not both")
         config = load_config(config_path)
         if host is not None or port is not None:
-            chosen = config.server.model_copy(update={k: v for k, v in (("host", host), ("port", port)) if v})
+            chosen = config.server.model_copy(
+                update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
+            )
             config = config.model_copy(update={"server": chosen})
     elif source is None:
         raise click.UsageError("give --source (e.g. --source 0 or --source video.mp4) or --config streams.yaml")
@@ -83,10 +94,32 @@ def serve(
         config = single_stream_config(stream, {k: v for k, v in (("host", host), ("port", port)) if v is not None})
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(config)  # checks every source and model name before anything starts
-    if config.server.host not in (LOOPBACK, "localhost", "::1"):
+    app = create_app(config)  # checks every source, model name and token file before anything starts
+    listener = _bind(config.server.host, config.server.port)
+    access = app.state.access
+    if access.token is None and not is_loopback(config.server.host):
         click.echo(
-            f"note: listening on {config.server.host}: reachable from other machines, with no authentication", err=True
+            f"note: listening on {config.server.host} with no token (allow_no_token): anyone who reaches this "
+            "machine can use the service",
+            err=True,
         )
-    click.echo(_urls(config), err=True)
-    uvicorn.run(app, host=config.server.host, port=config.server.port, log_level=log_level, access_log=False)
+    click.echo(_urls(config, listener.getsockname()[1], access.token if access.generated else None), err=True)
+    make_server(app, config, log_level).run(sockets=[listener])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, made before anything is announced: a port in use is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise EdgeError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another port with --port "
+            "(or server.port in the config), or stop the program using it"
+        ) from None
+    listener.listen(2048)
+    listener.set_inheritable(True)
+    return listener

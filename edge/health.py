@@ -1,0 +1,49 @@
+"""Is the service doing its job? One rule, used by /health/*, the dashboard and the metrics.
+
+- starting: some stream's model is still on its first load (nothing has failed yet).
+- ok: every stream delivers frames (a file that played to its end counts as done, not as a fault).
+- degraded: anything else: a source reconnecting or stalled, a model that failed and is being retried, a detector
+  being reloaded. Ready answers 200 while degraded (the service still works: other streams, /detect, the API), and 503
+  in strict mode, where ready means "every stream delivers frames".
+Live is 503 only when the process itself is unsound: the watchdog or a stream's worker threads are dead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from edge.streams import StreamManager
+
+Status = Literal["starting", "ok", "degraded"]
+UP_STATES = ("running", "ended")
+
+
+@dataclass(frozen=True)
+class ServiceHealth:
+    status: Status
+    ready: bool
+    live: bool
+    strict: bool
+    streams: dict[str, dict[str, Any]]
+
+
+def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
+    streams: dict[str, dict[str, Any]] = {}
+    starting = False
+    all_up = True
+    live = manager.watchdog.alive
+    for stream_id, pipeline in manager.pipelines.items():
+        health = pipeline.health()
+        up = health.state in UP_STATES
+        all_up &= up
+        starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
+        live &= health.workers_alive
+        streams[stream_id] = {
+            **asdict(health),
+            "up": up,
+            "fps": pipeline.stats.snapshot()["fps_processed"],
+        }
+    status: Status = "starting" if starting else "ok" if all_up else "degraded"
+    ready = status == "ok" or (status == "degraded" and not strict)
+    return ServiceHealth(status, ready, live, strict, streams)

@@ -1,0 +1,164 @@
+"""Who may use the service: an API token, the Host header, and the Origin of browser requests.
+
+- Token: with one set, every route but /health/live needs it, as `Authorization: Bearer <token>`, as the
+  `edge_token` cookie, or as `?token=` (for what a browser cannot give a header: <img> MJPEG, EventSource,
+  WebSocket, a VLC URL). Opening the dashboard with `?token=` swaps it for an HttpOnly, SameSite=Strict cookie and
+  takes it out of the address bar.
+- Listening beyond loopback without a token makes a random one (printed in the start-up URL, as Jupyter does),
+  unless `allow_no_token` says an open service is what is wanted.
+- Host: only the loopback names by default (a page that rebinds its DNS name to 127.0.0.1 is refused).
+- Origin: a WebSocket or a state-changing request from a browser page of another origin is refused, so a web page
+  cannot drive a service on the user's loopback; CORS stays off unless origins are configured.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from edge.config import ServerConfig
+from edge.errors import EdgeError
+from edge.settings import Settings
+
+COOKIE = "edge_token"
+LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1", "[::1]"]
+OPEN_PATHS = {"/health/live"}
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_token_file(path: Path) -> str:
+    try:
+        token = path.expanduser().read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise EdgeError(f"cannot read the token file {path}: {exc.strerror}") from None
+    if not token:
+        raise EdgeError(f"the token file {path} is empty")
+    return token
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    token: str | None = field(default=None, repr=False)
+    generated: bool = False  # made at start-up because nothing was configured for a non-loopback address
+    metrics_public: bool = False
+    allowed_hosts: tuple[str, ...] = ("*",)
+    cors_origins: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, server: ServerConfig, settings: Settings) -> AccessPolicy:
+        token: str | None = None
+        if server.token is not None:
+            token = server.token.get_secret_value()
+        elif server.token_file is not None:
+            token = _read_token_file(server.token_file)
+        elif settings.token is not None:
+            token = settings.token.get_secret_value()
+        elif settings.token_file is not None:
+            token = _read_token_file(settings.token_file)
+        generated = False
+        if token is None and not is_loopback(server.host) and not server.allow_no_token:
+            token, generated = secrets.token_urlsafe(24), True
+        hosts = server.allowed_hosts
+        if hosts is None:
+            hosts = LOOPBACK_NAMES if is_loopback(server.host) else ["*"]
+        return cls(token, generated, server.metrics_public, tuple(hosts), tuple(server.cors_origins))
+
+    def accepts(self, candidate: str | None) -> bool:
+        if self.token is None:
+            return True
+        return candidate is not None and hmac.compare_digest(candidate.encode(), self.token.encode())
+
+    def needs_token(self, path: str) -> bool:
+        if self.token is None or path in OPEN_PATHS:
+            return False
+        return not (self.metrics_public and path in ("/metrics", "/api/v1/metrics"))
+
+
+def _origin_allowed(origin: str, headers: Headers, policy: AccessPolicy) -> bool:
+    if origin in policy.cors_origins or "*" in policy.cors_origins:
+        return True
+    parts = urlsplit(origin)
+    return bool(parts.netloc) and parts.netloc == headers.get("host")  # same origin
+
+
+async def _respond(send: Send, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+class AccessMiddleware:
+    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        websocket = scope["type"] == "websocket"
+        origin = headers.get("origin")
+        unsafe = websocket or scope.get("method") not in SAFE_METHODS
+        if origin and unsafe and not _origin_allowed(origin, headers, self.policy):
+            await self._refuse(scope, send, 403, "cross-origin request refused (Origin is not this service)")
+            return
+        path = scope["path"]
+        if self.policy.needs_token(path):
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            given = query.get("token")
+            if given is not None and self.policy.accepts(given) and not websocket and path == "/":
+                await self._swap_for_cookie(scope, send, given, query)
+                return
+            if not any(self.policy.accepts(c) for c in self._candidates(headers, given) if c is not None):
+                await self._refuse(
+                    scope,
+                    send,
+                    401,
+                    "this service needs its API token: send 'Authorization: Bearer <token>', or open the "
+                    "dashboard with ?token=<token> (the URL edge serve printed)",
+                )
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _candidates(headers: Headers, query_token: str | None) -> list[str | None]:
+        auth = headers.get("authorization", "")
+        bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        cookies = dict(part.strip().split("=", 1) for part in headers.get("cookie", "").split(";") if "=" in part)
+        return [bearer, cookies.get(COOKIE), query_token]
+
+    async def _swap_for_cookie(self, scope: Scope, send: Send, token: str, query: dict[str, str]) -> None:
+        """The dashboard URL with ?token=: set the cookie and send the browser to the same page without it."""
+        rest = urlencode({k: v for k, v in query.items() if k != "token"})
+        location = scope["path"] + (f"?{rest}" if rest else "")
+        cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+        headers = [(b"location", location.encode()), (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store")]
+        await _respond(send, 303, {"detail": "signed in"}, headers)
+
+    @staticmethod
+    async def _refuse(scope: Scope, send: Send, status: int, message: str) -> None:
+        if scope["type"] == "websocket":
+            # Closing before accepting answers the handshake with HTTP 403; the reason is in the server log only.
+            await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+            return
+        headers = [(b"www-authenticate", b'Bearer realm="edge"')] if status == 401 else []
+        await _respond(send, status, {"detail": message}, headers)

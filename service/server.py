@@ -1,0 +1,132 @@
+"""uvicorn, run so that no client can hold the service: header and send clocks, a connection cap, quick shutdown.
+
+- uvicorn's keep-alive clock starts only after a first response, so a connection that sends half a request header
+  is held forever; `GuardedH11Protocol` closes it after `header_timeout_s` (also between keep-alive requests).
+- A streaming client that takes no data for `send_timeout_s` is cut (`SendTimeoutMiddleware`).
+- On SIGTERM or Ctrl-C, `EdgeServer` ends every stream at once (SSE and MJPEG responses finish, WebSockets close
+  with 1001 "going away") before uvicorn waits for connections, and `timeout_graceful_shutdown` bounds the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import FrameType
+
+import h11
+import uvicorn
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from edge.config import ServiceConfig
+
+log = logging.getLogger("edge.server")
+
+
+class GuardedH11Protocol(H11Protocol):
+    header_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_clock: asyncio.TimerHandle | None = None
+        self._arm_header_clock()
+
+    def _arm_header_clock(self) -> None:
+        self._disarm_header_clock()
+        self._header_clock = self.loop.call_later(self.header_timeout_s, self._header_timed_out)
+
+    def _disarm_header_clock(self) -> None:
+        clock = getattr(self, "_header_clock", None)
+        if clock is not None:
+            clock.cancel()
+            self._header_clock = None
+
+    def _header_timed_out(self) -> None:
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            log.info("closing a connection whose request header did not complete in %g s", self.header_timeout_s)
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._disarm_header_clock()  # a whole request header arrived
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm_header_clock()  # the next request on this connection gets the same clock
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_clock()
+        super().connection_lost(exc)
+
+
+class _SlowClientError(Exception):
+    pass
+
+
+class SendTimeoutMiddleware:
+    """A response whose client has taken nothing for `timeout_s` is abandoned and its connection closed."""
+
+    def __init__(self, app: ASGIApp, timeout_s: float) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def timed_send(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), self.timeout_s)
+            except TimeoutError:
+                raise _SlowClientError from None
+
+        try:
+            await self.app(scope, receive, timed_send)
+        except Exception as exc:
+            if not _only_slow_clients(exc):
+                raise
+            log.info("cut a client of %s that took nothing for %g s", scope["path"], self.timeout_s)
+
+
+def _only_slow_clients(exc: BaseException) -> bool:
+    """True for our timeout, also when a task group wrapped it in an exception group."""
+    inner = getattr(exc, "exceptions", None)
+    if inner is not None:
+        return all(_only_slow_clients(e) for e in inner)
+    return isinstance(exc, _SlowClientError)
+
+
+class EdgeServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.edge_app = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            log.info("stopping: ending client streams, then releasing cameras and accelerators")
+            shutdown = getattr(self.edge_app.state, "shutdown", None)
+            if shutdown is not None:
+                shutdown.set()
+            self.edge_app.state.manager.begin_stop()
+        super().handle_exit(sig, frame)
+
+
+def make_server(app: FastAPI, config: ServiceConfig, log_level: str) -> EdgeServer:
+    server = config.server
+    protocol = type("Protocol", (GuardedH11Protocol,), {"header_timeout_s": server.header_timeout_s})
+    uvicorn_config = uvicorn.Config(
+        app,
+        host=server.host,
+        port=server.port,
+        log_level=log_level,
+        access_log=False,
+        http=protocol,
+        limit_concurrency=server.max_connections,
+        timeout_keep_alive=server.keep_alive_timeout_s,
+        timeout_graceful_shutdown=server.shutdown_timeout_s,
+    )
+    return EdgeServer(uvicorn_config, app)
