@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from edge.bench import PairResult
+from edge.secrets import mask_text
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -26,7 +27,7 @@ def summary(result: PairResult) -> dict[str, Any]:
         "frames": len(result.timings),
         "reference": result.reference,
         "status": "ok" if result.ok else "not run",
-        "reason": result.reason,
+        "reason": None if result.reason is None else mask_text(result.reason),
     }
     if not result.ok:
         return row

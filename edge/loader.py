@@ -12,7 +12,7 @@ from backends.tflite_backend import is_edgetpu_model
 from edge.detector import Detector
 from edge.errors import EdgeError
 from edge.settings import Settings, get_settings
-from models.download import Progress, cached_path, is_cached, pull
+from models.download import Progress, check_cached, is_cached, pull
 from models.overrides import SpecOverrides, load_sidecar, sidecar_path
 from models.registry import REGISTRY, entry_for_engine, get_entry
 from models.resolve import ModelIO, resolve_spec
@@ -72,7 +72,7 @@ def locate_model(model: str, settings: Settings, progress: Progress | None = Non
         entry = get_entry(model)
         if not is_cached(entry, settings.model_cache):
             pull(entry, settings.model_cache, settings.model_mirror, progress)
-        return model, cached_path(entry, settings.model_cache)
+        return model, check_cached(entry, settings.model_cache)  # a few ms of sha256 against a swapped file
     path = Path(model).expanduser()
     if path.is_file():
         return path.stem, path

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -16,6 +18,7 @@ from models.errors import ModelError
 from models.registry import RegistryEntry, RegistryFile
 
 CHUNK = 1 << 20
+CACHED_MODE = 0o644
 Progress = Callable[[str, int, int | None], None]  # (file, bytes so far, total or None)
 
 
@@ -76,13 +79,35 @@ def _open(source: str) -> tuple[BinaryIO, int | None]:
     return response, int(length) if length and length.isdigit() else None
 
 
+@contextlib.contextmanager
+def _download_lock(target: Path) -> Iterator[None]:
+    """One download of a file at a time across processes; whoever holds it may remove stale partial files."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _remove_partial_files(target: Path) -> None:
+    """`.part` files left by a download that was killed (SIGKILL, power cut): nobody else writes them now."""
+    for stale in target.parent.glob(f".{target.name}.*.part"):
+        stale.unlink(missing_ok=True)
+
+
 def fetch_file(file: RegistryFile, cache_dir: Path, mirror: str | None, progress: Progress | None = None) -> Path:
     """Copy one file into the cache. It appears under its final name only once its sha256 matched."""
     target = cache_dir / file.path
-    if target.is_file() and sha256_of(target) == file.sha256:
-        return target
-    source = _source_for(file, mirror)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    with _download_lock(target):
+        _remove_partial_files(target)
+        if target.is_file() and sha256_of(target) == file.sha256:
+            return target
+        return _download(file, target, _source_for(file, mirror), progress)
+
+
+def _download(file: RegistryFile, target: Path, source: str, progress: Progress | None) -> Path:
     reader, total = _open(source)
     digest = hashlib.sha256()
     fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
@@ -101,6 +126,7 @@ def fetch_file(file: RegistryFile, cache_dir: Path, mirror: str | None, progress
                 f"checksum mismatch for {file.path} from {source}: expected sha256 {file.sha256}, "
                 f"got {digest.hexdigest()}. The file was refused and nothing was written; check the mirror's copy"
             )
+        os.chmod(temp, CACHED_MODE)  # mkstemp makes 0600; the service may run as another user than `edge pull`
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -111,6 +137,18 @@ def fetch_file(file: RegistryFile, cache_dir: Path, mirror: str | None, progress
 def pull(entry: RegistryEntry, cache_dir: Path, mirror: str | None, progress: Progress | None = None) -> Path:
     for file in entry.files:
         fetch_file(file, cache_dir, mirror, progress)
+    return cached_path(entry, cache_dir)
+
+
+def check_cached(entry: RegistryEntry, cache_dir: Path) -> Path:
+    """The cached model file, refused if any of its files differs from the registry (swapped, corrupted)."""
+    for file in entry.files:
+        path = cache_dir / file.path
+        if sha256_of(path) != file.sha256:
+            raise ChecksumMismatchError(
+                f"the cached {path} does not match the registry's sha256 for {entry.name} (changed or corrupted); "
+                f"refusing to run it. Run `edge models pull {entry.name}` to fetch it again"
+            )
     return cached_path(entry, cache_dir)
 
 

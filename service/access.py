@@ -32,6 +32,13 @@ COOKIE = "edge_token"
 LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1", "[::1]"]
 OPEN_PATHS = {"/health/live"}
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+SIGN_IN_PAGE = """<!doctype html><meta charset="utf-8"><title>edge-inference: token needed</title>
+<body style="font: 16px system-ui; margin: 2rem; max-width: 40rem">
+<h1>This service needs its API token</h1>
+<p>Open the dashboard address that <code>edge serve</code> printed when it started (it ends in
+<code>?token=...</code>), or add <code>?token=&lt;your token&gt;</code> to this page's address.</p>
+<p>The token is in the service's configuration (<code>server.token</code>, <code>token_file</code>) or in
+<code>EDGE_TOKEN</code> / <code>EDGE_TOKEN_FILE</code>.</p></body>"""
 
 
 def is_loopback(host: str) -> bool:
@@ -161,4 +168,10 @@ class AccessMiddleware:
             await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
             return
         headers = [(b"www-authenticate", b'Bearer realm="edge"')] if status == 401 else []
+        if status == 401 and scope["path"] == "/":  # a person opening the dashboard: a page, not JSON
+            page = SIGN_IN_PAGE.encode()
+            headers += [(b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(page)).encode())]
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": page})
+            return
         await _respond(send, status, {"detail": message}, headers)

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from edge.health import service_health
 from edge.pipeline import FrameResult, StreamPipeline
 from edge.stats import STAGES
 from edge.streams import StreamManager
@@ -24,8 +25,9 @@ def _labels(pipeline: StreamPipeline) -> list[str]:
 
 
 class _StreamCollector(Collector):
-    def __init__(self, manager: StreamManager) -> None:
+    def __init__(self, manager: StreamManager, strict: bool) -> None:
         self.manager = manager
+        self.strict = strict
 
     def collect(self) -> Iterator[Metric]:
         gauges = {
@@ -38,10 +40,22 @@ class _StreamCollector(Collector):
             "frames_dropped": CounterMetricFamily("edge_frames_dropped", "Frames skipped (live)", labels=LABELS),
             "errors": CounterMetricFamily("edge_errors", "Inference or decoding errors", labels=LABELS),
             "reconnects": CounterMetricFamily("edge_source_reconnects", "Source failures reopened", labels=LABELS),
+            "stalls": CounterMetricFamily(
+                "edge_source_stalls", "Sources that delivered nothing for stall_timeout_s, reopened", labels=LABELS
+            ),
+            "restarts": CounterMetricFamily(
+                "edge_detector_restarts",
+                "Detectors reloaded after a stuck inference, or workers restarted",
+                labels=LABELS,
+            ),
+            "load_failures": CounterMetricFamily(
+                "edge_model_load_failures", "Failed model loads (each is retried with backoff)", labels=LABELS
+            ),
         }
         drops = CounterMetricFamily("edge_subscriber_drops", "Results dropped by slow subscribers", labels=LABELS)
         up = GaugeMetricFamily("edge_stream_up", "1 while the stream delivers frames", labels=LABELS)
-        ready = GaugeMetricFamily("edge_ready", "1 once every model is loaded and warmed up")
+        ready = GaugeMetricFamily("edge_ready", "1 while /health/ready answers 200")
+        status = GaugeMetricFamily("edge_health_status", "1 for the service's current status", labels=["status"])
         for pipeline in self.manager.pipelines.values():
             labels = _labels(pipeline)
             figures = pipeline.stats.snapshot()
@@ -51,18 +65,22 @@ class _StreamCollector(Collector):
                 counter.add_metric(labels, float(figures[key]))  # type: ignore[arg-type]
             drops.add_metric(labels, float(pipeline.results.dropped))
             up.add_metric(labels, 1.0 if pipeline.state == "running" else 0.0)
-        ready.add_metric([], 1.0 if self.manager.ready else 0.0)
+        health = service_health(self.manager, self.strict)
+        ready.add_metric([], 1.0 if health.ready else 0.0)
+        for name in ("starting", "ok", "degraded"):
+            status.add_metric([name], 1.0 if health.status == name else 0.0)
         yield from gauges.values()
         yield from counters.values()
         yield drops
         yield up
         yield ready
+        yield status
 
 
 class ServiceMetrics:
     """One registry per app, so several apps (tests) never share series."""
 
-    def __init__(self, manager: StreamManager) -> None:
+    def __init__(self, manager: StreamManager, strict: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "edge_stage_latency_seconds",
@@ -71,7 +89,7 @@ class ServiceMetrics:
             buckets=BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_StreamCollector(manager))
+        self.registry.register(_StreamCollector(manager, strict))
         for pipeline in manager.pipelines.values():
             pipeline.add_listener(self._observer(pipeline))
 

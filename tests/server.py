@@ -22,7 +22,9 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: list[str], log_path: Path, env: dict[str, str] | None = None, token: str | None = None
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -31,9 +33,10 @@ class Server:
             [sys.executable, "-m", "edge", "serve", *args, "--port", str(self.port), "--log-level", "info"],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **(env or {}), **({"EDGE_TOKEN": token} if token else {})},
         )
-        self.client = httpx.Client(base_url=self.base, timeout=10)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=self.base, timeout=10, headers=headers)
 
     @property
     def log(self) -> str:
@@ -73,8 +76,10 @@ class Server:
 
 
 @contextlib.contextmanager
-def running_server(args: list[str], log_path: Path, env: dict[str, str] | None = None) -> Iterator[Server]:
-    server = Server(args, log_path, env)
+def running_server(
+    args: list[str], log_path: Path, env: dict[str, str] | None = None, token: str | None = None
+) -> Iterator[Server]:
+    server = Server(args, log_path, env, token)
     try:
         yield server
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import pytest
 
@@ -55,11 +54,13 @@ def test_dashboard_shows_video_detections_latency_and_backends(tmp_path, browser
         _wait(page, f"{panel}.querySelectorAll('.detections li').length > 0")
         first_frame = page.inner_text('.panel[data-stream="main"] .frame')
         draws = int(page.get_attribute('.panel[data-stream="main"] canvas.latency-chart', "data-points"))
-        time.sleep(1.5)
-        assert page.inner_text('.panel[data-stream="main"] .frame') != first_frame  # the list keeps updating
-        assert int(page.get_attribute('.panel[data-stream="main"] canvas.latency-chart', "data-points")) > draws
+        # the list and the chart keep updating
+        _wait(page, f"document.querySelector('.panel[data-stream=\"main\"] .frame').textContent !== {first_frame!r}")
+        _wait(page, f"Number({panel}.querySelector('canvas.latency-chart').dataset.points) > {draws}")
         assert "person" in page.inner_text('.panel[data-stream="main"] .detections')
-        _wait(page, "document.querySelector('#ready').textContent === 'ready'")
+        _wait(page, "document.querySelector('#ready').textContent === 'ok'")
+        _wait(page, f"{panel}.querySelector('.state').textContent === 'running'")
+        assert page.is_hidden('.panel[data-stream="main"] .error')
         _wait(page, "document.querySelector('.panel .figures').textContent.includes('fps')")
         _wait(page, "document.querySelectorAll('#backends-table tbody tr').length === 4")
         assert "openvino" in page.inner_text("#backends-table") and page.is_hidden("#compare")
@@ -90,3 +91,43 @@ def test_compare_mode_shows_one_panel_per_backend(tmp_path, browser):
         assert "reference" in table and "tflite" in table
         page.screenshot(path=str(ARTIFACTS / "dashboard-compare.png"), full_page=True)
         page.close()
+
+
+def test_with_a_token_the_dashboard_signs_in_and_shows_a_dead_camera(tmp_path, browser):
+    """Without the token: 401. With ?token=: a cookie, then video, SSE and WebSocket all work; a dead camera's
+    state and error are shown on its panel in red, where a person looks."""
+    token = "t0ken-for-the-browser-test"
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        f"streams:\n  - id: main\n    source: {VTEST}\n    loop: true\n  - id: porch\n    source: /dev/video9\n"
+    )
+    with running_server(["--config", str(config)], tmp_path / "log", token=token) as server:
+        server.wait_until("/health/ready")
+        context = browser.new_context(viewport={"width": 1280, "height": 1000})
+        page = context.new_page()
+        refused = page.goto(server.base + "/")
+        assert refused.status == 401 and "needs its API token" in page.content()
+        assert page.goto(server.base + "/api/v1/streams").status == 401
+        page.goto(server.base + f"/?token={token}")
+        assert "token=" not in page.url  # swapped for a cookie and taken out of the address bar
+        main = "document.querySelector('.panel[data-stream=\"main\"]')"
+        _wait(page, f"{main} && {main}.querySelector('img.video').naturalWidth > 0")  # MJPEG through the cookie
+        _wait(page, f"{main}.querySelectorAll('.detections li').length > 0")  # SSE through the cookie
+        message = page.evaluate(
+            """() => new Promise((resolve, reject) => {
+                const ws = new WebSocket(`ws://${location.host}/api/v1/streams/main/ws`);
+                ws.onmessage = (e) => { resolve(JSON.parse(e.data).stream); ws.close(); };
+                ws.onerror = () => reject("websocket refused");
+            })"""
+        )
+        assert message == "main"
+        assert "edge_token" not in page.evaluate("document.cookie")  # HttpOnly: no script can read it
+        porch = "document.querySelector('.panel[data-stream=\"porch\"]')"
+        _wait(page, f"{porch}.querySelector('.state').textContent === 'reconnecting'")
+        _wait(page, f"{porch}.querySelector('.state').classList.contains('bad')")
+        _wait(page, f"!{porch}.querySelector('.error').hidden")
+        assert "camera /dev/video9 cannot be opened" in page.inner_text('.panel[data-stream="porch"] .error')
+        _wait(page, "document.querySelector('#ready').textContent === 'degraded'")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-token-dead-camera.png"), full_page=True)
+        context.close()

@@ -29,7 +29,9 @@ def test_text_around_a_url_is_never_altered():
     assert masked == "cannot open rtsp://admin:***@host/stream: the stream timed out (try tcp transport)."
     # a library that echoes the user info without the scheme is caught too
     assert mask_in("auth failed for admin:t@lk@host", url) == "auth failed for admin:***@host"
-    assert mask_text("see http://x/?pw=zz. and (rtsp://a:b@c/d), ok") == "see http://x/?pw=***. and (rtsp://a:***@c/d), ok"
+    assert (
+        mask_text("see http://x/?pw=zz. and (rtsp://a:b@c/d), ok") == "see http://x/?pw=***. and (rtsp://a:***@c/d), ok"
+    )
     plain = "no URL here: width=640, token count 3, p@ss words"
     assert mask_text(plain) is plain
 

@@ -12,6 +12,7 @@ from edge.bench import parse_backends, plan, read_frames, run_pair, score_agains
 from edge.bench_report import table, write_outputs
 from edge.cli.app import cli
 from edge.machine import describe_machine
+from edge.secrets import mask_url
 
 
 @cli.command()
@@ -58,7 +59,8 @@ def bench(
     pairs = plan(names, parse_backends(backend_list), reference)
     images = read_frames(source, frames, step)
     machine = describe_machine()
-    click.echo(f"edge bench: {len(images)} frames of {source}, {len(pairs)} pairs", err=True)
+    shown = mask_url(source)  # the table, bench.json and bench.csv never carry a stream's password
+    click.echo(f"edge bench: {len(images)} frames of {shown}, {len(pairs)} pairs", err=True)
     results = []
     with tqdm(total=len(pairs) * len(images), disable=no_progress, unit="frame", dynamic_ncols=True) as bar:
         for pair in pairs:
@@ -69,7 +71,7 @@ def bench(
             results.append(result)
     score_against_reference(results, reference)
     click.echo(table(results, machine))
-    meta = {"source": source, "frames": len(images), "machine": machine, "python": platform.python_version()}
+    meta = {"source": shown, "frames": len(images), "machine": machine, "python": platform.python_version()}
     paths = write_outputs(results, out, meta)
     click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
     if not any(r.ok for r in results):

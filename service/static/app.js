@@ -1,7 +1,12 @@
 // The dashboard: plain DOM and canvas, no build step, no network beyond this server.
 "use strict";
 
-const api = (path) => fetch(`/api/v1${path}`).then((r) => (r.ok ? r.json() : Promise.reject(r.status)));
+const api = (path) => fetch(`/api/v1${path}`).then((r) => {
+  if (r.status === 401) document.getElementById("auth").hidden = false; // no token: say what to do
+  return r.ok ? r.json() : Promise.reject(r.status);
+});
+// Stream states as a person reads them: green delivers frames, amber is on its way back, red needs a look.
+const STATE_CLASS = { running: "ok", ended: "ok", loading: "warn", connecting: "warn", reconnecting: "bad", failed: "bad", stopped: "bad" };
 const panels = new Map(); // stream id -> {root, points, dirty, last}
 const MAX_POINTS = 200;
 
@@ -67,8 +72,22 @@ function drawChart(canvas, points) {
   canvas.dataset.points = String(Number(canvas.dataset.points) + 1); // redraw count, for tests and curiosity
 }
 
+function showState(panel, stream) {
+  const badge = panel.root.querySelector(".state");
+  badge.className = `badge state ${STATE_CLASS[stream.state] || "warn"}`;
+  text(badge, stream.state);
+  const error = panel.root.querySelector(".error");
+  error.hidden = !stream.error;
+  text(error, stream.error || "");
+}
+
 async function refreshStats() {
   try {
+    const streams = await api("/streams");
+    for (const stream of streams) {
+      const panel = panels.get(stream.id);
+      if (panel) showState(panel, stream);
+    }
     const stats = await api("/stats");
     for (const [id, panel] of panels) {
       const s = stats.streams[id];
@@ -78,10 +97,10 @@ async function refreshStats() {
         `${s.state} · ${s.fps_processed.toFixed(1)} fps (in ${s.fps_in.toFixed(1)}, dropped ${s.fps_dropped.toFixed(1)}) · ` +
         `inference p50/p95 ${fmt(l.inference)} ms · end-to-end ${fmt(l.end_to_end)} ms`);
     }
-    const ready = await fetch("/health/ready");
+    const health = await (await fetch("/health/ready")).json();
     const badge = document.getElementById("ready");
-    badge.className = `badge ${ready.ok ? "ok" : "bad"}`;
-    text(badge, ready.ok ? "ready" : "loading");
+    badge.className = `badge ${{ ok: "ok", degraded: "bad" }[health.status] || "warn"}`;
+    text(badge, health.status);
   } catch (err) { /* the server may be restarting; try again on the next tick */ }
 }
 
@@ -118,6 +137,7 @@ async function showBackends() {
 async function start() {
   const streams = await api("/streams");
   streams.forEach(addPanel);
+  streams.forEach((s) => showState(panels.get(s.id), s));
   const groups = await api("/compare");
   if (groups.length) {
     document.getElementById("compare").hidden = false;
