@@ -1,0 +1,93 @@
+"""Access control: the token, the cookie a browser gets for it, the Host header, cross-site Origins, CORS."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.websockets import WebSocketDisconnect
+
+from edge.config import ServerConfig
+from edge.errors import EdgeError
+from edge.settings import Settings
+from service.access import AccessPolicy
+from tests.inprocess import app_client, service_config
+
+TOKEN = "s3cret-token-for-tests"
+WS = "/api/v1/streams/main/ws"
+
+
+def test_without_the_token_every_route_but_live_is_401():
+    with app_client(service_config({"token": TOKEN})) as client:
+        assert client.get("/health/live").status_code == 200
+        for path in ("/api/v1/streams", "/health/ready", "/metrics", "/api/v1/stats", "/docs", "/static/app.js"):
+            answer = client.get(path)
+            assert answer.status_code == 401, path
+            assert answer.headers["www-authenticate"].startswith("Bearer")
+        assert "needs its API token" in client.get("/").text  # a page for a person, not JSON
+        assert client.get("/api/v1/streams", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert client.get("/api/v1/streams", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        assert client.get(f"/api/v1/streams?token={TOKEN}").status_code == 200  # <img>, EventSource, VLC
+        with pytest.raises(WebSocketDisconnect) as refused, client.websocket_connect(f"ws://localhost{WS}"):
+            pass  # closed before it is accepted: a real server answers the handshake with 403
+        assert refused.value.code == 1008
+        with client.websocket_connect(f"ws://localhost/api/v1/streams/main/ws?token={TOKEN}") as ws:
+            assert '"stream": "main"' in ws.receive_text()
+
+
+def test_the_dashboard_swaps_the_token_for_an_httponly_cookie():
+    with app_client(service_config({"token": TOKEN})) as client:
+        answer = client.get(f"/?token={TOKEN}", follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/"
+        cookie = answer.headers["set-cookie"]
+        assert f"edge_token={TOKEN}" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert client.get("/api/v1/streams").status_code == 200  # the client keeps the cookie, as a browser does
+        assert client.get("/").status_code == 200
+        assert client.get("/?token=wrong", follow_redirects=False).status_code == 200  # the cookie still holds
+
+
+def test_metrics_can_be_left_open_for_a_scraper():
+    with app_client(service_config({"token": TOKEN, "metrics_public": True})) as client:
+        assert client.get("/metrics").status_code == 200
+        assert client.get("/api/v1/streams").status_code == 401
+
+
+def test_foreign_hosts_and_cross_site_requests_are_refused():
+    with app_client(service_config()) as client:  # no token: loopback only, as by default
+        assert client.get("/api/v1/streams", headers={"Host": "evil.example"}).status_code == 400  # DNS rebinding
+        assert client.get("/api/v1/streams", headers={"Host": "127.0.0.1:8080"}).status_code == 200
+        evil = {"Origin": "http://evil.example"}
+        # a page elsewhere can neither post to /detect (a cross-site form) nor open the WebSocket
+        assert client.post("/api/v1/detect", content=b"x", headers=evil).status_code == 403
+        with (
+            pytest.raises(WebSocketDisconnect) as refused,
+            client.websocket_connect("ws://localhost/api/v1/streams/main/ws", headers=evil),
+        ):
+            pass
+        assert refused.value.code == 1008
+        same = client.post("/api/v1/detect", content=b"", headers={"Origin": "http://localhost"})
+        assert same.status_code == 400  # allowed through; refused only for its empty body
+        plain = client.get("/api/v1/streams", headers=evil)
+        assert plain.status_code == 200 and "access-control-allow-origin" not in plain.headers  # CORS off
+
+
+def test_cors_when_configured():
+    with app_client(service_config({"cors_origins": ["http://grafana.lan"]})) as client:
+        answer = client.get("/api/v1/streams", headers={"Origin": "http://grafana.lan"})
+        assert answer.headers["access-control-allow-origin"] == "http://grafana.lan"
+        assert client.post("/api/v1/detect", content=b"", headers={"Origin": "http://grafana.lan"}).status_code == 400
+
+
+def test_where_the_token_comes_from_and_when_one_is_made(tmp_path):
+    settings = Settings(token=None, token_file=None)
+    loopback = AccessPolicy.from_config(ServerConfig(), settings)
+    assert loopback.token is None and "localhost" in loopback.allowed_hosts and "*" not in loopback.allowed_hosts
+    open_lan = AccessPolicy.from_config(ServerConfig(host="0.0.0.0"), settings)
+    assert open_lan.generated and len(open_lan.token or "") >= 32 and open_lan.allowed_hosts == ("*",)
+    assert AccessPolicy.from_config(ServerConfig(host="0.0.0.0", allow_no_token=True), settings).token is None
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file\n")
+    assert AccessPolicy.from_config(ServerConfig(token_file=token_file), settings).token == "from-a-file"
+    assert AccessPolicy.from_config(ServerConfig(), Settings(token="from-env")).token == "from-env"
+    assert AccessPolicy.from_config(ServerConfig(token="config-wins"), Settings(token="env")).token == "config-wins"
+    with pytest.raises(EdgeError, match="cannot read the token file"):
+        AccessPolicy.from_config(ServerConfig(token_file=tmp_path / "missing"), settings)
+    assert TOKEN not in repr(AccessPolicy(token=TOKEN))  # never in a log line by accident

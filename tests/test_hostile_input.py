@@ -1,0 +1,134 @@
+"""What a hostile or careless client sends to the API: bombs, floods, oversized input. In-process route contracts."""
+
+from __future__ import annotations
+
+import io
+import struct
+import threading
+import time
+import zlib
+
+import cv2
+import numpy as np
+import psutil
+import pytest
+from PIL import Image
+
+from edge.images import ImageTooLargeError, decode_image
+from tests.conftest import VTEST
+from tests.inprocess import app_client, service_config, wait_ready
+
+
+def png_bomb(side: int) -> bytes:
+    """A real, valid 1-bit PNG of side x side pixels: tiny on disk, side*side*3 bytes once decoded to BGR."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    row = b"\0" * (1 + (side + 7) // 8)
+    packer = zlib.compressobj(9)
+    body = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
+    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+
+
+def jpeg_claiming(width: int, height: int) -> bytes:
+    """A small JPEG whose frame header claims another size (a bomb needs no pixel data to be dangerous)."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48)).save(buffer, "JPEG")
+    data = bytearray(buffer.getvalue())
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def photo_jpeg() -> bytes:
+    capture = cv2.VideoCapture(str(VTEST))
+    ok, frame = capture.read()
+    capture.release()
+    assert ok
+    return cv2.imencode(".jpg", frame)[1].tobytes()
+
+
+def test_bombs_are_refused_from_their_header_before_any_decoding():
+    for data, name in [(png_bomb(30000), "bomb.png"), (jpeg_claiming(60000, 60000), "bomb.jpg")]:
+        rss = psutil.Process().memory_info().rss
+        with pytest.raises(ImageTooLargeError, match="megapixel limit"):
+            decode_image(data, name)
+        assert psutil.Process().memory_info().rss - rss < 50 * 2**20  # decoding would take gigabytes
+    # the limit is a setting: a real 768x576 frame passes a 0.5 MP limit, not a 0.4 MP one
+    frame = cv2.imencode(".png", np.zeros((576, 768, 3), np.uint8))[1].tobytes()
+    assert decode_image(frame, "frame.png", max_pixels=500_000).shape == (576, 768, 3)
+    with pytest.raises(ImageTooLargeError, match="768x576"):
+        decode_image(frame, "frame.png", max_pixels=400_000)
+
+
+def test_the_api_answers_bombs_and_bad_bodies_with_4xx_messages(photo_jpeg):
+    with app_client(service_config({"max_upload_mb": 2})) as client:
+        wait_ready(client)
+        bomb = client.post("/api/v1/detect", content=png_bomb(30000), headers={"Content-Type": "image/png"})
+        assert bomb.status_code == 413 and "megapixel limit" in bomb.json()["detail"]
+        multipart = client.post("/api/v1/detect", files={"image": ("x.jpg", jpeg_claiming(65000, 65000))})
+        assert multipart.status_code == 413 and "x.jpg" in multipart.json()["detail"]
+        for body, status, fragment in [
+            (b"", 400, "empty"),
+            (photo_jpeg[: len(photo_jpeg) // 2], 415, "truncated"),
+            (b"GIF89a not really", 415, "not a readable image"),
+            (b"\0" * 2_500_000, 413, "2 MB limit"),
+        ]:
+            answer = client.post("/api/v1/detect", content=body)
+            assert answer.status_code == status and fragment in answer.json()["detail"], answer.text
+        no_file = client.post("/api/v1/detect", data={"field": "value"}, files={"x": ("", b"")})
+        assert no_file.status_code in (400, 415) and "Traceback" not in no_file.text
+        broken = client.post(
+            "/api/v1/detect", content=b"--zz\r\nbroken", headers={"Content-Type": "multipart/form-data; boundary=zz"}
+        )
+        assert broken.status_code == 400 and "multipart" in broken.json()["detail"]
+        good = client.post("/api/v1/detect", files={"image": ("frame.jpg", photo_jpeg)})
+        assert good.status_code == 200 and any(d["label"] == "person" for d in good.json()["detections"])
+
+
+def _post_in_thread(client, data: bytes, results: list) -> threading.Thread:
+    thread = threading.Thread(target=lambda: results.append(client.post("/api/v1/detect", content=data)))
+    thread.start()
+    return thread
+
+
+def test_uploads_run_off_the_event_loop_and_a_full_queue_answers_503(photo_jpeg):
+    config = service_config({"upload_workers": 1, "upload_queue": 1})
+    with app_client(config) as client:
+        wait_ready(client)
+        lock = client.app.state.uploads.lock("main")
+        gate = client.app.state.upload_gate
+        results: list = []
+        with lock:  # the stream's upload detector is busy: uploads wait in their worker thread
+            first = _post_in_thread(client, photo_jpeg, results)
+            deadline = time.monotonic() + 60
+            while gate.active < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            # the event loop still answers while an upload is being worked on
+            assert client.get("/api/v1/streams").status_code == 200
+            second = _post_in_thread(client, photo_jpeg, results)
+            while gate.waiting < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            refused = client.post("/api/v1/detect", content=photo_jpeg)
+            assert refused.status_code == 503 and refused.headers["Retry-After"].isdigit()
+            assert "busy" in refused.json()["detail"] and first.is_alive() and second.is_alive()
+        first.join(60)
+        second.join(60)
+    assert [r.status_code for r in results] == [200, 200]  # nothing that was accepted is lost
+    assert gate.refused == 1
+
+
+def test_error_messages_quote_bounded_input():
+    with app_client(service_config()) as client:
+        long_id = "x" * 60_000
+        missing = client.get(f"/api/v1/streams/{long_id}/detections/latest")
+        assert missing.status_code == 404 and len(missing.content) < 400 and "60000 characters" in missing.text
+        invalid = client.get(f"/api/v1/streams/main/video.mjpg?fps={'9' * 60_000}")
+        assert invalid.status_code == 422 and len(invalid.content) < 1000
+        unknown_detect = client.post(f"/api/v1/detect?stream={long_id}", content=b"x")
+        assert unknown_detect.status_code == 404 and len(unknown_detect.content) < 400
