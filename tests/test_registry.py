@@ -71,7 +71,7 @@ def test_checksum_mismatch_is_refused_and_leaves_nothing(tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(ChecksumMismatchError, match="checksum mismatch"):
         pull(get_entry("yolox-nano"), cache, str(mirror))
-    assert not any(p.is_file() for p in cache.rglob("*"))
+    assert not any(p.is_file() and not p.name.endswith(".lock") for p in cache.rglob("*"))  # only the lock stays
     proc = run_edge("models", "pull", "yolox-nano", "--cache", str(cache), "--mirror", str(mirror))
     assert proc.returncode == 1 and proc.stderr.startswith("error: checksum mismatch")
     assert "Traceback" not in proc.stderr
@@ -97,3 +97,31 @@ def test_detect_pulls_a_registry_model_on_first_use(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (cache / get_entry("ssd-mobilenet-v2").model_file.path).is_file()
     assert "cat" in [d["label"] for d in json.loads(proc.stdout)["detections"]]
+
+
+def test_a_swapped_cached_model_is_refused_when_loaded(tmp_path):
+    cache = tmp_path / "cache"
+    env = {"EDGE_MODEL_CACHE": str(cache), "EDGE_MODEL_MIRROR": str(MODELS)}
+    photo = MODELS.parent / "media"
+    image = next(p for p in sorted(photo.iterdir()) if p.suffix.lower() in (".jpg", ".png"))
+    assert run_edge("detect", str(image), "-m", "yolox-nano", "--json", env=env).returncode == 0
+    cached = cache / get_entry("yolox-nano").model_file.path
+    assert cached.stat().st_mode & 0o777 == 0o644  # readable by a service running as another user
+    shutil.copy(MODELS / "onnx" / "nanodet_m.onnx", cached)  # another valid model under the registry's name
+    proc = run_edge("detect", str(image), "-m", "yolox-nano", "--json", env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "does not match the registry's sha256" in proc.stderr and "edge models pull yolox-nano" in proc.stderr
+    assert run_edge("models", "pull", "yolox-nano", env=env).returncode == 0  # the advice works
+    assert sha256_of(cached) == get_entry("yolox-nano").model_file.sha256
+
+
+def test_partial_files_left_by_a_killed_pull_are_removed(tmp_path):
+    cache = tmp_path / "cache"
+    folder = cache / "onnx"
+    folder.mkdir(parents=True)
+    stale = [folder / ".yolox_nano.onnx.abc123.part", folder / ".yolox_nano.onnx.zz9.part"]
+    for path in stale:
+        path.write_bytes(b"half a download")
+    pull(get_entry("yolox-nano"), cache, str(MODELS))
+    assert not any(path.exists() for path in stale)
+    assert (folder / "yolox_nano.onnx").is_file()

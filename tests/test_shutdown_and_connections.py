@@ -1,0 +1,101 @@
+"""A real server on loopback: SIGTERM with viewers connected, and clients that try to hold it."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+
+import httpx
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from tests.conftest import VTEST
+from tests.server import running_server
+from tests.test_watchdogs import wait_for
+
+
+def _sse_client(port: int, started: threading.Event, lines: list[bytes]) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /api/v1/streams/main/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        while chunk := sock.recv(65536):
+            lines.append(chunk)
+            started.set()
+
+
+def test_sigterm_with_mjpeg_sse_and_websocket_clients_exits_promptly(tmp_path):
+    with running_server(["--source", str(VTEST), "--loop"], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        mjpeg = httpx.stream("GET", f"{server.base}/api/v1/streams/main/video.mjpg", timeout=60)
+        response = mjpeg.__enter__()
+        assert next(response.iter_bytes()).startswith(b"--frame")
+        sse_started, sse_data = threading.Event(), []
+        sse = threading.Thread(target=_sse_client, args=(server.port, sse_started, sse_data), daemon=True)
+        sse.start()
+        assert sse_started.wait(60)
+        with connect(f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws", open_timeout=60) as websocket:
+            assert '"stream": "main"' in websocket.recv(timeout=60)
+            sent = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            returncode = server.process.wait(60)  # uvicorn alone would wait for these clients forever
+            elapsed = time.monotonic() - sent
+            closed_with = None
+            try:
+                while True:
+                    websocket.recv(timeout=30)
+            except ConnectionClosed as exc:
+                closed_with = exc.rcvd.code if exc.rcvd else None
+        sse.join(30)
+        mjpeg.__exit__(None, None, None)
+        log = server.log
+    print(f"SIGTERM with MJPEG, SSE and WebSocket clients: exited in {elapsed:.2f} s")
+    # uvicorn re-raises the signal once it has shut down cleanly, so the exit reads as "terminated by SIGTERM"
+    assert returncode in (0, -signal.SIGTERM) and not sse.is_alive()
+    # a close frame, not a dropped socket: 1001 "going away" from the stream's end, or 1012 "service restart" from
+    # uvicorn if it gets there first; both tell a client to reconnect later
+    assert closed_with in (1001, 1012)
+    assert "cameras and accelerators released" in log and "Traceback" not in log
+
+
+def test_clients_cannot_hold_the_service(tmp_path):
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        "server:\n  header_timeout_s: 1\n  send_timeout_s: 2\n  max_clients_per_stream: 2\n"
+        f"streams:\n  - id: main\n    source: {VTEST}\n    loop: true\n    pace: false\n"
+    )
+    with running_server(["--config", str(config)], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        # half a request header, then silence: closed by the header clock, not held forever
+        half = socket.create_connection(("127.0.0.1", server.port))
+        half.sendall(b"GET /api/v1/streams HTTP/1.1\r\nHost: local")
+        half.settimeout(60)
+        assert half.recv(1024) == b""
+        half.close()
+
+        # a viewer that never reads is cut once the kernel's buffers are full and send_timeout_s passes
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", server.port))
+        stalled.sendall(b"GET /api/v1/streams/main/video.mjpg?fps=60&quality=100 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        subscribers = lambda: server.client.get("/api/v1/streams").json()[0]["subscribers"]  # noqa: E731
+        wait_for(lambda: subscribers() == 1, "the stalled viewer to subscribe")
+        wait_for(lambda: subscribers() == 0, "the stalled viewer to be cut", timeout=180, every=0.5)
+        stalled.close()
+
+        # at most max_clients_per_stream streaming clients per stream; the next one is told to come back
+        with (
+            server.client.stream("GET", "/api/v1/streams/main/events") as first,
+            server.client.stream("GET", "/api/v1/streams/main/events") as second,
+        ):
+            assert first.status_code == second.status_code == 200
+            third = server.client.get("/api/v1/streams/main/video.mjpg")
+            assert third.status_code == 503 and third.headers["Retry-After"].isdigit()
+            assert "max_clients_per_stream" in third.json()["detail"]
+
+        def slot_free() -> bool:
+            with server.client.stream("GET", "/api/v1/streams/main/video.mjpg") as again:
+                return again.status_code == 200
+
+        wait_for(slot_free, "the slots to be given back once those clients left")
+        assert server.client.get("/health/live").status_code == 200

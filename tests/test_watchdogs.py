@@ -1,0 +1,181 @@
+"""Nobody is watching: a stalled camera is reopened, a missing model is retried, a stuck detector is reloaded.
+
+Every wait is for a condition with a generous deadline; nothing here depends on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from edge.loader import DetectorConfig, load_detector
+from edge.pipeline import StreamPipeline
+from edge.sources import open_source
+from edge.watchdog import Watchdog
+from tests.conftest import MODELS, VTEST
+from tests.inprocess import SSD_ONNX
+from tests.server import running_server
+
+
+def wait_for(condition, what: str, timeout: float = 90, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(every)
+
+
+class StallingCamera(BaseHTTPRequestHandler):
+    """An HTTP camera whose first answer stops mid-stream with the socket left open; later ones wait for `hold`."""
+
+    hold: threading.Event
+    requests = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        type(self).requests += 1
+        first = type(self).requests == 1
+        data = VTEST.read_bytes()
+        if not first:
+            self.hold.wait(120)
+        self.send_response(200)
+        self.send_header("Content-Type", "video/x-msvideo")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            if first:
+                self.wfile.write(data[:600_000])
+                self.wfile.flush()
+                self.hold.wait(120)  # says nothing more, and keeps the connection open
+            else:
+                self.wfile.write(data)
+        except OSError:
+            pass  # the reader was abandoned and has gone
+
+
+@pytest.fixture()
+def stalling_camera():
+    handler = type("Camera", (StallingCamera,), {"hold": threading.Event(), "requests": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}", handler
+    handler.hold.set()
+    server.shutdown()
+
+
+def test_a_camera_that_goes_silent_is_declared_stalled_reopened_and_reported(tmp_path, stalling_camera):
+    address, camera = stalling_camera
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        f"streams:\n  - id: door\n    source: http://viewer:s3cr3tpw@{address}/cam.avi\n    stall_timeout_s: 2\n"
+        f"    model: {SSD_ONNX}\n"
+    )
+    with running_server(["--config", str(config)], tmp_path / "log") as server:
+        server.wait_until("/health/live")
+        streams = "/api/v1/streams"
+        wait_for(lambda: server.client.get(streams).json()[0]["frame_age_s"] is not None, "first frames")
+
+        def stalled():
+            stream = server.client.get(streams).json()[0]
+            return stream if stream["state"] == "reconnecting" and "stalled" in (stream["error"] or "") else None
+
+        stream = wait_for(stalled, "the stall to be declared")
+        assert "no frame for" in stream["error"] and stream["last_error_at"] is not None
+        latest = server.client.get("/api/v1/streams/door/detections/latest")
+        assert latest.status_code == 503 and "reconnecting" in latest.json()["detail"]  # no stale frame as news
+        ready = server.client.get("/health/ready")
+        assert ready.status_code == 200 and ready.json()["status"] == "degraded"  # the rule: degraded, not down
+        door = ready.json()["streams"]["door"]
+        assert door["up"] is False and door["stalls"] >= 1 and door["frame_age_s"] > 0
+        assert 'edge_stream_up{backend="onnx' in server.client.get("/metrics").text
+        camera.hold.set()  # the camera answers again
+
+        def recovered():
+            stream = server.client.get(streams).json()[0]
+            return stream if stream["state"] == "running" and stream["error"] is None else None
+
+        stream = wait_for(recovered, "frames to flow again")
+        assert "stalled" in stream["last_error"]  # kept, with its time, for whoever looks later
+        wait_for(lambda: server.client.get("/api/v1/streams/door/detections/latest").status_code == 200, "fresh")
+        assert wait_for(lambda: server.client.get("/health/ready").json()["status"] == "ok", "ok again")
+        stats = server.client.get("/api/v1/stats").json()["streams"]["door"]
+        texts = [server.client.get(p).text for p in (streams, "/api/v1/stats", "/metrics", "/health/ready")]
+    assert stats["stalls"] >= 1 and stats["reconnects"] >= 1 and camera.requests >= 2
+    for text in [*texts, server.log]:
+        assert "s3cr3tpw" not in text
+
+
+def test_a_model_that_cannot_load_is_retried_until_it_can(tmp_path):
+    mirror, cache = tmp_path / "mirror", tmp_path / "cache"
+    (mirror / "onnx").mkdir(parents=True)  # the mirror is empty: like an accelerator not yet plugged in
+    env = {"EDGE_MODEL_MIRROR": str(mirror), "EDGE_MODEL_CACHE": str(cache)}
+    args = ["--source", str(VTEST), "--loop", "--model", "yolox-nano"]
+    photo = (MODELS.parent / "media" / "cat_720p.jpg").read_bytes()
+    with running_server(args, tmp_path / "log", env) as server:
+        server.wait_until("/health/live")
+
+        def failed():
+            body = server.client.get("/health/ready").json()
+            return body if body["streams"]["main"]["state"] == "failed" else None
+
+        body = wait_for(failed, "the load to fail")
+        assert body["status"] == "degraded" and "mirror has no" in body["streams"]["main"]["error"]
+        upload = server.client.post("/api/v1/detect", content=photo)
+        assert upload.status_code == 503 and "not loaded" in upload.json()["detail"]  # not a 500, no traceback
+        assert "retrying" in body["streams"]["main"]["error"]
+        shutil.copy(MODELS / "onnx" / "yolox_nano.onnx", mirror / "onnx" / "yolox_nano.onnx")  # it comes back
+        wait_for(lambda: server.client.get("/health/ready").json()["status"] == "ok", "the model to load", 120)
+        stats = server.client.get("/api/v1/stats").json()["streams"]["main"]
+        answer = server.client.post("/api/v1/detect", content=photo)
+        metrics = server.client.get("/metrics").text
+    assert stats["load_failures"] >= 1 and stats["frames_processed"] > 0
+    assert answer.status_code == 200 and any(d["label"] == "cat" for d in answer.json()["detections"])
+    assert "edge_model_load_failures_total" in metrics
+
+
+def test_a_stuck_inference_gets_the_detector_reloaded():
+    """A hung accelerator cannot be made here: the first real detector's engine blocks inside its run call."""
+    loaded, unblock = [], threading.Event()
+
+    def loader(buffers: int):
+        detector = load_detector(DetectorConfig(SSD_ONNX, buffers=buffers))
+        if not loaded:  # the first detector hangs on its first frame after warm-up, like a wedged USB device
+            run, calls = detector.backend.run, []
+
+            def hanging_run(tensor):
+                calls.append(1)
+                if len(calls) > 1:
+                    unblock.wait(120)
+                return run(tensor)
+
+            detector.backend.run = hanging_run  # type: ignore[method-assign]
+            detector.backend.close = functools.partial(closed.append, "first")  # type: ignore[method-assign]
+        loaded.append(detector)
+        return detector
+
+    closed: list[str] = []
+    pipeline = StreamPipeline("stuck", open_source(str(VTEST)), loader, pace=False, loop=True, inference_timeout_s=1.0)
+    watchdog = Watchdog(lambda: [pipeline], period_s=0.2)
+    pipeline.start()
+    watchdog.start()
+    try:
+        wait_for(lambda: pipeline.stats.restarts >= 1, "the watchdog to give up on the stuck detector")
+        assert "detector is stuck" in (pipeline.last_error or "")
+        processed = wait_for(lambda: pipeline.stats.frames_processed, "frames from the reloaded detector")
+        wait_for(lambda: pipeline.stats.frames_processed > processed + 5, "frames to keep flowing")
+        assert len(loaded) == 2 and pipeline.state == "running" and pipeline.error is None
+        assert closed == []  # the stuck engine is never closed under its own thread
+        unblock.set()  # the wedged call finally returns: its thread frees that detector and leaves
+        wait_for(lambda: closed == ["first"], "the abandoned detector to be closed by its own thread")
+    finally:
+        watchdog.stop()
+        pipeline.stop()
