@@ -2,44 +2,18 @@
 
 from __future__ import annotations
 
-import io
-import struct
 import threading
 import time
-import zlib
 
 import cv2
 import numpy as np
 import psutil
 import pytest
-from PIL import Image
 
+from benchmarks.hostile import jpeg_claiming, png_bomb
 from edge.images import ImageTooLargeError, decode_image
 from tests.conftest import VTEST
 from tests.inprocess import app_client, service_config, wait_ready
-
-
-def png_bomb(side: int) -> bytes:
-    """A real, valid 1-bit PNG of side x side pixels: tiny on disk, side*side*3 bytes once decoded to BGR."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    row = b"\0" * (1 + (side + 7) // 8)
-    packer = zlib.compressobj(9)
-    body = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
-    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
-
-
-def jpeg_claiming(width: int, height: int) -> bytes:
-    """A small JPEG whose frame header claims another size (a bomb needs no pixel data to be dangerous)."""
-    buffer = io.BytesIO()
-    Image.new("RGB", (64, 48)).save(buffer, "JPEG")
-    data = bytearray(buffer.getvalue())
-    sof = data.find(b"\xff\xc0")
-    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
-    return bytes(data)
 
 
 @pytest.fixture(scope="module")

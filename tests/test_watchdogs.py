@@ -9,10 +9,10 @@ import functools
 import shutil
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from benchmarks.hostile import serve_stalling_camera
 from edge.loader import DetectorConfig, load_detector
 from edge.pipeline import StreamPipeline
 from edge.sources import open_source
@@ -32,43 +32,11 @@ def wait_for(condition, what: str, timeout: float = 90, every: float = 0.1):
         time.sleep(every)
 
 
-class StallingCamera(BaseHTTPRequestHandler):
-    """An HTTP camera whose first answer stops mid-stream with the socket left open; later ones wait for `hold`."""
-
-    hold: threading.Event
-    requests = 0
-
-    def log_message(self, *args):
-        pass
-
-    def do_GET(self):
-        type(self).requests += 1
-        first = type(self).requests == 1
-        data = VTEST.read_bytes()
-        if not first:
-            self.hold.wait(120)
-        self.send_response(200)
-        self.send_header("Content-Type", "video/x-msvideo")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        try:
-            if first:
-                self.wfile.write(data[:600_000])
-                self.wfile.flush()
-                self.hold.wait(120)  # says nothing more, and keeps the connection open
-            else:
-                self.wfile.write(data)
-        except OSError:
-            pass  # the reader was abandoned and has gone
-
-
 @pytest.fixture()
 def stalling_camera():
-    handler = type("Camera", (StallingCamera,), {"hold": threading.Event(), "requests": 0})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}", handler
-    handler.hold.set()
+    address, camera, server = serve_stalling_camera(VTEST)
+    yield address, camera
+    camera.hold.set()
     server.shutdown()
 
 
@@ -134,6 +102,7 @@ def test_a_model_that_cannot_load_is_retried_until_it_can(tmp_path):
         assert "retrying" in body["streams"]["main"]["error"]
         shutil.copy(MODELS / "onnx" / "yolox_nano.onnx", mirror / "onnx" / "yolox_nano.onnx")  # it comes back
         wait_for(lambda: server.client.get("/health/ready").json()["status"] == "ok", "the model to load", 120)
+        server.wait_for_frames("main", 1)
         stats = server.client.get("/api/v1/stats").json()["streams"]["main"]
         answer = server.client.post("/api/v1/detect", content=photo)
         metrics = server.client.get("/metrics").text
