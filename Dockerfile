@@ -25,7 +25,7 @@ USER 10001
 WORKDIR /var/lib/edge
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/health/ready', timeout=4).status != 200)"]
+    CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/health/live', timeout=4).status != 200)"]
 # Inside a container, binding all interfaces is what makes the published port reachable.
 ENTRYPOINT ["edge", "serve", "--host", "0.0.0.0", "--port", "8080"]
 CMD ["--config", "/etc/edge/streams.yaml"]

@@ -55,7 +55,7 @@ class ServerConfig(BaseModel):
     # Access control. A token (here, in token_file, or EDGE_TOKEN / EDGE_TOKEN_FILE) protects every route but
     # /health/live. Listening beyond loopback without one makes a random token, printed in the start-up URL,
     # unless allow_no_token says that an open service is really wanted.
-    token: SecretStr | None = None
+    token: SecretStr | None = Field(default=None, min_length=8)
     token_file: Path | None = None
     allow_no_token: bool = False
     metrics_public: bool = False  # true: /metrics answers a scraper without the token

@@ -5,6 +5,7 @@
 - degraded: anything else: a source reconnecting or stalled, a model that failed and is being retried, a detector
   being reloaded. Ready answers 200 while degraded (the service still works: other streams, /detect, the API), and 503
   in strict mode, where ready means "every stream delivers frames".
+- down: no stream delivers frames and no model is loaded: nothing can be detected at all; ready is 503.
 Live is 503 only when the process itself is unsound: the watchdog or a stream's worker threads are dead.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 from edge.streams import StreamManager
 
-Status = Literal["starting", "ok", "degraded"]
+Status = Literal["starting", "ok", "degraded", "down"]
 UP_STATES = ("running", "ended")
 
 
@@ -31,12 +32,14 @@ class ServiceHealth:
 def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
     streams: dict[str, dict[str, Any]] = {}
     starting = False
-    all_up = True
+    all_up, any_up, any_model = True, False, False
     live = manager.watchdog.alive
     for stream_id, pipeline in manager.pipelines.items():
         health = pipeline.health()
         up = health.state in UP_STATES
         all_up &= up
+        any_up |= up
+        any_model |= pipeline.ready
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
         live &= health.workers_alive
         streams[stream_id] = {
@@ -44,6 +47,6 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
             "up": up,
             "fps": pipeline.stats.snapshot()["fps_processed"],
         }
-    status: Status = "starting" if starting else "ok" if all_up else "degraded"
+    status: Status = "starting" if starting else "ok" if all_up else "degraded" if any_up or any_model else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
     return ServiceHealth(status, ready, live, strict, streams)

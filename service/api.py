@@ -374,7 +374,7 @@ def live(request: Request) -> JSONResponse:
 @router.get(
     "/health/ready",
     response_model=Health,
-    summary="Can the service do its job: ok, degraded (200 unless strict_ready) or starting (503)",
+    summary="Can the service do its job: ok, degraded (200 unless strict_ready), starting or down (503)",
     responses={503: {"model": Health}},
 )
 def ready(request: Request) -> JSONResponse:

@@ -67,7 +67,7 @@ class _StreamCollector(Collector):
             up.add_metric(labels, 1.0 if pipeline.state == "running" else 0.0)
         health = service_health(self.manager, self.strict)
         ready.add_metric([], 1.0 if health.ready else 0.0)
-        for name in ("starting", "ok", "degraded"):
+        for name in ("starting", "ok", "degraded", "down"):
             status.add_metric([name], 1.0 if health.status == name else 0.0)
         yield from gauges.values()
         yield from counters.values()

@@ -96,7 +96,8 @@ def test_a_model_that_cannot_load_is_retried_until_it_can(tmp_path):
             return body if body["streams"]["main"]["state"] == "failed" else None
 
         body = wait_for(failed, "the load to fail")
-        assert body["status"] == "degraded" and "mirror has no" in body["streams"]["main"]["error"]
+        assert body["status"] == "down" and "mirror has no" in body["streams"]["main"]["error"]
+        assert server.client.get("/health/ready").status_code == 503  # its only model is missing: nothing works
         upload = server.client.post("/api/v1/detect", content=photo)
         assert upload.status_code == 503 and "not loaded" in upload.json()["detail"]  # not a 500, no traceback
         assert "retrying" in body["streams"]["main"]["error"]

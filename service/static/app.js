@@ -99,7 +99,7 @@ async function refreshStats() {
     }
     const health = await (await fetch("/health/ready")).json();
     const badge = document.getElementById("ready");
-    badge.className = `badge ${{ ok: "ok", degraded: "bad" }[health.status] || "warn"}`;
+    badge.className = `badge ${{ ok: "ok", degraded: "bad", down: "bad" }[health.status] || "warn"}`;
     text(badge, health.status);
   } catch (err) { /* the server may be restarting; try again on the next tick */ }
 }

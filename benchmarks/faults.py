@@ -1,0 +1,375 @@
+"""The fault and bad-input matrix: each case against a real `edge serve` on loopback, with the service watched.
+
+    python -m benchmarks.faults            (about two minutes; prints a Markdown table for RELIABILITY.md)
+
+For every case: what the client or the operator got, the p95 of `GET /api/v1/streams` polled every 20 ms
+while the case ran (is the service still answering?), the server's RSS before and after, and anything lost.
+Recovery times are measured from the fault's end to the first new detection. Traffic goes to loopback only.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from benchmarks.common import MODELS, SHARED, VTEST, machine, pct
+from benchmarks.hostile import jpeg_claiming, png_bomb, serve_stalling_camera
+
+PHOTO = SHARED / "media" / "kite_and_cold.jpg"  # a real 1.4 MB photo
+SSD = str(MODELS / "onnx" / "ssd_mobilenet_v2_coco_quant_postprocess.onnx")
+MIB = 2**20
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Served:
+    """`edge serve` in a child process, as a user runs it."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, token: str | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile(prefix="edge-faults-", suffix=".log", delete=False)  # noqa: SIM115
+        extra = {"EDGE_TOKEN": token} if token else {}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "edge", "serve", *args, "--port", str(self.port)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {}), **extra},
+        )
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=self.base, timeout=30, headers=headers)
+        self.ps = psutil.Process(self.process.pid)
+
+    def wait(self, condition: Callable[[], bool], timeout: float = 120) -> float:
+        start = time.monotonic()
+        while not condition():
+            if time.monotonic() - start > timeout:
+                raise RuntimeError(f"timed out; server log: {Path(self.log.name).read_text()[-2000:]}")
+            time.sleep(0.02)
+        return time.monotonic() - start
+
+    def answers(self, path: str, status: int = 200) -> bool:
+        try:
+            return self.client.get(path).status_code == status
+        except httpx.TransportError:
+            return False
+
+    def stream(self, stream_id: str = "main") -> dict:
+        return next(s for s in self.client.get("/api/v1/streams").json() if s["id"] == stream_id)
+
+    def frames(self, stream_id: str = "main") -> int:
+        return int(self.client.get("/api/v1/stats").json()["streams"][stream_id]["frames_processed"])
+
+    def rss_mib(self) -> float:
+        return self.ps.memory_info().rss / MIB
+
+    def fds(self) -> int:
+        return self.ps.num_fds()
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.log.close()
+
+
+class Probe:
+    """`GET /api/v1/streams` every 20 ms on its own connection, for the answer times while a case runs."""
+
+    def __init__(self, base: str, headers: dict[str, str] | None = None) -> None:
+        self.base, self.headers = base, headers or {}
+        self.times: list[float] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.base, timeout=60, headers=self.headers) as client:
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    ok = client.get("/api/v1/streams").status_code == 200
+                except httpx.TransportError:
+                    ok = False
+                self.times.append((time.perf_counter() - t0) * 1e3)
+                self.failures += not ok
+                self._stop.wait(0.02)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def summary(self) -> str:
+        fails = f", {self.failures} failed" if self.failures else ""
+        return f"{pct(self.times, 95):.0f} (max {max(self.times, default=0):.0f}{fails})"
+
+
+@dataclass
+class Row:
+    case: str
+    answer: str
+    p95_ms: str
+    rss: str
+    lost: str
+
+
+def measured(server: Served, case: str, action: Callable[[], tuple[str, str]]) -> Row:
+    rss_before = server.rss_mib()
+    t0 = time.monotonic()
+    with Probe(server.base, dict(server.client.headers)) as probe:
+        answer, lost = action()
+    print(f"  {case}: {answer} ({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
+    return Row(case, answer, probe.summary, f"{rss_before:.0f} -> {server.rss_mib():.0f}", lost)
+
+
+def post(server: Served, data: bytes, content_type: str = "application/octet-stream") -> tuple[int, float]:
+    t0 = time.perf_counter()
+    status = server.client.post("/api/v1/detect", content=data, headers={"Content-Type": content_type}).status_code
+    return status, time.perf_counter() - t0
+
+
+def upload_cases(server: Served) -> list[Row]:
+    rows = []
+    for case, data in [
+        ("PNG 30000x30000 (1-bit, 109 KB)", png_bomb(30000)),
+        ("PNG 33000x33000 (1-bit, 132 KB)", png_bomb(33000)),
+        ("JPEG header claiming 65000x65000", jpeg_claiming(65000, 65000)),
+        ("truncated JPEG (half of a 1.4 MB photo)", PHOTO.read_bytes()[: PHOTO.stat().st_size // 2]),
+        ("not an image (text)", b"hello, this is not an image" * 10),
+        ("empty body", b""),
+        ("25 MB body (limit 20 MB)", b"\0" * 25_000_000),
+    ]:
+
+        def send(data: bytes = data) -> tuple[str, str]:
+            status, seconds = post(server, data)
+            return f"{status} in {seconds:.2f} s", "-"
+
+        rows.append(measured(server, f"upload: {case}", send))
+
+    def flood() -> tuple[str, str]:
+        photo = PHOTO.read_bytes()
+        with concurrent.futures.ThreadPoolExecutor(50) as pool:
+            statuses = list(pool.map(lambda _: post(server, photo, "image/jpeg")[0], range(50)))
+        counts = {s: statuses.count(s) for s in sorted(set(statuses))}
+        other = sum(n for s, n in counts.items() if s not in (200, 503))
+        return ", ".join(f"{n}x {s}" for s, n in counts.items()), f"{other} failed (503s carry Retry-After)"
+
+    rows.append(measured(server, "upload: 50 concurrent 1.4 MB photos", flood))
+    return rows
+
+
+def connection_cases(server: Served) -> list[Row]:
+    rows = []
+
+    def long_id() -> tuple[str, str]:
+        answer = server.client.get(f"/api/v1/streams/{'x' * 60_000}/detections/latest")
+        return f"{answer.status_code}, {len(answer.content)} byte body", "-"
+
+    rows.append(measured(server, "GET with a 60 KB stream id", long_id))
+
+    def half_headers() -> tuple[str, str]:
+        fds = server.fds()
+        socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(200)]
+        for sock in socks:
+            sock.sendall(b"GET /api/v1/streams HTTP/1.1\r\nHost: loc")
+            sock.settimeout(60)
+        t0 = time.monotonic()
+        closed = sum(sock.recv(16) == b"" for sock in socks)
+        took = time.monotonic() - t0
+        for sock in socks:
+            sock.close()
+        server.wait(lambda: server.fds() <= fds + 5, 30)
+        return f"{closed}/200 closed by the server in {took:.1f} s", f"fds {fds} -> {server.fds()}"
+
+    rows.append(measured(server, "200 connections sending half a header", half_headers))
+
+    def stalled_viewers() -> tuple[str, str]:
+        fds = server.fds()
+        socks = []
+        for path in ["video.mjpg?quality=100&fps=60"] * 8 + ["events"] * 8:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", server.port))
+            sock.sendall(f"GET /api/v1/streams/main/{path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+            socks.append(sock)
+        server.wait(lambda: server.stream()["subscribers"] >= 16, 60)
+        over = server.client.get("/api/v1/streams/main/events").status_code  # limit is 16 per stream
+        took = server.wait(lambda: server.stream()["subscribers"] < 8, 300)  # the MJPEG ones fill first
+        for sock in socks:
+            sock.close()
+        server.wait(lambda: server.stream()["subscribers"] == 0, 120)
+        return (
+            f"17th client: {over}; never-reading MJPEG viewers cut after {took:.0f} s",
+            f"fds {fds} -> {server.fds()}",
+        )
+
+    rows.append(measured(server, "16 viewers (MJPEG+SSE) that never read", stalled_viewers))
+
+    def cross_site() -> tuple[str, str]:
+        evil = {"Origin": "http://evil.example"}
+        form = server.client.post("/api/v1/detect", content=b"x", headers=evil).status_code
+        host = server.client.get("/api/v1/streams", headers={"Host": "evil.example"}).status_code
+        ws = server.client.get(
+            "/api/v1/streams/main/ws",
+            headers={**evil, "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                     "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="},
+        ).status_code  # fmt: skip
+        return f"cross-site POST {form}, WebSocket {ws}, Host evil.example {host}", "-"
+
+    rows.append(measured(server, "cross-site form POST, WebSocket, DNS rebinding", cross_site))
+    return rows
+
+
+def stall_case(work: Path) -> tuple[Row, str]:
+    address, camera, http = serve_stalling_camera(VTEST)
+    config = work / "stall.yaml"
+    config.write_text(
+        f"streams:\n  - id: main\n    source: http://viewer:pw@{address}/cam.avi\n    stall_timeout_s: 2\n"
+        f"    model: {SSD}\n"
+    )
+    server = Served(["--config", str(config)])
+    try:
+        server.wait(lambda: server.answers("/health/live") and server.stream()["frame_age_s"] is not None)
+
+        def stall() -> tuple[str, str]:
+            server.wait(lambda: "stalled" in (server.stream()["error"] or ""), 60)
+            assert camera.went_silent_at is not None
+            detected = time.monotonic() - camera.went_silent_at
+            latest = server.client.get("/api/v1/streams/main/detections/latest").status_code
+            ready = server.client.get("/health/ready").json()["status"]
+            frames = server.frames()
+            released = time.monotonic()
+            camera.hold.set()
+            server.wait(lambda: server.frames() > frames, 120)
+            back = time.monotonic() - released
+            return (
+                f"stalled after {detected:.1f} s (limit 2 s); latest {latest}, ready {ready}",
+                f"camera back -> first new detection {back:.2f} s",
+            )
+
+        row = measured(server, "camera keeps its socket open, sends nothing", stall)
+        return row, server.stream()["last_error"] or ""
+    finally:
+        camera.hold.set()
+        server.stop()
+        http.shutdown()
+
+
+def model_retry_case(work: Path) -> Row:
+    mirror, cache = work / "mirror", work / "cache"
+    (mirror / "onnx").mkdir(parents=True)
+    env = {"EDGE_MODEL_MIRROR": str(mirror), "EDGE_MODEL_CACHE": str(cache)}
+    server = Served(["--source", str(VTEST), "--loop", "--model", "yolox-nano"], env)
+    try:
+        server.wait(lambda: server.answers("/health/live") and server.stream()["state"] == "failed")
+
+        def comes_back() -> tuple[str, str]:
+            upload = server.client.post("/api/v1/detect", content=PHOTO.read_bytes()).status_code
+            shutil.copy(MODELS / "onnx" / "yolox_nano.onnx", mirror / "onnx" / "yolox_nano.onnx")
+            took = server.wait(lambda: server.frames() > 0, 120)
+            return f"/detect {upload} while missing; ready {server.client.get('/health/ready').status_code}", (
+                f"model back -> first detection {took:.1f} s (backoff 1, 2, 4 s...)"
+            )
+
+        return measured(server, "model missing at start (accelerator unplugged)", comes_back)
+    finally:
+        server.stop()
+
+
+def sigterm_case() -> Row:
+    server = Served(["--source", str(VTEST), "--loop", "--model", SSD])
+    server.wait(lambda: server.answers("/health/ready"))
+    from websockets.sync.client import connect
+
+    rss = server.rss_mib()
+    mjpeg = httpx.stream("GET", f"{server.base}/api/v1/streams/main/video.mjpg", timeout=60)
+    next(mjpeg.__enter__().iter_bytes())
+    sse = httpx.stream("GET", f"{server.base}/api/v1/streams/main/events", timeout=60)
+    next(sse.__enter__().iter_bytes())
+    with connect(f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws") as ws:
+        ws.recv(timeout=60)
+        t0 = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        code = server.process.wait(60)
+        took = time.monotonic() - t0
+    for response in (mjpeg, sse):
+        response.__exit__(None, None, None)
+    server.stop()
+    released = "cameras and accelerators released" in Path(server.log.name).read_text()
+    return Row(
+        "SIGTERM with MJPEG, SSE and WebSocket clients",
+        f"exit ({code}) in {took:.2f} s",
+        "-",
+        f"{rss:.0f} -> exited",
+        "devices released" if released else "NOT RELEASED",
+    )
+
+
+def token_case() -> Row:
+    server = Served(["--source", str(VTEST), "--loop", "--model", SSD], token="faults-token")
+    try:
+        server.wait(lambda: server.answers("/health/ready"))
+        with httpx.Client(base_url=server.base) as anonymous:
+            without = anonymous.get("/api/v1/streams").status_code
+            live = anonymous.get("/health/live").status_code
+        with_token = server.client.get("/api/v1/streams").status_code
+        return Row("API token set", f"no token {without}, Bearer {with_token}, /health/live {live}", "-", "-", "-")
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        server = Served(["--source", str(VTEST), "--loop", "--model", SSD])
+        try:
+            server.wait(lambda: server.answers("/health/ready"))
+            server.wait(lambda: server.frames() > 10)
+            rows += upload_cases(server)
+            rows += connection_cases(server)
+            frames = server.frames()
+            server.wait(lambda: server.frames() > frames)  # the stream kept going through all of that
+        finally:
+            server.stop()
+        stall_row, _ = stall_case(work)
+        rows.append(stall_row)
+        rows.append(model_retry_case(work))
+    rows.append(sigterm_case())
+    rows.append(token_case())
+    print(f"machine: {machine()}")
+    print("| case | answer | /streams p95 ms during (max) | RSS MiB before -> after | lost / recovery |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row.case} | {row.answer} | {row.p95_ms} | {row.rss} | {row.lost} |")
+
+
+if __name__ == "__main__":
+    main()
