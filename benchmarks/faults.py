@@ -32,6 +32,7 @@ from benchmarks.hostile import jpeg_claiming, png_bomb, serve_stalling_camera
 PHOTO = SHARED / "media" / "kite_and_cold.jpg"  # a real 1.4 MB photo
 SSD = str(MODELS / "onnx" / "ssd_mobilenet_v2_coco_quant_postprocess.onnx")
 MIB = 2**20
+REPEAT = 10
 
 
 def free_port() -> int:
@@ -145,6 +146,8 @@ def measured(server: Served, case: str, action: Callable[[], tuple[str, str]]) -
     t0 = time.monotonic()
     with Probe(server.base, dict(server.client.headers)) as probe:
         answer, lost = action()
+        while len(probe.times) < 5:  # a case over before the first poll: a few answers from right after it
+            time.sleep(0.01)
     print(f"  {case}: {answer} ({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
     return Row(case, answer, probe.summary, f"{rss_before:.0f} -> {server.rss_mib():.0f}", lost)
 
@@ -168,8 +171,10 @@ def upload_cases(server: Served) -> list[Row]:
     ]:
 
         def send(data: bytes = data) -> tuple[str, str]:
-            status, seconds = post(server, data)
-            return f"{status} in {seconds:.2f} s", "-"
+            answers = [post(server, data) for _ in range(REPEAT)]  # repeated, so the probe sees it happen
+            statuses = sorted({status for status, _ in answers})
+            slowest = max(seconds for _, seconds in answers)
+            return f"{'/'.join(map(str, statuses))} (x{REPEAT}, slowest {slowest:.2f} s)", "-"
 
         rows.append(measured(server, f"upload: {case}", send))
 
@@ -221,7 +226,8 @@ def connection_cases(server: Served) -> list[Row]:
             socks.append(sock)
         server.wait(lambda: server.stream()["subscribers"] >= 16, 60)
         over = server.client.get("/api/v1/streams/main/events").status_code  # limit is 16 per stream
-        took = server.wait(lambda: server.stream()["subscribers"] < 8, 300)  # the MJPEG ones fill first
+        # MJPEG viewers fill the socket buffers in seconds; SSE events are small and take minutes to
+        took = server.wait(lambda: server.stream()["subscribers"] <= 8, 300)
         for sock in socks:
             sock.close()
         server.wait(lambda: server.stream()["subscribers"] == 0, 120)
@@ -292,10 +298,11 @@ def model_retry_case(work: Path) -> Row:
 
         def comes_back() -> tuple[str, str]:
             upload = server.client.post("/api/v1/detect", content=PHOTO.read_bytes()).status_code
+            ready = server.client.get("/health/ready")
             shutil.copy(MODELS / "onnx" / "yolox_nano.onnx", mirror / "onnx" / "yolox_nano.onnx")
             took = server.wait(lambda: server.frames() > 0, 120)
-            return f"/detect {upload} while missing; ready {server.client.get('/health/ready').status_code}", (
-                f"model back -> first detection {took:.1f} s (backoff 1, 2, 4 s...)"
+            return f"/detect {upload}, ready {ready.status_code} ({ready.json()['status']}) while missing", (
+                f"model back -> first detection {took:.1f} s (retries after 1, 2, 4 s...)"
             )
 
         return measured(server, "model missing at start (accelerator unplugged)", comes_back)
