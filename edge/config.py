@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -38,13 +39,25 @@ class StreamConfig(BaseModel):
     height: int | None = Field(default=None, gt=0)
     fps: float | None = Field(default=None, gt=0)
     # Live comparison: the same frames through each of these backends (backend or backend:device); each becomes
-    # a stream "<id>-<backend>", the first one is the agreement reference.
+    # a stream "<id>-<backend>" ("<id>-<backend>-<device>" when one engine is compared on two devices); the first
+    # one is the agreement reference.
     compare: list[str] = Field(default_factory=list)
     # Watchdogs. A source read (or open) that has not returned for this long is declared stalled and reopened;
     # default: 5 s, or 10 frame intervals for sources slower than 2 fps (opens get three times as long).
     stall_timeout_s: float | None = Field(default=None, gt=0)
     # An inference that has not returned for this long marks the detector stuck; it is reloaded (Frigate: 10 s).
     inference_timeout_s: float = Field(default=10, gt=0)
+
+
+def compare_member_ids(stream_id: str, items: list[str]) -> list[str]:
+    """`<id>-<backend>` for each compared backend; `<id>-<backend>-<device>` when one engine appears twice."""
+    backends = [item.partition(":")[0] for item in items]
+    ids = []
+    for item, backend in zip(items, backends, strict=True):
+        device = re.sub(r"[^a-z0-9_-]+", "-", item.partition(":")[2].lower()).strip("-")
+        twice = backends.count(backend) > 1
+        ids.append(f"{stream_id}-{backend}-{device or 'auto'}" if twice else f"{stream_id}-{backend}")
+    return ids
 
 
 class ServerConfig(BaseModel):
@@ -90,10 +103,20 @@ class ServiceConfig(BaseModel):
     @field_validator("streams")
     @classmethod
     def _unique_ids(cls, streams: list[StreamConfig]) -> list[StreamConfig]:
-        ids = [s.id for s in streams]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
-        if duplicates:
-            raise ValueError(f"stream ids must be unique; repeated: {', '.join(duplicates)}")
+        """Every pipeline's id (streams and compare members) is unique, or one would hide another in the API."""
+        owners: dict[str, str] = {}
+        for stream in streams:
+            members = compare_member_ids(stream.id, stream.compare)
+            duplicated = sorted({i for i in members if members.count(i) > 1})
+            if duplicated:
+                raise ValueError(f"stream {stream.id} compares the same backend twice: {', '.join(duplicated)}")
+            for pipeline_id in members or [stream.id]:
+                what = f"a compare member of {stream.id}" if stream.compare else "a stream"
+                if pipeline_id in owners:
+                    raise ValueError(
+                        f"the id {pipeline_id} is used twice ({owners[pipeline_id]} and {what}); rename one"
+                    )
+                owners[pipeline_id] = what
         return streams
 
 

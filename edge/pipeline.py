@@ -282,21 +282,16 @@ class StreamPipeline:
         """Load and warm up, retrying with backoff until it works or the stream stops (None)."""
         backoff = 1.0
         while not self._stop.is_set():
+            detector = None
             try:
                 # file mode prepares ahead: 2 queued + 1 in the engine + 1 being filled
                 detector = self._load_detector(4 if self.mode == "file" else 2)
+                detector.warmup()
             except Exception as exc:  # noqa: BLE001 - any loading failure is reported and retried
+                if detector is not None:
+                    detector.close()
                 self.stats.load_failure()
                 self._set_detector_state("failed", f"cannot load the model: {exc} (retrying in {backoff:g} s)")
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_LOAD_BACKOFF_S)
-                continue
-            try:
-                detector.warmup()
-            except Exception as exc:  # noqa: BLE001 - a model that loads but cannot run is retried the same way
-                detector.close()
-                self.stats.load_failure()
-                self._set_detector_state("failed", f"the model loaded but failed its first run: {exc}")
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_LOAD_BACKOFF_S)
                 continue
@@ -306,13 +301,18 @@ class StreamPipeline:
             return detector
         return None
 
-    def _load_then_run(self) -> None:
+    def _load_and_install(self) -> bool:
         detector = self._load_with_retry()
         if detector is None:
-            return
+            return False
         with self._lock:
             self.detector = detector
             self._set_detector_state("ready")
+        return True
+
+    def _load_then_run(self) -> None:
+        if not self._load_and_install():
+            return
         if self.capture is not None:  # otherwise a group's capture calls offer()
             self.capture.start()
         self._spawn(self._infer_loop, "infer")
@@ -328,13 +328,8 @@ class StreamPipeline:
             self._set_detector_state("loading", reason)
 
         def reload() -> None:
-            detector = self._load_with_retry()
-            if detector is None:
-                return
-            with self._lock:
-                self.detector = detector
-                self._set_detector_state("ready")
-            self._spawn(self._infer_loop, "infer")
+            if self._load_and_install():
+                self._spawn(self._infer_loop, "infer")
 
         self._spawn(reload, "reload")
 

@@ -7,8 +7,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from backends import BACKEND_MODULES
 from edge.compare import CompareGroup
-from edge.config import ConfigError, ServiceConfig, StreamConfig
+from edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
 from edge.detector import Detector
 from edge.loader import DetectorConfig, check_reference, load_detector, model_for_engine
 from edge.pipeline import StreamPipeline
@@ -64,14 +65,18 @@ class StreamManager:
 
     def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
         members = []
-        for item in stream.compare:
+        for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
             backend, _, device = item.partition(":")
+            if backend not in BACKEND_MODULES:
+                raise ConfigError(
+                    f"stream {stream.id}: unknown compare backend {backend!r}; choose from {', '.join(BACKEND_MODULES)}"
+                )
             model, reason = model_for_engine(stream.model, backend)
             if model is None:
                 raise ConfigError(f"stream {stream.id}: {reason}")
             member = stream.model_copy(
                 update={
-                    "id": f"{stream.id}-{backend}",
+                    "id": member_id,
                     "model": model,
                     "backend": backend,
                     "device": device or stream.device,

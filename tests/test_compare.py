@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import VTEST
+import pytest
+from pydantic import ValidationError
+
+from edge.config import ServiceConfig, compare_member_ids
+from tests.conftest import MODELS, VTEST
 from tests.helpers import run_edge
 from tests.server import running_server
 
@@ -45,3 +49,30 @@ def test_a_pair_that_cannot_run_is_refused_at_start(tmp_path):
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "the registry has no nanodet-m file that tflite can run" in proc.stderr
+
+
+def test_pipeline_ids_never_collide():
+    two_devices = ServiceConfig.model_validate(
+        {"streams": [{"id": "cam", "source": "x", "compare": ["openvino:CPU", "openvino:AUTO", "onnx"]}]}
+    )
+    assert compare_member_ids("cam", two_devices.streams[0].compare) == [
+        "cam-openvino-cpu",
+        "cam-openvino-auto",
+        "cam-onnx",
+    ]
+    for streams, message in [
+        (
+            [{"id": "cam", "source": "x", "compare": ["onnx", "tflite"]}, {"id": "cam-onnx", "source": "y"}],
+            "used twice",
+        ),
+        ([{"id": "cam", "source": "x", "compare": ["onnx", "onnx"]}], "same backend twice"),
+    ]:
+        with pytest.raises(ValidationError, match=message):
+            ServiceConfig.model_validate({"streams": streams})
+
+
+def test_an_unknown_compare_backend_is_one_clear_line():
+    model = str(MODELS / "onnx" / "yolox_nano.onnx")
+    proc = run_edge("serve", "--source", str(VTEST), "--model", model, "--compare", "onnx,bogus", "--port", "0")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "unknown compare backend 'bogus'" in proc.stderr

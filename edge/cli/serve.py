@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from edge.cli.app import cli
-from edge.config import LOOPBACK, ServiceConfig, load_config, single_stream_config
+from edge.config import LOOPBACK, ServiceConfig, compare_member_ids, load_config, single_stream_config
 from edge.errors import EdgeError
 from models.registry import DEFAULT_MODEL
 
@@ -29,7 +29,7 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None) -> str:
     else:
         lines.append(f"  dashboard {base}/")
     for stream in config.streams:
-        for stream_id in [f"{stream.id}-{item.split(':')[0]}" for item in stream.compare] or [stream.id]:
+        for stream_id in compare_member_ids(stream.id, stream.compare) or [stream.id]:
             api = f"{base}/api/v1/streams/{stream_id}"
             lines.append(f"  stream {stream_id}: video {api}/video.mjpg  events {api}/events")
         if stream.compare:
@@ -74,25 +74,8 @@ def serve(
     from service.app import create_app
     from service.server import make_server
 
-    if config_path is not None:
-        if source is not None:
-            raise click.UsageError("give either --config or --source, not both")
-        config = load_config(config_path)
-        if host is not None or port is not None:
-            chosen = config.server.model_copy(
-                update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
-            )
-            config = config.model_copy(update={"server": chosen})
-    elif source is None:
-        raise click.UsageError("give --source (e.g. --source 0 or --source video.mp4) or --config streams.yaml")
-    else:
-        compare = kwargs.pop("compare")
-        stream = {"id": kwargs.pop("stream_id"), "source": source, **kwargs}
-        if compare:
-            stream["compare"] = [item.strip() for item in compare.split(",") if item.strip()]
-        stream["pace"] = not stream.pop("no_pace")
-        config = single_stream_config(stream, {k: v for k, v in (("host", host), ("port", port)) if v is not None})
-
+    server = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    config = _config(config_path, source, server, kwargs)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)  # checks every source, model name and token file before anything starts
     listener = _bind(config.server.host, config.server.port)
@@ -105,6 +88,25 @@ def serve(
         )
     click.echo(_urls(config, listener.getsockname()[1], access.token if access.generated else None), err=True)
     make_server(app, config, log_level).run(sockets=[listener])
+
+
+def _config(
+    config_path: Path | None, source: str | None, server: dict[str, Any], flags: dict[str, Any]
+) -> ServiceConfig:
+    """From --config (with --host/--port on top) or from --source and the stream flags."""
+    if config_path is not None:
+        if source is not None:
+            raise click.UsageError("give either --config or --source, not both")
+        config = load_config(config_path)
+        return config.model_copy(update={"server": config.server.model_copy(update=server)}) if server else config
+    if source is None:
+        raise click.UsageError("give --source (e.g. --source 0 or --source video.mp4) or --config streams.yaml")
+    compare = flags.pop("compare")
+    stream = {"id": flags.pop("stream_id"), "source": source, **flags}
+    if compare:
+        stream["compare"] = [item.strip() for item in compare.split(",") if item.strip()]
+    stream["pace"] = not stream.pop("no_pace")
+    return single_stream_config(stream, server)
 
 
 def _bind(host: str, port: int) -> socket.socket:
