@@ -99,3 +99,29 @@ def test_clients_cannot_hold_the_service(tmp_path):
 
         wait_for(slot_free, "the slots to be given back once those clients left")
         assert server.client.get("/health/live").status_code == 200
+
+
+def test_accepted_connections_have_nagle_off():
+    """The listening socket edge serve makes must say TCP, or asyncio leaves Nagle on and every answer waits ~40 ms."""
+    import asyncio
+
+    from edge.cli.serve import _bind
+
+    listener = _bind("127.0.0.1", 0)
+    options = []
+
+    async def scenario() -> None:
+        async def accepted(reader, writer):
+            sock = writer.get_extra_info("socket")
+            options.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(accepted, sock=listener)
+        _, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
+        while not options:
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert options == [1]

@@ -112,7 +112,9 @@ def _config(
 def _bind(host: str, port: int) -> socket.socket:
     """The listening socket, made before anything is announced: a port in use is one clear error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only for sockets that say TCP, and
+    # without it Nagle and delayed ACKs add about 40 ms to every keep-alive answer.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, port))
