@@ -311,24 +311,26 @@ def model_retry_case(work: Path) -> Row:
 
 
 def sigterm_case() -> Row:
-    server = Served(["--source", str(VTEST), "--loop", "--model", SSD])
-    server.wait(lambda: server.answers("/health/ready"))
     from websockets.sync.client import connect
 
-    rss = server.rss_mib()
-    mjpeg = httpx.stream("GET", f"{server.base}/api/v1/streams/main/video.mjpg", timeout=60)
-    next(mjpeg.__enter__().iter_bytes())
-    sse = httpx.stream("GET", f"{server.base}/api/v1/streams/main/events", timeout=60)
-    next(sse.__enter__().iter_bytes())
-    with connect(f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws") as ws:
-        ws.recv(timeout=60)
-        t0 = time.monotonic()
-        server.process.send_signal(signal.SIGTERM)
-        code = server.process.wait(60)
-        took = time.monotonic() - t0
-    for response in (mjpeg, sse):
-        response.__exit__(None, None, None)
-    server.stop()
+    server = Served(["--source", str(VTEST), "--loop", "--model", SSD])
+    try:
+        server.wait(lambda: server.answers("/health/ready"))
+        rss = server.rss_mib()
+        mjpeg = httpx.stream("GET", f"{server.base}/api/v1/streams/main/video.mjpg", timeout=60)
+        next(mjpeg.__enter__().iter_bytes())
+        sse = httpx.stream("GET", f"{server.base}/api/v1/streams/main/events", timeout=60)
+        next(sse.__enter__().iter_bytes())
+        with connect(f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws") as ws:
+            ws.recv(timeout=60)
+            t0 = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            code = server.process.wait(60)
+            took = time.monotonic() - t0
+        for response in (mjpeg, sse):
+            response.__exit__(None, None, None)
+    finally:
+        server.stop()  # whatever happened above, no server is left running
     released = "cameras and accelerators released" in Path(server.log.name).read_text()
     return Row(
         "SIGTERM with MJPEG, SSE and WebSocket clients",

@@ -140,7 +140,7 @@ def service_figures(rounds: int, seconds: float) -> tuple[list[float], list[floa
             clients = []
             for _ in range(20):
                 sock = socket.create_connection(("127.0.0.1", server.port))
-                sock.sendall(b"GET /api/v1/streams/main/events HTTP/1.1\r\nHost: bench\r\n\r\n")
+                sock.sendall(b"GET /api/v1/streams/main/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 clients.append(sock)
             stop = threading.Event()
             reader = threading.Thread(target=_drain, args=(clients, stop))
