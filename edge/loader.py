@@ -40,6 +40,7 @@ def check_reference(config: DetectorConfig) -> None:
     if config.backend != "auto" and config.backend not in BACKEND_MODULES:
         raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(BACKEND_MODULES)}")
     if config.model in REGISTRY:
+        engine_model(config)  # a registry name must have a file this engine reads
         return
     path = Path(config.model).expanduser()
     if not path.is_file():
@@ -66,6 +67,18 @@ def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
     return model, None
 
 
+def engine_model(config: DetectorConfig) -> str:
+    """A registry name given with an engine becomes that engine's own file of the same weights
+    (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
+    is_registry = config.model in REGISTRY or any(e.family_name == config.model for e in REGISTRY.values())
+    if config.backend == "auto" or not is_registry:
+        return config.model
+    model, reason = model_for_engine(config.model, config.backend)
+    if model is None:
+        raise EdgeError(f"{reason}; see `edge models list` or `edge backends` for what each engine can run")
+    return model
+
+
 def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
     """A registry name (pulled into the cache when missing) or a path to a model file -> (name, path)."""
     if model in REGISTRY:
@@ -88,12 +101,15 @@ def load_detector(
     progress: Callable[[str, int, int | None], None] | None = None,
 ) -> Detector:
     settings = settings or get_settings()
-    name, path = locate_model(config.model, settings, progress)
+    name, path = locate_model(engine_model(config), settings, progress)
     key, device, note = config.backend, config.device, None
     if key == "auto":
         choice = choose_backend(path, is_edgetpu_model(path))
-        key, device = choice.backend, choice.device if config.device == "auto" else config.device
-        note = f"--backend auto chose {key} on {device}: {choice.reason}"
+        key = choice.backend
+        if config.device == "auto":
+            device, note = choice.device, f"--backend auto chose {key} on {choice.device}: {choice.reason}"
+        else:  # the device was the user's: the choice's own device reasoning would contradict what runs
+            note = f"--backend auto chose {key} for {path.name}"
     backend = open_backend(key, path, BackendOptions(device, config.threads, config.allow_fallback))
     if note:
         backend.notes.insert(0, note)

@@ -132,5 +132,27 @@ def test_unavailable_execution_provider_fails_unless_fallback_is_asked():
     proc = run_edge("detect", image, "-m", "yolox-nano", "-d", "cuda", "--fallback", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "note:" in proc.stderr and "fell back" not in proc.stderr and "CPUExecutionProvider" in proc.stderr
+    assert "on cuda" not in proc.stderr  # no note claims a device that did not run
     assert json.loads(proc.stdout)["backend"] == "onnx/CPUExecutionProvider"
     assert_one_clear_error(run_edge("detect", image, "-m", "yolox-nano", "-d", "tpu"), "no device 'tpu'")
+
+
+def test_a_registry_name_runs_the_engines_own_file_and_the_default_model_needs_no_flag():
+    image = str(MEDIA / "cat_720p.jpg")
+    proc = run_edge("detect", image, "--backend", "tflite", "--json")  # yolox-nano, the default, as TFLite
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["model"] == "yolox-nano-tflite" and record["backend"].startswith("tflite")
+    assert any(d["label"] == "cat" for d in record["detections"])
+    assert_one_clear_error(
+        run_edge("detect", image, "--backend", "edgetpu", "-m", "nanodet-m"), "no nanodet-m file that edgetpu can run"
+    )
+
+
+def test_inputs_are_checked_before_anything_is_loaded(tmp_path):
+    empty = tmp_path / "empty-mirror"
+    empty.mkdir()
+    env = {"EDGE_MODEL_MIRROR": str(empty), "EDGE_MODEL_CACHE": str(tmp_path / "cache")}
+    proc = run_edge("detect", str(tmp_path / "missing.jpg"), "-m", "yolox-nano", env=env)
+    assert_one_clear_error(proc, "missing.jpg: no such file")  # not the mirror's error: nothing was fetched
+    assert "note:" not in proc.stderr and not (tmp_path / "cache").exists()

@@ -15,8 +15,7 @@ from edge.drawing import draw_detections
 from edge.images import ImageError, read_image
 from edge.loader import load_detector
 from edge.report import result_record, result_table
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+from edge.sources import IMAGE_SUFFIXES
 
 
 def _save_path(save: Path, image: Path, many: bool) -> Path:
@@ -25,6 +24,13 @@ def _save_path(save: Path, image: Path, many: bool) -> Path:
         return save / f"{image.stem}.jpg"
     save.parent.mkdir(parents=True, exist_ok=True)
     return save
+
+
+def _exists(path: Path) -> bool:
+    if path.is_file():
+        return True
+    click.echo(f"error: {path}: {'is a folder, not an image' if path.is_dir() else 'no such file'}", err=True)
+    return False
 
 
 @cli.command()
@@ -36,11 +42,14 @@ def _save_path(save: Path, image: Path, many: bool) -> Path:
 )
 def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:
     """Detect objects in IMAGES."""
+    readable = [path for path in images if _exists(path)]  # inputs first: nothing is loaded for a typo
+    failures = len(images) - len(readable)
+    if not readable:
+        raise SystemExit(1)
     detector = load_detector(detector_config(kwargs))
     for note in detector.backend.notes:
         click.echo(f"note: {note}", err=True)
-    failures = 0
-    for path in images:
+    for path in readable:
         try:
             image = read_image(path)
         except ImageError as exc:

@@ -9,13 +9,20 @@ import click
 
 from edge.loader import DetectorConfig
 from models.overrides import SpecOverrides
+from models.registry import DEFAULT_MODEL
 
 F = Callable[..., Any]
 
 
 def detector_options(func: F) -> F:
     options = [
-        click.option("--model", "-m", required=True, help="Registry name (see `edge models list`) or model file."),
+        click.option(
+            "--model",
+            "-m",
+            default=DEFAULT_MODEL,
+            show_default=True,
+            help="Registry name (see `edge models list`) or model file.",
+        ),
         click.option(
             "--backend",
             "-b",
