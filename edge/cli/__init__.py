@@ -1,7 +1,20 @@
-"""`edge` command line: one group, one module per sub-command."""
+"""`edge` command line: one group (app.py), one module per sub-command; importing them registers them."""
 
 from __future__ import annotations
 
-from edge.cli.app import main
+import sys
+
+
+def main() -> None:
+    from edge.cli import backends_cmd, bench_cmd, detect, models_cmd, serve  # noqa: F401 - registers commands
+    from edge.cli.app import cli
+    from edge.secrets import install_log_masking
+
+    install_log_masking()  # no log line of any library shows a password from a URL
+    try:
+        cli.main(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
 
 __all__ = ["main"]

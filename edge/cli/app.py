@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import click
@@ -44,14 +43,3 @@ class FriendlyGroup(click.Group):
 @click.version_option(__version__, prog_name="edge")
 def cli() -> None:
     """Real-time object detection on edge devices: detect, serve, compare backends."""
-
-
-def main() -> None:
-    from edge.cli import backends_cmd, bench_cmd, detect, models_cmd, serve  # noqa: F401 - registers commands
-    from edge.secrets import install_log_masking
-
-    install_log_masking()  # no log line of any library shows a password from a URL
-    try:
-        cli.main(standalone_mode=True)
-    except KeyboardInterrupt:
-        sys.exit(130)
