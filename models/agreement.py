@@ -48,6 +48,49 @@ def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
     return float(np.sum((r[steps + 1] - r[steps]) * p[steps + 1]))
 
 
+def _match_frame(refs: list[Detection], cands: list[Detection], iou_threshold: float) -> list[tuple[float, bool]]:
+    """(score, matched) for one class in one frame: greedy by score, each reference box matched at most once."""
+    if not refs:
+        return [(d.score, False) for d in cands]
+    ious = _iou_matrix(
+        np.array([[d.box.x1, d.box.y1, d.box.x2, d.box.y2] for d in cands]),
+        np.array([[d.box.x1, d.box.y1, d.box.x2, d.box.y2] for d in refs]),
+    )
+    taken = np.zeros(len(refs), dtype=bool)
+    scored = []
+    for row, det in enumerate(cands):
+        best = int(np.argmax(np.where(taken, -1.0, ious[row])))
+        hit = bool(not taken[best] and ious[row, best] >= iou_threshold)
+        taken[best] |= hit
+        scored.append((det.score, hit))
+    return scored
+
+
+def _class_ap(scored: list[tuple[float, bool]], count: int) -> float:
+    ranked = sorted(scored, key=lambda pair: -pair[0])
+    hits = np.array([hit for _, hit in ranked], dtype=bool)
+    tp, fp = np.cumsum(hits), np.cumsum(~hits)
+    recall = tp / count if hits.size else np.zeros(0)
+    precision = tp / np.maximum(tp + fp, 1) if hits.size else np.zeros(0)
+    return average_precision(recall, precision)
+
+
+def _score_frame(
+    ref_frame: Sequence[Detection],
+    cand_frame: Sequence[Detection],
+    iou_threshold: float,
+    truth: dict[str, int],
+    scored: dict[str, list[tuple[float, bool]]],
+) -> None:
+    """Add one frame's reference counts and scored candidates, class by class."""
+    for label in {d.label for d in ref_frame} | {d.label for d in cand_frame}:
+        refs = [d for d in ref_frame if d.label == label]
+        cands = sorted((d for d in cand_frame if d.label == label), key=lambda d: -d.score)
+        truth[label] += len(refs)
+        if cands:
+            scored[label] += _match_frame(refs, cands, iou_threshold)
+
+
 def agreement(
     reference: Sequence[Sequence[Detection]], candidate: Sequence[Sequence[Detection]], iou_threshold: float = 0.5
 ) -> Agreement:
@@ -57,35 +100,9 @@ def agreement(
     truth: dict[str, int] = defaultdict(int)
     scored: dict[str, list[tuple[float, bool]]] = defaultdict(list)
     for ref_frame, cand_frame in zip(reference, candidate, strict=True):
-        for label in {d.label for d in ref_frame} | {d.label for d in cand_frame}:
-            refs = [d for d in ref_frame if d.label == label]
-            cands = sorted((d for d in cand_frame if d.label == label), key=lambda d: -d.score)
-            truth[label] += len(refs)
-            if not cands:
-                continue
-            if not refs:
-                scored[label] += [(d.score, False) for d in cands]
-                continue
-            ious = _iou_matrix(
-                np.array([[d.box.x1, d.box.y1, d.box.x2, d.box.y2] for d in cands]),
-                np.array([[d.box.x1, d.box.y1, d.box.x2, d.box.y2] for d in refs]),
-            )
-            taken = np.zeros(len(refs), dtype=bool)
-            for row, det in enumerate(cands):
-                best = int(np.argmax(np.where(taken, -1.0, ious[row])))
-                hit = bool(not taken[best] and ious[row, best] >= iou_threshold)
-                taken[best] |= hit
-                scored[label].append((det.score, hit))
-    per_class: dict[str, float] = {}
-    for label, count in truth.items():
-        if count == 0:
-            continue  # a class only the candidate saw has no ground truth to score against
-        ranked = sorted(scored.get(label, []), key=lambda pair: -pair[0])
-        hits = np.array([hit for _, hit in ranked], dtype=bool)
-        tp, fp = np.cumsum(hits), np.cumsum(~hits)
-        recall = tp / count if hits.size else np.zeros(0)
-        precision = tp / np.maximum(tp + fp, 1) if hits.size else np.zeros(0)
-        per_class[label] = average_precision(recall, precision)
+        _score_frame(ref_frame, cand_frame, iou_threshold, truth, scored)
+    # a class only the candidate saw has no ground truth to score against
+    per_class = {label: _class_ap(scored.get(label, []), count) for label, count in truth.items() if count}
     return Agreement(
         map50=float(np.mean(list(per_class.values()))) if per_class else None,
         per_class=per_class,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from models.decoders import detect_decoder, get_decoder
+from models.decoders import Decoder, detect_decoder, get_decoder
 from models.errors import ModelError
 from models.labels import COCO80, COCO90, load_labels
 from models.overrides import SpecOverrides
@@ -59,32 +59,10 @@ def _ultralytics(metadata: dict[str, str]) -> dict[str, Any]:
 
 def resolve_spec(name: str, io: ModelIO, overrides: SpecOverrides) -> ModelSpec:
     sources: dict[str, str] = {}
-    layout, width, height = (
-        _input_geometry(io.input_shape)
-        if overrides.layout is None
-        else (overrides.layout, *_size_for_layout(io.input_shape, overrides.layout))
-    )
     meta = _ultralytics(io.metadata)
-    if width <= 0 or height <= 0:  # dynamic input: metadata, flags, or the usual default
-        width, height = meta.get("size", (DEFAULT_SIZE, DEFAULT_SIZE))
-        sources["size"] = "metadata" if "size" in meta else f"default {DEFAULT_SIZE} (dynamic input)"
-    width, height = overrides.width or width, overrides.height or height
+    layout, width, height = _geometry(io, overrides, meta, sources)
     strides = overrides.strides or (8, 16, 32)
-
-    decoder_name = overrides.decoder or meta.get("decoder")
-    if decoder_name:
-        decoder = get_decoder(decoder_name)
-        sources["decoder"] = "override" if overrides.decoder else "metadata"
-        if not decoder.matches(io.output_shapes, width, height, strides):
-            described = ", ".join(f"{n} {list(s)}" for n, s in zip(io.output_names, io.output_shapes, strict=True))
-            raise ModelError(
-                f"decoder {decoder.name!r} expects {decoder.layout} for a {width}x{height} input, "
-                f"but this model outputs {described}; check --decoder, the input size and the strides"
-            )
-    else:
-        decoder = detect_decoder(io.output_shapes, io.output_names, width, height, strides)
-        sources["decoder"] = "output layout"
-
+    decoder = _decoder(io, overrides, meta, (width, height), strides, sources)
     settings: dict[str, Any] = {"width": width, "height": height, "layout": layout, **decoder.preprocessing}
     for key in decoder.preprocessing:
         sources[key] = f"{decoder.name} default"
@@ -93,26 +71,68 @@ def resolve_spec(name: str, io: ModelIO, overrides: SpecOverrides) -> ModelSpec:
         if value is not None:
             settings[f.name] = tuple(value) if isinstance(value, list) else value
             sources[f.name] = "override"
-
-    if overrides.labels:
-        labels = load_labels(Path(overrides.labels))
-        sources["labels"] = overrides.labels
-    elif "labels" in meta:
-        labels, sources["labels"] = meta["labels"], "metadata"
-    else:
-        labels = dict(COCO90) if decoder.default_labels == "coco90" else dict(enumerate(COCO80))
-        sources["labels"] = decoder.default_labels
-
     return ModelSpec(
         name=name,
         decoder=decoder.name,
         preprocessing=Preprocessing(**settings),
-        labels=labels,
+        labels=_labels(overrides, meta, decoder, sources),
         boxes_normalized=overrides.boxes_normalized,
         strides=strides,
         reg_max=overrides.reg_max or 7,
         sources=sources,
     )
+
+
+def _geometry(
+    io: ModelIO, overrides: SpecOverrides, meta: dict[str, Any], sources: dict[str, str]
+) -> tuple[str, int, int]:
+    """(layout, width, height) from the input shape, the layout flag, metadata for dynamic inputs, size flags."""
+    if overrides.layout is None:
+        layout, width, height = _input_geometry(io.input_shape)
+    else:
+        layout, (width, height) = overrides.layout, _size_for_layout(io.input_shape, overrides.layout)
+    if width <= 0 or height <= 0:  # dynamic input: metadata, flags, or the usual default
+        width, height = meta.get("size", (DEFAULT_SIZE, DEFAULT_SIZE))
+        sources["size"] = "metadata" if "size" in meta else f"default {DEFAULT_SIZE} (dynamic input)"
+    return layout, overrides.width or width, overrides.height or height
+
+
+def _decoder(
+    io: ModelIO,
+    overrides: SpecOverrides,
+    meta: dict[str, Any],
+    size: tuple[int, int],
+    strides: tuple[int, ...],
+    sources: dict[str, str],
+) -> Decoder:
+    """The decoder named by a flag or the metadata (checked against the outputs), else the one the layout shows."""
+    width, height = size
+    decoder_name = overrides.decoder or meta.get("decoder")
+    if not decoder_name:
+        sources["decoder"] = "output layout"
+        return detect_decoder(io.output_shapes, io.output_names, width, height, strides)
+    decoder = get_decoder(decoder_name)
+    sources["decoder"] = "override" if overrides.decoder else "metadata"
+    if not decoder.matches(io.output_shapes, width, height, strides):
+        described = ", ".join(f"{n} {list(s)}" for n, s in zip(io.output_names, io.output_shapes, strict=True))
+        raise ModelError(
+            f"decoder {decoder.name!r} expects {decoder.layout} for a {width}x{height} input, "
+            f"but this model outputs {described}; check --decoder, the input size and the strides"
+        )
+    return decoder
+
+
+def _labels(
+    overrides: SpecOverrides, meta: dict[str, Any], decoder: Decoder, sources: dict[str, str]
+) -> dict[int, str]:
+    if overrides.labels:
+        sources["labels"] = overrides.labels
+        return load_labels(Path(overrides.labels))
+    if "labels" in meta:
+        sources["labels"] = "metadata"
+        return dict(meta["labels"])
+    sources["labels"] = decoder.default_labels
+    return dict(COCO90) if decoder.default_labels == "coco90" else dict(enumerate(COCO80))
 
 
 def _size_for_layout(shape: tuple[int, ...], layout: str) -> tuple[int, int]:
