@@ -58,6 +58,25 @@ class OnnxRuntimeBackend(Backend):
         return result
 
 
+def _providers(ort: Any, name: str, index: int, options: BackendOptions, notes: list[str]) -> list[Any]:
+    """The providers to ask for: the wanted one first when this ONNX Runtime has it, else the CPU (if allowed)."""
+    wanted = PROVIDERS[name]
+    available = ort.get_available_providers()
+    if name == "cpu":
+        return ["CPUExecutionProvider"]
+    if wanted not in available:
+        message = (
+            f"ONNX Runtime {ort.__version__} here has no {wanted} (available: {', '.join(available)}). "
+            f"To use it, {INSTALL_HINTS[name]}"
+        )
+        if not options.allow_fallback:
+            raise BackendError(f"{message}; or pass --fallback to run on the CPU instead.")
+        notes.append(f"{wanted} unavailable, running on CPUExecutionProvider (fallback requested)")
+        return ["CPUExecutionProvider"]
+    provider_options = {"device_id": index} if name in ("cuda", "tensorrt") else {}
+    return [(wanted, provider_options), "CPUExecutionProvider"]
+
+
 def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
     try:
         import onnxruntime as ort
@@ -67,21 +86,7 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
     name, index = parse_device(options.device)
     wanted = PROVIDERS[name]
     notes: list[str] = []
-    available = ort.get_available_providers()
-    providers: list[Any] = ["CPUExecutionProvider"]
-    if name != "cpu":
-        if wanted not in available:
-            message = (
-                f"ONNX Runtime {ort.__version__} here has no {wanted} (available: {', '.join(available)}). "
-                f"To use it, {INSTALL_HINTS[name]}"
-            )
-            if not options.allow_fallback:
-                raise BackendError(f"{message}; or pass --fallback to run on the CPU instead.")
-            notes.append(f"{wanted} unavailable, running on CPUExecutionProvider (fallback requested)")
-        else:
-            provider_options = {"device_id": index} if name in ("cuda", "tensorrt") else {}
-            providers = [(wanted, provider_options), "CPUExecutionProvider"]
-
+    providers = _providers(ort, name, index, options, notes)
     session_options = ort.SessionOptions()
     session_options.log_severity_level = 3  # the engine's own warnings are not the user's problem
     if options.threads:

@@ -102,13 +102,9 @@ class OpenVINOBackend(Backend):
         return [results[port] for port in self._outputs]  # copies: safe while the next frame runs
 
 
-def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
-    ov = import_openvino()
-    core = ov.Core()
-    version = ov.__version__.split("-")[0]
-    device = check_device(options.device, core.available_devices, version)
+def _read(core: Any, path: Path) -> Any:
     try:
-        model = core.read_model(str(path))
+        return core.read_model(str(path))
     except RuntimeError as exc:
         text = str(exc)
         if "No translator found for" in text:
@@ -119,13 +115,10 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
             ) from None
         detail = " ".join(line for line in text.splitlines() if "failed" in line.lower() or "Unable" in line)
         raise BackendError(f"OpenVINO cannot read {path.name}: {detail[:300] or text[:300]}") from None
-    config = {"INFERENCE_NUM_THREADS": options.threads} if options.threads and device.startswith("CPU") else {}
-    try:
-        compiled = core.compile_model(model, device, config)
-    except RuntimeError as exc:
-        raise BackendError(
-            f"OpenVINO cannot compile {path.name} for {device}: {str(exc).splitlines()[-1][:300]}"
-        ) from None
+
+
+def _tensors(compiled: Any, path: Path) -> tuple[list[TensorInfo], list[TensorInfo]]:
+    """Inputs and outputs, with the quantisation OpenVINO does not report read from a TFLite file itself."""
     in_quant, out_quant = _tflite_quantization(path) if path.suffix.lower() == ".tflite" else ([], [])
     inputs = [_tensor_info(p, in_quant[i] if i < len(in_quant) else None) for i, p in enumerate(compiled.inputs)]
     outputs = [_tensor_info(p, out_quant[i] if i < len(out_quant) else None) for i, p in enumerate(compiled.outputs)]
@@ -134,6 +127,23 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
             f"{path.name} has integer inputs/outputs whose scales OpenVINO does not report; install ai-edge-litert "
             "so they can be read from the file, or run it with --backend tflite"
         )
+    return inputs, outputs
+
+
+def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
+    ov = import_openvino()
+    core = ov.Core()
+    version = ov.__version__.split("-")[0]
+    device = check_device(options.device, core.available_devices, version)
+    model = _read(core, path)
+    config = {"INFERENCE_NUM_THREADS": options.threads} if options.threads and device.startswith("CPU") else {}
+    try:
+        compiled = core.compile_model(model, device, config)
+    except RuntimeError as exc:
+        raise BackendError(
+            f"OpenVINO cannot compile {path.name} for {device}: {str(exc).splitlines()[-1][:300]}"
+        ) from None
+    inputs, outputs = _tensors(compiled, path)
     actual = device
     if device.startswith("AUTO"):
         actual = f"AUTO ({', '.join(compiled.get_property('EXECUTION_DEVICES'))})"

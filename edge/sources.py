@@ -192,6 +192,11 @@ def open_source(
         return CaptureSource(target, live=True, width=width, height=height, fps=fps)
     if target.startswith(STREAM_SCHEMES) or target.startswith("file://"):
         return CaptureSource(target, live=not target.startswith("file://"))
+    return _local_source(target)
+
+
+def _local_source(target: str) -> FrameSource:
+    """A folder, a glob, an image or a video file on this machine."""
     path = Path(target).expanduser()
     if path.is_dir():
         return ImageFilesSource(target, sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES))

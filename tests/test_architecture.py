@@ -7,6 +7,8 @@ import subprocess
 
 from tests.conftest import REPO
 
+MAX_COMPLEXITY = 15
+
 
 def test_dependencies_point_one_way_without_cycles():
     """service -> edge -> backends | models (independent of each other), checked by import-linter (pyproject)."""
@@ -15,3 +17,16 @@ def test_dependencies_point_one_way_without_cycles():
     proc = subprocess.run([linter], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 kept, 0 broken" in proc.stdout
+
+
+def test_no_function_is_too_tangled_to_read():
+    """Cyclomatic complexity at most 15 (radon's count, which sees more branches than ruff's C901)."""
+    from radon.complexity import cc_visit
+
+    too_complex = []
+    for package in ("edge", "service", "backends", "models", "benchmarks"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for block in cc_visit(path.read_text(encoding="utf-8")):
+                if block.complexity > MAX_COMPLEXITY:
+                    too_complex.append(f"{path.relative_to(REPO)}:{block.lineno} {block.name} ({block.complexity})")
+    assert not too_complex, too_complex
