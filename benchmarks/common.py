@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import cv2
 import numpy as np
 
+from edge.bench import read_frames as bench_read_frames
 from edge.machine import describe_machine
+from edge.stats import percentile
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()
@@ -17,22 +18,10 @@ VTEST = SHARED / "media" / "vtest.avi"
 
 
 def read_frames(path: Path, count: int, step: int = 1) -> list[np.ndarray]:
-    capture = cv2.VideoCapture(str(path))
-    frames: list[np.ndarray] = []
-    index = 0
-    while len(frames) < count:
-        ok, frame = capture.read()
-        if not ok:
-            break
-        if index % step == 0:
-            frames.append(frame)
-        index += 1
-    capture.release()
-    return frames
+    return bench_read_frames(str(path), count, step)
 
 
-def pct(values: list[float] | np.ndarray, q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+pct = percentile  # the benchmarks' short name for the one percentile helper
 
 
 def machine() -> str:

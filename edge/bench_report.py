@@ -7,14 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from edge.bench import PairResult
 from edge.secrets import mask_text
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
+from edge.stats import percentile
 
 
 def summary(result: PairResult) -> dict[str, Any]:
@@ -39,7 +34,7 @@ def summary(result: PairResult) -> dict[str, Any]:
     }
     for stage, values in stages.items():
         for q in (50, 95, 99):
-            row[f"{stage}_p{q}_ms"] = round(_pct(values, q), 3)
+            row[f"{stage}_p{q}_ms"] = round(percentile(values, q), 3)
     row.update(
         fps=round(result.fps, 2),
         cpu_percent=round(result.cpu_percent, 1),

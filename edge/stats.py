@@ -30,6 +30,11 @@ class FrameTiming:
         return out
 
 
+def percentile(values: list[float] | np.ndarray, q: float) -> float:
+    """One percentile of a list of figures; NaN for none (a table shows it as missing, not as zero)."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+
+
 def percentiles(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
         return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
