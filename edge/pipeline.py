@@ -49,9 +49,7 @@ class FrameResult:
     detections: list[Detection]
     timing: FrameTiming
     image: np.ndarray = field(repr=False)
-    payload: str = ""  # the JSON event, serialised once for every subscriber
-    # Encodings made once and shared by every client (SSE bytes, JPEGs); written by whoever needs one first.
-    encoded: dict[object, bytes] = field(default_factory=dict, repr=False, compare=False)
+    payload: str = ""  # the JSON event, serialised once for every subscriber (wire encodings live in service/)
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(self.payload)

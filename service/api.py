@@ -23,6 +23,7 @@ from edge.images import ImageError, ImageTooLargeError, decode_image
 from edge.pipeline import FrameResult, StreamPipeline
 from edge.report import result_record
 from edge.streams import StreamManager
+from service.encodings import EncodingCache
 from service.errors import quoted
 from service.limits import ClientSlots, UploadGate, busy
 from service.schemas import DetectResponse, Health, StreamHealth, StreamInfo
@@ -91,12 +92,10 @@ async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> As
         pipeline.results.unsubscribe(subscription)
 
 
-def _sse_bytes(result: FrameResult) -> bytes:
-    encoded = result.encoded.get("sse")
-    if encoded is None:
-        encoded = ServerSentEvent(data=result.payload, event="detections", id=str(result.index)).encode()
-        result.encoded["sse"] = encoded
-    return encoded
+def _sse_bytes(cache: EncodingCache, result: FrameResult) -> bytes:
+    return cache.get(
+        result, "sse", lambda: ServerSentEvent(data=result.payload, event="detections", id=str(result.index)).encode()
+    )
 
 
 def _slots(request: Request | WebSocket) -> ClientSlots:
@@ -116,6 +115,7 @@ TOO_MANY: dict[int | str, dict[str, Any]] = {
 )
 async def events(request: Request, stream_id: str) -> EventSourceResponse:
     pipeline = pipeline_of(request, stream_id)
+    cache = _cache(request)
     slots = _slots(request)
     slots.take(stream_id)
     release = _once(lambda: slots.give_back(stream_id))
@@ -123,7 +123,7 @@ async def events(request: Request, stream_id: str) -> EventSourceResponse:
     async def generate() -> AsyncIterator[bytes]:
         try:
             async for batch in _batches(request, pipeline):
-                yield b"".join(_sse_bytes(r) for r in batch)  # encoded once per frame, one write per batch
+                yield b"".join(_sse_bytes(cache, r) for r in batch)  # encoded once per frame, one write per batch
         finally:
             release()
 
@@ -169,13 +169,18 @@ def _once(action: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-def _jpeg(result: FrameResult, height: int | None, quality: int, boxes: bool) -> bytes:
-    key = ("jpeg", height, quality, boxes)
-    encoded = result.encoded.get(key)
-    if encoded is None:  # clients watching with the same settings share one encoding per frame
-        encoded = render_jpeg(result.image, result.detections, height=height, quality=quality, boxes=boxes)
-        result.encoded[key] = encoded
-    return encoded
+def _jpeg(cache: EncodingCache, result: FrameResult, height: int | None, quality: int, boxes: bool) -> bytes:
+    """Clients watching with the same settings share one encoding per frame."""
+    return cache.get(
+        result,
+        ("jpeg", height, quality, boxes),
+        lambda: render_jpeg(result.image, result.detections, height=height, quality=quality, boxes=boxes),
+    )
+
+
+def _cache(request: Request | WebSocket) -> EncodingCache:
+    cache: EncodingCache = request.app.state.encodings
+    return cache
 
 
 Height = Annotated[int | None, Query(ge=16, le=4320, description="Scale frames down to this height")]
@@ -187,7 +192,7 @@ async def snapshot(
     request: Request, stream_id: str, height: Height = None, quality: Quality = 80, boxes: bool = True
 ) -> Response:
     result = current_or_503(pipeline_of(request, stream_id))
-    data = await asyncio.to_thread(_jpeg, result, height, quality, boxes)
+    data = await asyncio.to_thread(_jpeg, _cache(request), result, height, quality, boxes)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
 
@@ -204,6 +209,7 @@ async def mjpeg(
 ) -> StreamingResponse:
     pipeline = pipeline_of(request, stream_id)
     interval = 1.0 / fps
+    cache = _cache(request)
     slots = _slots(request)
     slots.take(stream_id)
     release = _once(lambda: slots.give_back(stream_id))
@@ -220,7 +226,7 @@ async def mjpeg(
                 if now < next_at:
                     continue  # faster than the asked-for rate: skip this frame
                 next_at = now + interval
-                data = await asyncio.to_thread(_jpeg, result, height, quality, boxes)
+                data = await asyncio.to_thread(_jpeg, cache, result, height, quality, boxes)
                 header = f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
                 yield header.encode() + data + b"\r\n"
         finally:

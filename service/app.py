@@ -19,6 +19,7 @@ from edge.settings import Settings, get_settings
 from edge.streams import StreamManager
 from service import api, errors
 from service.access import AccessMiddleware, AccessPolicy
+from service.encodings import EncodingCache
 from service.limits import ClientSlots, UploadGate
 from service.metrics import ServiceMetrics
 from service.server import SendTimeoutMiddleware
@@ -60,6 +61,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.state.uploads = UploadDetectors(manager)
     app.state.upload_gate = UploadGate(config.server.upload_workers, config.server.upload_queue)
     app.state.client_slots = ClientSlots(config.server.max_clients_per_stream)
+    app.state.encodings = EncodingCache()
     app.state.shutdown = asyncio.Event()  # replaced in the lifespan, on the serving loop
     errors.install(app)
     # Outermost last: Host check, then the slow-client clock, then Origin and token, then CORS when configured.

@@ -193,3 +193,32 @@ def test_post_detect_rejects_bad_bodies_clearly(server):
     assert no_file.status_code in (400, 415)
     assert server.client.post("/api/v1/detect?stream=zzz", content=data).status_code == 404
     assert server.client.get("/health/live").json()["status"] == "alive"
+
+
+def test_each_frame_is_encoded_once_for_every_client():
+    """SSE bytes and JPEGs are made once per frame and kind, whoever asks first; results themselves stay immutable."""
+    import dataclasses
+
+    import numpy as np
+
+    from edge.pipeline import FrameResult
+    from edge.stats import FrameTiming
+    from service.encodings import EncodingCache
+
+    timing = FrameTiming(1.0, 0, 0, 0, 0, 0, 0)
+    frames = [FrameResult("cam", i, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8), "{}") for i in range(3)]
+    cache, made = EncodingCache(capacity=4), []
+
+    def make(label):
+        return lambda: made.append(label) or label.encode()
+
+    for _ in range(5):  # five clients
+        assert cache.get(frames[0], "sse", make("sse0")) == b"sse0"
+        assert cache.get(frames[0], ("jpeg", 360), make("jpeg0")) == b"jpeg0"
+    assert made == ["sse0", "jpeg0"]
+    for frame in frames[1:]:
+        cache.get(frame, "sse", make(f"sse{frame.index}"))
+        cache.get(frame, ("jpeg", 360), make(f"jpeg{frame.index}"))
+    cache.get(frames[0], "sse", make("again"))  # evicted by newer frames (capacity 4): made anew
+    assert made[-1] == "again"
+    assert dataclasses.is_dataclass(frames[0]) and not hasattr(frames[0], "encoded")
