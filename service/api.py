@@ -26,7 +26,15 @@ from edge.streams import StreamManager
 from service.encodings import EncodingCache
 from service.errors import quoted
 from service.limits import ClientSlots, UploadGate, busy
-from service.schemas import DetectResponse, Health, StreamHealth, StreamInfo
+from service.schemas import (
+    BackendInfo,
+    CompareGroupFigures,
+    DetectResponse,
+    Health,
+    Stats,
+    StreamHealth,
+    StreamInfo,
+)
 from service.uploads import UploadDetectors, UploadModelUnavailableError
 
 router = APIRouter()
@@ -329,7 +337,11 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
         return await asyncio.to_thread(run, body)  # decoding and inference never run on the event loop
 
 
-@router.get("/compare", summary="Live comparison: per-backend latency, fps and agreement with the first backend")
+@router.get(
+    "/compare",
+    response_model=list[CompareGroupFigures],
+    summary="Live comparison: per-backend latency, fps and agreement with the first backend",
+)
 def compare(request: Request) -> list[dict[str, Any]]:
     return manager_of(request).compare()
 
@@ -352,12 +364,16 @@ async def compare_events(
     return EventSourceResponse(generate(), ping=15, send_timeout=30)
 
 
-@router.get("/backends", summary="Inference engines, devices found, and the registry models each can run")
+@router.get(
+    "/backends",
+    response_model=list[BackendInfo],
+    summary="Inference engines, devices found, and the registry models each can run",
+)
 def backends() -> list[dict[str, Any]]:
     return backends_report()
 
 
-@router.get("/stats", summary="Per-stream and per-backend figures")
+@router.get("/stats", response_model=Stats, summary="Per-stream and per-backend figures")
 def stats(request: Request) -> dict[str, Any]:
     return manager_of(request).stats()
 

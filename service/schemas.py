@@ -61,3 +61,74 @@ class Health(BaseModel):
     status: str  # live: alive | unsound; ready: ok | degraded | starting
     strict: bool = False
     streams: dict[str, StreamHealth] = {}
+
+
+class Percentiles(BaseModel):
+    p50: float
+    p95: float
+    p99: float
+
+
+class StreamFigures(BaseModel):
+    fps_in: float
+    fps_processed: float
+    fps_dropped: float
+    frames_in: int
+    frames_processed: int
+    frames_dropped: int
+    errors: int
+    reconnects: int
+    stalls: int
+    restarts: int
+    load_failures: int
+    latency_ms: dict[str, Percentiles]  # by stage: capture, queue_wait, preprocess, inference, postprocess, end_to_end
+    window_frames: int  # recent frames the percentiles cover
+    subscriber_drops: int
+    state: str
+    error: str | None
+
+
+class BackendFigures(BaseModel):
+    streams: list[str]
+    fps_processed: float
+    inference_ms: dict[str, Percentiles] = {}  # by stream
+
+
+class Stats(BaseModel):
+    streams: dict[str, StreamFigures]
+    backends: dict[str, BackendFigures]  # by "backend/device"
+
+
+class Agreement(BaseModel):
+    reference: str
+    frames: int  # frames both processed, over which mAP@0.5 is computed
+    map50: float | None
+
+
+class CompareRow(BaseModel):
+    stream: str
+    backend: str
+    device: str | None
+    model: str
+    state: str
+    fps_processed: float
+    fps_dropped: float
+    latency_ms: dict[str, Percentiles]  # inference and end_to_end
+    agreement: Agreement
+
+
+class CompareGroupFigures(BaseModel):
+    group: str
+    source: str
+    backends: list[CompareRow]
+
+
+class BackendInfo(BaseModel):
+    key: str
+    available: bool
+    engine: str | None
+    devices: list[str]
+    problem: str | None  # why it cannot run here, with the fix
+    install: str
+    formats: list[str]
+    models: list[str]  # registry models it can run
