@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.base import BackendError, BackendOptions
+from backends.engine import BackendStatus, Engine, Offer, installed
 from backends.hardware import coral_pcie_devices, coral_usb_devices
 from backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
 
@@ -117,3 +118,42 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         outputs=outputs,
         interpreter=interpreter,
     )
+
+
+def probe() -> BackendStatus:
+    from backends.tflite_backend import probe as probe_litert
+
+    status = ENGINE.status()
+    status.devices = coral_usb_devices() + coral_pcie_devices()
+    if not probe_litert().available:
+        status.problem = "LiteRT is not installed (the Edge TPU runs through its delegate)"
+        return status
+    library = delegate_library()
+    try:
+        ctypes.CDLL(library)
+    except OSError:
+        status.problem = f"{library} is not installed: {INSTALL_LIBEDGETPU}"
+        return status
+    status.engine = f"LiteRT + {Path(library).name}" + (" (pycoral)" if installed("pycoral") else "")
+    status.available = bool(status.devices)
+    status.problem = None if status.devices else NO_DEVICE
+    return status
+
+
+def rank(path: Path) -> Offer | None:
+    """A model compiled for the Edge TPU runs nowhere else: chosen even without a device, whose absence loading
+    then explains."""
+    if path.name.lower().endswith(".tflite") and is_edgetpu_model(path):
+        return Offer(100, "auto", "the model is compiled for the Edge TPU")
+    return None
+
+
+ENGINE = Engine(
+    key="edgetpu",
+    formats=("_edgetpu.tflite",),
+    install="pip install './edge-inference[tflite]' and the libedgetpu1-std package from Coral's apt repository",
+    probe=probe,
+    load=load,
+    rank=rank,
+    listed=2,
+)

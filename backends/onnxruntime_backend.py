@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 
 from backends.base import Backend, BackendError, BackendOptions, TensorInfo
+from backends.engine import BackendStatus, Engine, Offer, installed
+from backends.hardware import nvidia_gpus
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -117,3 +119,45 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
         notes=notes,
         session=session,
     )
+
+
+def probe() -> BackendStatus:
+    status = ENGINE.status()
+    if not installed("onnxruntime"):
+        status.problem = "onnxruntime is not installed"
+        return status
+    import onnxruntime as ort
+
+    providers = ort.get_available_providers()
+    status.available, status.engine = True, f"onnxruntime {ort.__version__}"
+    status.devices = ["cpu"]
+    gpus = nvidia_gpus()
+    if "CUDAExecutionProvider" in providers:
+        status.devices += gpus or ["cuda:0"]
+    if "TensorrtExecutionProvider" in providers:
+        status.devices.append("tensorrt")
+    if "OpenVINOExecutionProvider" in providers:
+        status.devices.append("openvino")
+    if gpus and "CUDAExecutionProvider" not in providers:
+        status.problem = f"NVIDIA GPU present ({gpus[0]}) but this onnxruntime has no CUDA provider: {ENGINE.install}"
+    return status
+
+
+def rank(path: Path) -> Offer | None:
+    if not ENGINE.reads(path.name) or not installed("onnxruntime"):
+        return None
+    cuda = next((d.split()[0] for d in probe().devices if d.startswith("cuda")), None)
+    if cuda:
+        return Offer(90, cuda, "ONNX model, ONNX Runtime has CUDA and a GPU is present")
+    return Offer(50, "cpu", "ONNX model, no GPU or NPU found: ONNX Runtime on the CPU")
+
+
+ENGINE = Engine(
+    key="onnx",
+    formats=(".onnx",),
+    install="pip install onnxruntime (GPU: onnxruntime-gpu in its place; Jetson: JetPack's onnxruntime-gpu wheel)",
+    probe=probe,
+    load=load,
+    rank=rank,
+    listed=0,
+)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+from backends.engine import BackendStatus, Engine, Offer, installed
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO", "MYRIAD")
 DEVICE_HINTS = {
@@ -156,3 +157,45 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
         outputs=outputs,
         compiled=compiled,
     )
+
+
+def probe() -> BackendStatus:
+    status = ENGINE.status()
+    if not installed("openvino"):
+        status.problem = "openvino is not installed"
+        return status
+    ov = import_openvino()
+    core = ov.Core()
+    status.available, status.engine = True, f"openvino {ov.__version__.split('-')[0]}"
+    for device in core.available_devices:
+        try:
+            name = core.get_property(device, "FULL_DEVICE_NAME")
+        except RuntimeError:
+            name = device
+        status.devices.append(f"{device}  {name}")
+    return status
+
+
+def rank(path: Path) -> Offer | None:
+    name = path.name.lower()
+    if not ENGINE.reads(name) or not installed("openvino"):
+        return None
+    if name.endswith(".xml"):
+        return Offer(90, "AUTO", "OpenVINO IR model")
+    if name.endswith(".onnx"):
+        accelerators = [d.split()[0] for d in probe().devices if not d.startswith("CPU")]
+        if accelerators:
+            return Offer(80, accelerators[0], f"ONNX model, OpenVINO sees {accelerators[0]}")
+    return Offer(10, "CPU", f"{path.suffix[1:].upper()} model: OpenVINO on the CPU reads it")
+
+
+ENGINE = Engine(
+    key="openvino",
+    formats=(".xml", ".onnx", ".tflite"),
+    excludes=("_edgetpu.tflite",),
+    install="pip install './edge-inference[openvino]'",
+    probe=probe,
+    load=load,
+    rank=rank,
+    listed=3,
+)

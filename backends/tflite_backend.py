@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+from backends.engine import BackendStatus, Engine, Offer, installed
 
 EDGETPU_OP = "edgetpu-custom-op"
 
@@ -113,3 +114,31 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         outputs=outputs,
         interpreter=interpreter,
     )
+
+
+def probe() -> BackendStatus:
+    status = ENGINE.status()
+    for module, name in (("ai_edge_litert", "ai-edge-litert"), ("tflite_runtime", "tflite_runtime")):
+        if installed(module):
+            status.available, status.engine, status.devices = True, name, ["cpu (XNNPACK)"]
+            return status
+    status.problem = "LiteRT is not installed"
+    return status
+
+
+def rank(path: Path) -> Offer | None:
+    if ENGINE.reads(path.name) and probe().available and not is_edgetpu_model(path):
+        return Offer(50, "cpu", "TFLite model, LiteRT installed")
+    return None
+
+
+ENGINE = Engine(
+    key="tflite",
+    formats=(".tflite",),
+    excludes=("_edgetpu.tflite",),
+    install="pip install './edge-inference[tflite]' (ai-edge-litert)",
+    probe=probe,
+    load=load,
+    rank=rank,
+    listed=1,
+)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.discovery import probe_all
+from backends import engines
+from edge.loader import runs_entry
 from models.registry import REGISTRY
 
 
 def backends_report() -> list[dict[str, Any]]:
     rows = []
-    for status in probe_all():
-        row = status.to_dict()
-        row["models"] = [e.name for e in REGISTRY.values() if status.key in e.engines]
+    for engine in engines().values():
+        row = engine.probe().to_dict()
+        row["models"] = [e.name for e in REGISTRY.values() if runs_entry(engine, e)]
         rows.append(row)
     return rows

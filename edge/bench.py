@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from backends import BACKEND_MODULES, BackendError
+from backends import BackendError, engine_keys
 from edge.errors import EdgeError
 from edge.loader import DetectorConfig, load_detector, model_for_engine
 from edge.settings import Settings
@@ -61,8 +61,8 @@ def parse_backends(text: str) -> list[tuple[str, str]]:
     chosen = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, device = item.partition(":")
-        if key not in BACKEND_MODULES:
-            raise EdgeError(f"unknown backend {key!r} in --backends; choose from {', '.join(BACKEND_MODULES)}")
+        if key not in engine_keys():
+            raise EdgeError(f"unknown backend {key!r} in --backends; choose from {', '.join(engine_keys())}")
         chosen.append((key, device or "auto"))
     if not chosen:
         raise EdgeError("--backends is empty; e.g. --backends onnx,openvino,tflite")

@@ -6,15 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends import BACKEND_MODULES, BackendError, BackendOptions, open_backend
-from backends.discovery import FORMATS, choose_backend
-from backends.tflite_backend import is_edgetpu_model
+from backends import BackendError, BackendOptions, Engine, engine_keys, get_engine, open_backend
+from backends.discovery import choose_backend
 from edge.detector import Detector
 from edge.errors import EdgeError
 from edge.settings import Settings, get_settings
 from models.download import Progress, check_cached, is_cached, pull
 from models.overrides import SpecOverrides, load_sidecar, sidecar_path
-from models.registry import REGISTRY, entry_for_engine, get_entry
+from models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry
 from models.resolve import ModelIO, resolve_spec
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
@@ -37,8 +36,8 @@ class DetectorConfig:
 
 def check_reference(config: DetectorConfig) -> None:
     """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
-    if config.backend != "auto" and config.backend not in BACKEND_MODULES:
-        raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(BACKEND_MODULES)}")
+    if config.backend != "auto" and config.backend not in engine_keys():
+        raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(engine_keys())}")
     if config.model in REGISTRY:
         engine_model(config)  # a registry name must have a file this engine reads
         return
@@ -54,17 +53,24 @@ def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
 
     A registry name or family picks the family member in the engine's own format; a file must be one it reads.
     """
+    engine = get_engine(backend)
     if model in REGISTRY or any(e.family_name == model for e in REGISTRY.values()):
-        entry = entry_for_engine(model, backend)
+        entry = entry_for_engine(model, lambda e: runs_entry(engine, e), engine.formats)
         if entry is None:
             return None, f"the registry has no {model} file that {backend} can run"
         return entry.name, None
     path = Path(model)
     if not path.is_file():
         return None, f"{model} is neither a registry model nor a file"
-    if not path.name.lower().endswith(tuple(FORMATS[backend])):
-        return None, f"{backend} reads {', '.join(FORMATS[backend])} files, not {path.name}"
+    if not engine.reads(path.name):
+        return None, f"{backend} reads {', '.join(engine.formats)} files, not {path.name}"
     return model, None
+
+
+def runs_entry(engine: Engine, entry: RegistryEntry) -> bool:
+    """The engine reads the entry's file format, and the registry knows of no reason it cannot run it."""
+    allowed = entry.only_engines is None or engine.key in entry.only_engines
+    return allowed and engine.reads(entry.model_file.path)
 
 
 def engine_model(config: DetectorConfig) -> str:
@@ -104,7 +110,7 @@ def load_detector(
     name, path = locate_model(engine_model(config), settings, progress)
     key, device, note = config.backend, config.device, None
     if key == "auto":
-        choice = choose_backend(path, is_edgetpu_model(path))
+        choice = choose_backend(path)
         key = choice.backend
         if config.device == "auto":
             device, note = choice.device, f"--backend auto chose {key} on {choice.device}: {choice.reason}"

@@ -7,7 +7,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from backends import BACKEND_MODULES
+from backends import engine_keys
 from edge.compare import CompareGroup
 from edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
 from edge.detector import Detector
@@ -67,9 +67,9 @@ class StreamManager:
         members = []
         for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
             backend, _, device = item.partition(":")
-            if backend not in BACKEND_MODULES:
+            if backend not in engine_keys():
                 raise ConfigError(
-                    f"stream {stream.id}: unknown compare backend {backend!r}; choose from {', '.join(BACKEND_MODULES)}"
+                    f"stream {stream.id}: unknown compare backend {backend!r}; choose from {', '.join(engine_keys())}"
                 )
             model, reason = model_for_engine(stream.model, backend)
             if model is None:

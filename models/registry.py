@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from models.errors import ModelError
@@ -25,7 +26,7 @@ class RegistryEntry:
     license: str
     files: tuple[RegistryFile, ...]  # the first one is what the engine opens
     agpl: bool = False
-    # Engines known to run it; by default every engine that reads its format.
+    # Engines known to run it, when some engine that reads its format cannot (a missing operation, say).
     only_engines: tuple[str, ...] | None = None
     # The same weights in other formats share a family; `edge bench --models FAMILY` picks the file per engine.
     family: str = ""
@@ -37,19 +38,6 @@ class RegistryEntry:
     @property
     def family_name(self) -> str:
         return self.family or self.name
-
-    @property
-    def engines(self) -> tuple[str, ...]:
-        if self.only_engines is not None:
-            return self.only_engines
-        path = self.model_file.path
-        if path.endswith("_edgetpu.tflite"):
-            return ("edgetpu",)
-        if path.endswith(".tflite"):
-            return ("tflite", "openvino")
-        if path.endswith(".onnx"):
-            return ("onnx", "openvino")
-        return ("openvino",)
 
 
 def _one(path: str, sha256: str, url: str | None) -> tuple[RegistryFile, ...]:
@@ -203,20 +191,15 @@ REGISTRY: dict[str, RegistryEntry] = {
 
 DEFAULT_MODEL = "yolox-nano"  # Apache-2.0; AGPL models are never a default
 
-# The registry file each engine prefers within a family: its native format first.
-_PREFERRED_SUFFIX = {
-    "openvino": (".xml", ".onnx", ".tflite"),
-    "onnx": (".onnx",),
-    "tflite": (".tflite",),
-    "edgetpu": ("_edgetpu.tflite",),
-}
 
-
-def entry_for_engine(name: str, engine: str) -> RegistryEntry | None:
-    """The registry entry that `engine` should run for a model name or family; None when there is none."""
+def entry_for_engine(
+    name: str, runs: Callable[[RegistryEntry], bool], preferred: Sequence[str]
+) -> RegistryEntry | None:
+    """The entry of a model name's family that an engine should run: among those it `runs`, the first whose file
+    ends with the engine's `preferred` formats, in that order; None when there is none."""
     family = REGISTRY[name].family_name if name in REGISTRY else name
-    members = [e for e in REGISTRY.values() if e.family_name == family and engine in e.engines]
-    for suffix in _PREFERRED_SUFFIX.get(engine, ()):
+    members = [e for e in REGISTRY.values() if e.family_name == family and runs(e)]
+    for suffix in preferred:
         for entry in members:
             if entry.model_file.path.endswith(suffix):
                 return entry

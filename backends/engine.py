@@ -1,0 +1,118 @@
+"""An inference engine is one module that declares itself: `ENGINE = Engine(...)`.
+
+The declaration says what the engine is called, which model files it reads, how to install it, how to probe it
+(availability and devices), how to open a model (`load`), and what it offers for `--backend auto` (`rank`).
+Discovery, `edge backends`, `--backend auto`, the registry's choice of file per engine and the loader all read these
+declarations; nothing else names an engine. Engines are found by scanning this package for `*_backend` modules
+with an `ENGINE`, and in the `edge_inference.engines` entry-point group, so an engine can also ship as its own
+distribution (as Frigate's detector plugins are found by scanning their folder).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backends.base import BackendError
+
+if TYPE_CHECKING:
+    from backends.base import Backend, BackendOptions
+
+ENTRY_POINT_GROUP = "edge_inference.engines"
+
+
+@dataclass
+class BackendStatus:
+    key: str
+    available: bool
+    engine: str | None = None
+    devices: list[str] = field(default_factory=list)
+    problem: str | None = None  # why it cannot run here, with the fix
+    install: str = ""
+    formats: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What an engine offers for `--backend auto`: the highest score wins."""
+
+    score: int  # 100: made for this file (Edge TPU), 90: an accelerator, 50: a good CPU engine, 10: a stand-in
+    device: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: str
+    device: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Engine:
+    key: str
+    formats: tuple[str, ...]  # file name endings it reads, the one it prefers first
+    install: str
+    probe: Callable[[], BackendStatus]
+    load: Callable[[Path, BackendOptions], Backend]
+    rank: Callable[[Path], Offer | None]
+    excludes: tuple[str, ...] = ()  # endings it does not read although a format matches (e.g. _edgetpu.tflite)
+    listed: int = 100  # where `edge backends` lists it: the built-in engines first, plugins after
+
+    def reads(self, file_name: str) -> bool:
+        name = file_name.lower()
+        return name.endswith(self.formats) and not name.endswith(self.excludes)
+
+    def status(self, available: bool = False, **figures: object) -> BackendStatus:
+        """A status of this engine with its install line and formats filled in."""
+        return BackendStatus(self.key, available, install=self.install, formats=list(self.formats), **figures)  # type: ignore[arg-type]
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@functools.cache
+def engines() -> dict[str, Engine]:
+    """Every engine declared in this package and by installed plugins, by key."""
+    found: dict[str, Engine] = {}
+    package = Path(__file__).parent
+    for module in sorted(m.name for m in pkgutil.iter_modules([str(package)]) if m.name.endswith("_backend")):
+        engine = getattr(importlib.import_module(f"backends.{module}"), "ENGINE", None)
+        if isinstance(engine, Engine):
+            found[engine.key] = engine
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        engine = point.load()
+        if isinstance(engine, Engine):
+            found.setdefault(engine.key, engine)
+    return dict(sorted(found.items(), key=lambda item: (item[1].listed, item[0])))
+
+
+def get_engine(key: str) -> Engine:
+    try:
+        return engines()[key]
+    except KeyError:
+        raise BackendError(f"unknown backend {key!r}; choose one of: {', '.join(engines())}") from None
+
+
+def choose(path: Path) -> Choice:
+    """The best engine this machine has for a model file, and why (`--backend auto`)."""
+    offers = [(offer, key) for key, engine in engines().items() if (offer := engine.rank(path)) is not None]
+    if not offers:
+        readers = [key for key, engine in engines().items() if engine.reads(path.name)]
+        raise BackendError(
+            f"no installed engine can run {path.name}"
+            + (f"; {', '.join(readers)} would: see `edge backends` for how to install" if readers else "")
+        )
+    offer, key = max(offers, key=lambda pair: pair[0].score)
+    return Choice(key, offer.device, offer.reason)
