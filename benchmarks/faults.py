@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +27,7 @@ import psutil
 
 from benchmarks.common import MODELS, SHARED, VTEST, machine, pct
 from benchmarks.hostile import jpeg_claiming, png_bomb, serve_stalling_camera
+from tests.server import Server
 
 PHOTO = SHARED / "media" / "kite_and_cold.jpg"  # a real 1.4 MB photo
 SSD = str(MODELS / "onnx" / "ssd_mobilenet_v2_coco_quant_postprocess.onnx")
@@ -35,35 +35,21 @@ MIB = 2**20
 REPEAT = 10
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Served:
-    """`edge serve` in a child process, as a user runs it."""
+class Served(Server):
+    """`edge serve` in a child process, as a user runs it (tests/server.py), with what the matrix watches."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, token: str | None = None) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(prefix="edge-faults-", suffix=".log", delete=False)  # noqa: SIM115
-        extra = {"EDGE_TOKEN": token} if token else {}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "edge", "serve", *args, "--port", str(self.port)],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {}), **extra},
-        )
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=self.base, timeout=30, headers=headers)
+        handle, log_name = tempfile.mkstemp(prefix="edge-faults-", suffix=".log")
+        os.close(handle)
+        super().__init__(args, Path(log_name), env, token)
+        self.client.timeout = httpx.Timeout(30)
         self.ps = psutil.Process(self.process.pid)
 
     def wait(self, condition: Callable[[], bool], timeout: float = 120) -> float:
         start = time.monotonic()
         while not condition():
             if time.monotonic() - start > timeout:
-                raise RuntimeError(f"timed out; server log: {Path(self.log.name).read_text()[-2000:]}")
+                raise RuntimeError(f"timed out; server log: {self.log[-2000:]}")
             time.sleep(0.02)
         return time.monotonic() - start
 
@@ -84,16 +70,6 @@ class Served:
 
     def fds(self) -> int:
         return self.ps.num_fds()
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self.log.close()
 
 
 class Probe:
@@ -331,7 +307,7 @@ def sigterm_case() -> Row:
             response.__exit__(None, None, None)
     finally:
         server.stop()  # whatever happened above, no server is left running
-    released = "cameras and accelerators released" in Path(server.log.name).read_text()
+    released = "cameras and accelerators released" in server.log
     return Row(
         "SIGTERM with MJPEG, SSE and WebSocket clients",
         f"exit ({code}) in {took:.2f} s",

@@ -18,7 +18,8 @@ from edge.sources import Frame, FrameSource, SourceError, describe_error
 MAX_BACKOFF_S = 10.0
 DEFAULT_STALL_S = 5.0
 Outcome = Literal["failed", "ended", "stopped"]
-StateCallback = Callable[[str, str | None], None]
+SourceState = Literal["connecting", "running", "reconnecting", "ended"]
+StateCallback = Callable[[SourceState, str | None], None]
 
 
 def stall_timeout(configured: float | None, fps: float | None) -> float:
@@ -51,6 +52,7 @@ class CaptureLoop:
         # When the blocking call in progress (open or read) began, for the watchdog; None between calls.
         self.busy_since: float | None = None
         self.busy_with = ""
+        self.fps: float | None = None  # the source's own rate, read on this thread once it is open
 
     def _begin(self, what: str) -> None:
         self.busy_with, self.busy_since = what, time.monotonic()
@@ -74,6 +76,7 @@ class CaptureLoop:
                     self._end()
                 if self.stop.is_set():
                     break  # abandoned while opening: the new loop reports the state
+                self.fps = self.source.fps
                 self.on_state("running", None)
                 backoff = 0.5
                 outcome = self._read_frames()
@@ -87,7 +90,7 @@ class CaptureLoop:
             self.source.close()
 
     def _read_frames(self) -> Outcome:
-        fps = self.source.fps if (self.pace and not self.source.live) else None
+        fps = self.fps if (self.pace and not self.source.live) else None
         started, first = time.perf_counter(), self.index
         while not self.stop.is_set():
             if fps:
@@ -148,10 +151,6 @@ class CaptureRunner:
         self._stopped = False
         self._lock = threading.Lock()
 
-    @property
-    def stall_after_s(self) -> float:
-        return stall_timeout(self.configured_stall_s, self.source.fps)
-
     def start(self) -> None:
         with self._lock:
             if not self._stopped:
@@ -196,7 +195,8 @@ class CaptureRunner:
         if loop is None or self._stopped:
             return None
         since = loop.busy_since
-        limit = self.stall_after_s * (3 if loop.busy_with == "open" else 1)
+        # the source's fps as its own thread read it: a capture handle is not to be touched from this thread
+        limit = stall_timeout(self.configured_stall_s, loop.fps) * (3 if loop.busy_with == "open" else 1)
         if since is None or now - since <= limit:
             return None
         message = f"stalled: no frame for {now - since:.1f} s (the {loop.busy_with} did not return); reopening"

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edge.capture import CaptureRunner
+from edge.capture import CaptureRunner, SourceState
 from edge.pipeline import StreamPipeline
 from edge.sources import Frame, FrameSource
 from models.agreement import agreement
@@ -40,7 +40,7 @@ class CompareGroup:
             on_state=self._on_state,
             on_reconnect=lambda: self._each(lambda m: m.stats.reconnect()),
             on_stall=lambda: self._each(lambda m: m.stats.stall()),
-            on_end=lambda: self._each(lambda m: m.set_state("ended")),
+            on_end=lambda: self._each(lambda m: m.set_source_state("ended")),
             stall_timeout_s=stall_timeout_s,
         )
 
@@ -76,9 +76,9 @@ class CompareGroup:
         for member in self.members:
             member.offer(frame)
 
-    def _on_state(self, state: str, error: str | None) -> None:
+    def _on_state(self, state: SourceState, error: str | None) -> None:
         for member in self.members:
-            member.set_state(state, error)  # type: ignore[arg-type]
+            member.set_source_state(state, error)
 
     def snapshot(self) -> dict[str, Any]:
         reference = self.members[0]

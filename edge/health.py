@@ -24,16 +24,18 @@ UP_STATES = ("running", "ended")
 class ServiceHealth:
     status: Status
     ready: bool
-    live: bool
     strict: bool
     streams: dict[str, dict[str, Any]]
+
+
+def is_live(manager: StreamManager) -> bool:
+    return manager.watchdog.alive and all(p.workers_alive for p in manager.pipelines.values())
 
 
 def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
     streams: dict[str, dict[str, Any]] = {}
     starting = False
     all_up, any_up, any_model = True, False, False
-    live = manager.watchdog.alive
     for stream_id, pipeline in manager.pipelines.items():
         health = pipeline.health()
         up = health.state in UP_STATES
@@ -41,12 +43,11 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         any_up |= up
         any_model |= pipeline.ready
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
-        live &= health.workers_alive
         streams[stream_id] = {
             **asdict(health),
             "up": up,
-            "fps": pipeline.stats.snapshot()["fps_processed"],
+            "fps": pipeline.stats.fps_processed(),
         }
     status: Status = "starting" if starting else "ok" if all_up else "degraded" if any_up or any_model else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
-    return ServiceHealth(status, ready, live, strict, streams)
+    return ServiceHealth(status, ready, strict, streams)

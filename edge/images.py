@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import re
 import warnings
 from pathlib import Path
 
@@ -37,12 +36,12 @@ def check_pixels(data: bytes, name: str, max_pixels: int) -> None:
         try:
             with Image.open(io.BytesIO(data)) as image:  # lazy: reads the header only
                 width, height = image.size
-        except Image.DecompressionBombError as exc:  # Pillow's own limit (about 179 MP) tripped: far above ours
-            width, height = int(re.search(r"\((\d+) pixels\)", str(exc) + "(0 pixels)")[1]), 1  # type: ignore[index]
+        except Image.DecompressionBombError:  # Pillow's own limit (about 179 MP) tripped: far above ours
+            width, height = int(Image.MAX_IMAGE_PIXELS or 0) * 2 + 1, 1
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
             return  # a header Pillow does not know: OpenCV's own limit (OPENCV_IO_MAX_IMAGE_PIXELS) still applies
     if width * height > max_pixels:
-        claimed = f"{width}x{height}" if height > 1 else f"{width / 1e6:.0f} megapixels"
+        claimed = f"{width}x{height}" if height > 1 else f"over {width / 1e6:.0f} megapixels"
         raise ImageTooLargeError(
             f"{name}: the image is larger than the {max_pixels / 1e6:g} megapixel limit ({claimed} claimed by its "
             "header); scale it down or raise max_upload_megapixels"

@@ -23,7 +23,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from edge.capture import CaptureRunner
+from edge.capture import CaptureRunner, SourceState
 from edge.detector import Detector, Prepared
 from edge.publish import Broadcaster
 from edge.sources import Frame, FrameSource
@@ -35,7 +35,6 @@ log = logging.getLogger("edge.pipeline")
 Mode = Literal["live", "file"]
 # loading: the model is loading; failed: it failed to load and is retried; the others are the source's.
 State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
-SourceState = Literal["connecting", "running", "reconnecting", "ended"]
 _END = object()  # end of a finite source, passed down the stages
 MAX_LOAD_BACKOFF_S = 60.0
 
@@ -150,7 +149,7 @@ class StreamPipeline:
                 self.offer,
                 pace=self.pace and self.mode == "file",
                 loop=loop,
-                on_state=lambda state, error: self.set_source_state(cast(SourceState, state), error),
+                on_state=self.set_source_state,
                 on_reconnect=self.stats.reconnect,
                 on_stall=self.stats.stall,
                 on_end=self._source_end,
@@ -191,11 +190,6 @@ class StreamPipeline:
         with self._lock:
             self._source_state = state
             self._note(error, clears=state == "running" and self._detector_state == "ready")
-
-    def set_state(self, state: State, error: str | None = None) -> None:
-        """For a compare group, whose capture reports the source's state to every member."""
-        if state in ("connecting", "running", "reconnecting", "ended"):
-            self.set_source_state(cast(SourceState, state), error)
 
     def _set_detector_state(self, state: Literal["loading", "failed", "ready"], error: str | None = None) -> None:
         with self._lock:

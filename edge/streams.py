@@ -142,6 +142,7 @@ class StreamManager:
 
     def summary(self, pipeline: StreamPipeline) -> dict[str, Any]:
         detector = pipeline.detector
+        health = pipeline.health()
         return {
             "id": pipeline.stream_id,
             "source": pipeline.labels["source"],
@@ -152,14 +153,14 @@ class StreamManager:
             "device": detector.backend.device if detector else None,
             "engine": detector.backend.engine if detector else None,
             "notes": list(detector.backend.notes) if detector else [],
-            "state": pipeline.state,
-            "state_since": pipeline.state_since,
+            "state": health.state,
+            "state_since": health.since,
             "ready": pipeline.ready,
-            "error": pipeline.error,
-            "last_error": pipeline.last_error,
-            "last_error_at": pipeline.last_error_at,
-            "frame_age_s": None if pipeline.latest is None else round(pipeline.latest.age_s, 3),
-            "fps": pipeline.stats.snapshot()["fps_processed"],
+            "error": health.error,
+            "last_error": health.last_error,
+            "last_error_at": health.last_error_at,
+            "frame_age_s": health.frame_age_s,
+            "fps": pipeline.stats.fps_processed(),
             "subscribers": pipeline.results.subscribers,
         }
 

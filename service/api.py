@@ -6,19 +6,18 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
-from starlette.background import BackgroundTask
 from starlette.datastructures import Headers
 
 from edge.backends_report import backends_report
 from edge.drawing import render_jpeg
-from edge.health import service_health
+from edge.health import is_live, service_health
 from edge.images import ImageError, ImageTooLargeError, decode_image
 from edge.pipeline import FrameResult, StreamPipeline
 from edge.report import result_record
@@ -35,6 +34,7 @@ from service.schemas import (
     StreamHealth,
     StreamInfo,
 )
+from service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
 from service.uploads import UploadDetectors, UploadModelUnavailableError
 
 router = APIRouter()
@@ -85,7 +85,7 @@ def latest_detections(request: Request, stream_id: str) -> Response:
     return Response(body, media_type="application/json", headers={"X-Frame-Age": f"{age:.3f}"})
 
 
-async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> AsyncIterator[list[FrameResult]]:
+async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> AsyncGenerator[list[FrameResult], None]:
     """Results in order, in batches of whatever accumulated while the client was busy; ends on shutdown."""
     server = request.app.state.config.server
     subscription = pipeline.results.subscribe(server.subscriber_buffer)
@@ -126,18 +126,17 @@ async def events(request: Request, stream_id: str) -> EventSourceResponse:
     cache = _cache(request)
     slots = _slots(request)
     slots.take(stream_id)
-    release = _once(lambda: slots.give_back(stream_id))
 
     async def generate() -> AsyncIterator[bytes]:
-        try:
-            async for batch in _batches(request, pipeline):
+        async with contextlib.aclosing(_batches(request, pipeline)) as batches:  # unsubscribes on any way out
+            async for batch in batches:
                 yield b"".join(_sse_bytes(cache, r) for r in batch)  # encoded once per frame, one write per batch
-        finally:
-            release()
 
     # A client that stops reading is disconnected after send_timeout; until then only its own buffer fills.
     send_timeout = request.app.state.config.server.send_timeout_s
-    return EventSourceResponse(generate(), ping=15, send_timeout=send_timeout, background=BackgroundTask(release))
+    return ClosingEventSourceResponse(
+        generate(), ping=15, send_timeout=send_timeout, on_close=lambda: slots.give_back(stream_id)
+    )
 
 
 @router.websocket("/streams/{stream_id}/ws")
@@ -155,26 +154,15 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
     send_timeout = websocket.app.state.config.server.send_timeout_s
     try:
         await websocket.accept()
-        async for batch in _batches(websocket, pipeline):
-            for result in batch:
-                await asyncio.wait_for(websocket.send_text(result.payload), send_timeout)
+        async with contextlib.aclosing(_batches(websocket, pipeline)) as batches:  # unsubscribes on any way out
+            async for batch in batches:
+                for result in batch:
+                    await asyncio.wait_for(websocket.send_text(result.payload), send_timeout)
         await websocket.close(code=1001, reason="the service is stopping")  # the stream ended: shutdown
     except (WebSocketDisconnect, RuntimeError, TimeoutError, OSError):
         return
     finally:
         slots.give_back(stream_id)
-
-
-def _once(action: Callable[[], None]) -> Callable[[], None]:
-    done = False
-
-    def run() -> None:
-        nonlocal done
-        if not done:
-            done = True
-            action()
-
-    return run
 
 
 def _jpeg(cache: EncodingCache, result: FrameResult, height: int | None, quality: int, boxes: bool) -> bytes:
@@ -220,7 +208,6 @@ async def mjpeg(
     cache = _cache(request)
     slots = _slots(request)
     slots.take(stream_id)
-    release = _once(lambda: slots.give_back(stream_id))
 
     async def generate() -> AsyncIterator[bytes]:
         subscription = pipeline.results.subscribe(2)
@@ -239,13 +226,12 @@ async def mjpeg(
                 yield header.encode() + data + b"\r\n"
         finally:
             pipeline.results.unsubscribe(subscription)
-            release()
 
-    return StreamingResponse(
+    return ClosingStreamingResponse(
         generate(),
         media_type=f"multipart/x-mixed-replace; boundary={BOUNDARY}",
         headers={"Cache-Control": "no-store"},
-        background=BackgroundTask(release),
+        on_close=lambda: slots.give_back(stream_id),
     )
 
 
@@ -388,9 +374,9 @@ def metrics(request: Request) -> Response:
 @router.get("/health/live", response_model=Health, summary="The process is sound", responses={503: {}})
 def live(request: Request) -> JSONResponse:
     """200 while the event loop answers and every stream's threads are alive (or being restarted)."""
-    health = service_health(manager_of(request), request.app.state.config.server.strict_ready)
-    body = Health(status="alive" if health.live else "unsound", streams={})
-    return JSONResponse(body.model_dump(), status_code=200 if health.live else 503)
+    alive = is_live(manager_of(request))
+    body = Health(status="alive" if alive else "unsound", streams={})
+    return JSONResponse(body.model_dump(), status_code=200 if alive else 503)
 
 
 @router.get(

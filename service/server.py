@@ -45,7 +45,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _header_timed_out(self) -> None:
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-            log.info("closing a connection whose request header did not complete in %g s", self.header_timeout_s)
+            log.info("closing a connection that sent no complete request header for %g s", self.header_timeout_s)
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
