@@ -13,7 +13,7 @@ from edge.errors import EdgeError
 from edge.settings import Settings, get_settings
 from models.download import Progress, check_cached, is_cached, pull
 from models.overrides import SpecOverrides, load_sidecar, sidecar_path
-from models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry
+from models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry, is_registry_name
 from models.resolve import ModelIO, resolve_spec
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
@@ -54,7 +54,7 @@ def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
     A registry name or family picks the family member in the engine's own format; a file must be one it reads.
     """
     engine = get_engine(backend)
-    if model in REGISTRY or any(e.family_name == model for e in REGISTRY.values()):
+    if is_registry_name(model):
         entry = entry_for_engine(model, lambda e: runs_entry(engine, e), engine.formats)
         if entry is None:
             return None, f"the registry has no {model} file that {backend} can run"
@@ -76,8 +76,7 @@ def runs_entry(engine: Engine, entry: RegistryEntry) -> bool:
 def engine_model(config: DetectorConfig) -> str:
     """A registry name given with an engine becomes that engine's own file of the same weights
     (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
-    is_registry = config.model in REGISTRY or any(e.family_name == config.model for e in REGISTRY.values())
-    if config.backend == "auto" or not is_registry:
+    if config.backend == "auto" or not is_registry_name(config.model):
         return config.model
     model, reason = model_for_engine(config.model, config.backend)
     if model is None:

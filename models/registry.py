@@ -192,6 +192,11 @@ REGISTRY: dict[str, RegistryEntry] = {
 DEFAULT_MODEL = "yolox-nano"  # Apache-2.0; AGPL models are never a default
 
 
+def is_registry_name(name: str) -> bool:
+    """A registry model's name, or the name of a family of them."""
+    return name in REGISTRY or any(e.family_name == name for e in REGISTRY.values())
+
+
 def entry_for_engine(
     name: str, runs: Callable[[RegistryEntry], bool], preferred: Sequence[str]
 ) -> RegistryEntry | None:
