@@ -6,6 +6,8 @@ COPY edge ./edge
 COPY backends ./backends
 COPY models ./models
 COPY service ./service
+# the one import name: links to the four folders above (see edge_inference/__init__.py)
+COPY edge_inference ./edge_inference
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
-from backends.engine import Engine, engines, get_engine
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+from edge_inference.backends.engine import Engine, engines, get_engine
 
 
 def open_backend(key: str, path: Path, options: BackendOptions) -> Backend:

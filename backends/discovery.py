@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backends.engine import BackendStatus, Choice, choose, engines
+from edge_inference.backends.engine import BackendStatus, Choice, choose, engines
 
 
 def probe_all() -> list[BackendStatus]:

@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from backends.base import BackendError, BackendOptions
-from backends.engine import BackendStatus, Engine, Offer, installed
-from backends.hardware import coral_pcie_devices, coral_usb_devices
-from backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
+from edge_inference.backends.base import BackendError, BackendOptions
+from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices
+from edge_inference.backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
 
 LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
 INSTALL_LIBEDGETPU = (
@@ -121,7 +121,7 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
 
 
 def probe() -> BackendStatus:
-    from backends.tflite_backend import probe as probe_litert
+    from edge_inference.backends.tflite_backend import probe as probe_litert
 
     status = ENGINE.status()
     status.devices = coral_usb_devices() + coral_pcie_devices()

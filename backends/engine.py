@@ -20,10 +20,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backends.base import BackendError
+from edge_inference.backends.base import BackendError
 
 if TYPE_CHECKING:
-    from backends.base import Backend, BackendOptions
+    from edge_inference.backends.base import Backend, BackendOptions
 
 ENTRY_POINT_GROUP = "edge_inference.engines"
 
@@ -88,7 +88,7 @@ def engines() -> dict[str, Engine]:
     found: dict[str, Engine] = {}
     package = Path(__file__).parent
     for module in sorted(m.name for m in pkgutil.iter_modules([str(package)]) if m.name.endswith("_backend")):
-        engine = getattr(importlib.import_module(f"backends.{module}"), "ENGINE", None)
+        engine = getattr(importlib.import_module(f"{__package__}.{module}"), "ENGINE", None)
         if isinstance(engine, Engine):
             found[engine.key] = engine
     for point in entry_points(group=ENTRY_POINT_GROUP):

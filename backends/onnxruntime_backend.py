@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from backends.base import Backend, BackendError, BackendOptions, TensorInfo
-from backends.engine import BackendStatus, Engine, Offer, installed
-from backends.hardware import nvidia_gpus
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo
+from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.hardware import nvidia_gpus
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
-from backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO", "MYRIAD")
 DEVICE_HINTS = {
@@ -69,7 +69,7 @@ def check_device(requested: str, devices: list[str], version: str) -> str:
 
 def _tflite_quantization(path: Path) -> tuple[list[Quantization | None], list[Quantization | None]]:
     """OpenVINO keeps int8 TFLite I/O but not its scales; read them from the file with LiteRT when it is there."""
-    from backends.tflite_backend import create_interpreter
+    from edge_inference.backends.tflite_backend import create_interpreter
 
     try:
         interpreter, _ = create_interpreter(path, None)

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
-from backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 
 EDGETPU_OP = "edgetpu-custom-op"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edge.bench import read_frames as bench_read_frames
-from edge.machine import describe_machine
-from edge.stats import percentile
+from edge_inference.edge.bench import read_frames as bench_read_frames
+from edge_inference.edge.machine import describe_machine
+from edge_inference.edge.stats import percentile
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()

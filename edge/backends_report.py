@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends import engines
-from edge.loader import runs_entry
-from models.registry import REGISTRY
+from edge_inference.backends import engines
+from edge_inference.edge.loader import runs_entry
+from edge_inference.models.registry import REGISTRY
 
 
 def backends_report() -> list[dict[str, Any]]:

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import psutil
 
-from backends import BackendError, engine_keys
-from edge.errors import EdgeError
-from edge.loader import DetectorConfig, load_detector, model_for_engine
-from edge.settings import Settings
-from edge.sources import open_source
-from edge.timings import StageTimings
-from models.agreement import Agreement, agreement
-from models.detection import Detection
-from models.errors import ModelError
+from edge_inference.backends import BackendError, engine_keys
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.loader import DetectorConfig, load_detector, model_for_engine
+from edge_inference.edge.settings import Settings
+from edge_inference.edge.sources import open_source
+from edge_inference.edge.timings import StageTimings
+from edge_inference.models.agreement import Agreement, agreement
+from edge_inference.models.detection import Detection
+from edge_inference.models.errors import ModelError
 
 
 @dataclass(frozen=True)

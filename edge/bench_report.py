@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from edge.bench import PairResult
-from edge.secrets import mask_text
-from edge.stats import percentile
+from edge_inference.edge.bench import PairResult
+from edge_inference.edge.secrets import mask_text
+from edge_inference.edge.stats import percentile
 
 
 def summary(result: PairResult) -> dict[str, Any]:

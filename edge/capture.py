@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from edge.sources import Frame, FrameSource, SourceError, describe_error
+from edge_inference.edge.sources import Frame, FrameSource, SourceError, describe_error
 
 MAX_BACKOFF_S = 10.0
 DEFAULT_STALL_S = 5.0

@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edge.capture import CaptureRunner, SourceState
-from edge.pipeline import StreamPipeline
-from edge.sources import Frame, FrameSource
-from models.agreement import agreement
+from edge_inference.edge.capture import CaptureRunner, SourceState
+from edge_inference.edge.pipeline import StreamPipeline
+from edge_inference.edge.sources import Frame, FrameSource
+from edge_inference.models.agreement import agreement
 
 WINDOW = 150  # recent frames the agreement is computed over
 

@@ -9,8 +9,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from edge.errors import EdgeError
-from models.registry import DEFAULT_MODEL
+from edge_inference.edge.errors import EdgeError
+from edge_inference.models.registry import DEFAULT_MODEL
 
 LOOPBACK = "127.0.0.1"
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from backends import Backend, Quantization
-from edge.timings import StageTimings
-from models.decoders import DecodeContext, get_decoder
-from models.detection import Detection
-from models.preprocess import InputQuantization, Preprocessor
-from models.spec import ModelSpec
-from models.transform import ImageTransform
+from edge_inference.backends import Backend, Quantization
+from edge_inference.edge.timings import StageTimings
+from edge_inference.models.decoders import DecodeContext, get_decoder
+from edge_inference.models.detection import Detection
+from edge_inference.models.preprocess import InputQuantization, Preprocessor
+from edge_inference.models.spec import ModelSpec
+from edge_inference.models.transform import ImageTransform
 
 
 @dataclass(frozen=True)

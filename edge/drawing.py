@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import cv2
 import numpy as np
 
-from models.detection import Detection
+from edge_inference.models.detection import Detection
 
 
 def colour_for(label: str) -> tuple[int, int, int]:

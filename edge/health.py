@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from edge.streams import StreamManager
+from edge_inference.edge.streams import StreamManager
 
 Status = Literal["starting", "ok", "degraded", "down"]
 UP_STATES = ("running", "ended")

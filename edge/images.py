@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from edge.errors import EdgeError
+from edge_inference.edge.errors import EdgeError
 
 _JPEG_START, _JPEG_END = b"\xff\xd8", b"\xff\xd9"
 _PNG_START, _PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND"

@@ -6,15 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends import BackendError, BackendOptions, Engine, engine_keys, get_engine, open_backend
-from backends.discovery import choose_backend
-from edge.detector import Detector
-from edge.errors import EdgeError
-from edge.settings import Settings, get_settings
-from models.download import Progress, check_cached, is_cached, pull
-from models.overrides import SpecOverrides, load_sidecar, sidecar_path
-from models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry, is_registry_name
-from models.resolve import ModelIO, resolve_spec
+from edge_inference.backends import BackendError, BackendOptions, Engine, engine_keys, get_engine, open_backend
+from edge_inference.backends.discovery import choose_backend
+from edge_inference.edge.detector import Detector
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.models.download import Progress, check_cached, is_cached, pull
+from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
+from edge_inference.models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry, is_registry_name
+from edge_inference.models.resolve import ModelIO, resolve_spec
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
 

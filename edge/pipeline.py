@@ -23,12 +23,12 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from edge.capture import CaptureRunner, SourceState
-from edge.detector import Detector, Prepared
-from edge.publish import Broadcaster
-from edge.sources import Frame, FrameSource
-from edge.stats import FrameTiming, StreamStats
-from models.detection import Detection
+from edge_inference.edge.capture import CaptureRunner, SourceState
+from edge_inference.edge.detector import Detector, Prepared
+from edge_inference.edge.publish import Broadcaster
+from edge_inference.edge.sources import Frame, FrameSource
+from edge_inference.edge.stats import FrameTiming, StreamStats
+from edge_inference.models.detection import Detection
 
 log = logging.getLogger("edge.pipeline")
 

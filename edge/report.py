@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edge.detector import DetectionResult, Detector
+from edge_inference.edge.detector import DetectionResult, Detector
 
 
 def result_record(source: str, result: DetectionResult, detector: Detector) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from edge.errors import EdgeError
-from edge.images import ImageError, read_image
-from edge.secrets import mask_in, mask_url
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.images import ImageError, read_image
+from edge_inference.edge.secrets import mask_in, mask_url
 
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)

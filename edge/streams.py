@@ -7,15 +7,15 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from backends import engine_keys
-from edge.compare import CompareGroup
-from edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
-from edge.detector import Detector
-from edge.loader import DetectorConfig, check_reference, load_detector, model_for_engine
-from edge.pipeline import StreamPipeline
-from edge.settings import Settings, get_settings
-from edge.sources import FrameSource, open_source
-from edge.watchdog import Watchdog
+from edge_inference.backends import engine_keys
+from edge_inference.edge.compare import CompareGroup
+from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
+from edge_inference.edge.detector import Detector
+from edge_inference.edge.loader import DetectorConfig, check_reference, load_detector, model_for_engine
+from edge_inference.edge.pipeline import StreamPipeline
+from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.edge.sources import FrameSource, open_source
+from edge_inference.edge.watchdog import Watchdog
 
 log = logging.getLogger("edge.streams")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.detection import Detection
+from edge_inference.models.detection import Detection
 
 
 @dataclass(frozen=True)

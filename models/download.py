@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from models.errors import ModelError
-from models.registry import RegistryEntry, RegistryFile
+from edge_inference.models.errors import ModelError
+from edge_inference.models.registry import RegistryEntry, RegistryFile
 
 CHUNK = 1 << 20
 CACHED_MODE = 0o644

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.errors import ModelError
+from edge_inference.models.errors import ModelError
 
 COCO80: tuple[str, ...] = (
     "person",

@@ -8,7 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from models.errors import ModelError
+from edge_inference.models.errors import ModelError
 
 
 class SpecOverrides(BaseModel):

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from models.spec import Preprocessing
-from models.transform import ImageTransform
+from edge_inference.models.spec import Preprocessing
+from edge_inference.models.transform import ImageTransform
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from models.errors import ModelError
+from edge_inference.models.errors import ModelError
 
 _KAZUHITO = "https://github.com/Kazuhito00/YOLOX-ONNX-TFLite-Sample/raw/main/model/"
 _CORAL = "https://github.com/google-coral/test_data/raw/master/"

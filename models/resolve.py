@@ -8,11 +8,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from models.decoders import Decoder, detect_decoder, get_decoder
-from models.errors import ModelError
-from models.labels import COCO80, COCO90, load_labels
-from models.overrides import SpecOverrides
-from models.spec import ModelSpec, Preprocessing
+from edge_inference.models.decoders import Decoder, detect_decoder, get_decoder
+from edge_inference.models.errors import ModelError
+from edge_inference.models.labels import COCO80, COCO90, load_labels
+from edge_inference.models.overrides import SpecOverrides
+from edge_inference.models.spec import ModelSpec, Preprocessing
 
 DEFAULT_SIZE = 640
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.spec import Preprocessing
+from edge_inference.models.spec import Preprocessing
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from edge.config import ServerConfig
-from edge.errors import EdgeError
-from edge.settings import Settings
+from edge_inference.edge.config import ServerConfig
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings
 
 COOKIE = "edge_token"
 LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1", "[::1]"]

@@ -15,17 +15,17 @@ from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 from starlette.datastructures import Headers
 
-from edge.backends_report import backends_report
-from edge.drawing import render_jpeg
-from edge.health import is_live, service_health
-from edge.images import ImageError, ImageTooLargeError, decode_image
-from edge.pipeline import FrameResult, StreamPipeline
-from edge.report import result_record
-from edge.streams import StreamManager
-from service.encodings import EncodingCache
-from service.errors import quoted
-from service.limits import ClientSlots, UploadGate, busy
-from service.schemas import (
+from edge_inference.edge.backends_report import backends_report
+from edge_inference.edge.drawing import render_jpeg
+from edge_inference.edge.health import is_live, service_health
+from edge_inference.edge.images import ImageError, ImageTooLargeError, decode_image
+from edge_inference.edge.pipeline import FrameResult, StreamPipeline
+from edge_inference.edge.report import result_record
+from edge_inference.edge.streams import StreamManager
+from edge_inference.service.encodings import EncodingCache
+from edge_inference.service.errors import quoted
+from edge_inference.service.limits import ClientSlots, UploadGate, busy
+from edge_inference.service.schemas import (
     BackendInfo,
     CompareGroupFigures,
     DetectResponse,
@@ -34,8 +34,8 @@ from service.schemas import (
     StreamHealth,
     StreamInfo,
 )
-from service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
-from service.uploads import UploadDetectors, UploadModelUnavailableError
+from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
+from edge_inference.service.uploads import UploadDetectors, UploadModelUnavailableError
 
 router = APIRouter()
 BOUNDARY = "frame"

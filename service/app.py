@@ -13,17 +13,17 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
-from edge import __version__
-from edge.config import ServiceConfig
-from edge.settings import Settings, get_settings
-from edge.streams import StreamManager
-from service import api, errors
-from service.access import AccessMiddleware, AccessPolicy
-from service.encodings import EncodingCache
-from service.limits import ClientSlots, UploadGate
-from service.metrics import ServiceMetrics
-from service.server import SendTimeoutMiddleware
-from service.uploads import UploadDetectors
+from edge_inference import __version__
+from edge_inference.edge.config import ServiceConfig
+from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.edge.streams import StreamManager
+from edge_inference.service import api, errors
+from edge_inference.service.access import AccessMiddleware, AccessPolicy
+from edge_inference.service.encodings import EncodingCache
+from edge_inference.service.limits import ClientSlots, UploadGate
+from edge_inference.service.metrics import ServiceMetrics
+from edge_inference.service.server import SendTimeoutMiddleware
+from edge_inference.service.uploads import UploadDetectors
 
 API_PREFIX = "/api/v1"
 STATIC = Path(__file__).parent / "static"

@@ -10,7 +10,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
-from edge.pipeline import FrameResult
+from edge_inference.edge.pipeline import FrameResult
 
 CAPACITY = 256  # a few frames x (SSE + a few JPEG settings) x streams
 

@@ -9,8 +9,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from edge.errors import EdgeError
-from edge.secrets import mask_text
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.secrets import mask_text
 
 log = logging.getLogger("edge.service")
 QUOTE_LIMIT = 64

@@ -8,10 +8,10 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from edge.health import service_health
-from edge.pipeline import FrameResult, StreamPipeline
-from edge.stats import STAGES
-from edge.streams import StreamManager
+from edge_inference.edge.health import service_health
+from edge_inference.edge.pipeline import FrameResult, StreamPipeline
+from edge_inference.edge.stats import STAGES
+from edge_inference.edge.streams import StreamManager
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 LABELS = ["stream", "model", "backend"]

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from edge.config import ServiceConfig
+from edge_inference.edge.config import ServiceConfig
 
 log = logging.getLogger("edge.server")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import threading
 import time
 
-from edge.detector import Detector
-from edge.loader import load_detector
-from edge.streams import StreamManager, detector_config
+from edge_inference.edge.detector import Detector
+from edge_inference.edge.loader import load_detector
+from edge_inference.edge.streams import StreamManager, detector_config
 
 RETRY_LOAD_AFTER_S = 10.0
 

@@ -13,7 +13,7 @@ import numpy as np
 def run_edge(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The real `edge` command line in a child process, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "edge", *args],
+        [sys.executable, "-m", "edge_inference", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,8 +9,8 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from edge.config import ServiceConfig
-from service.app import create_app
+from edge_inference.edge.config import ServiceConfig
+from edge_inference.service.app import create_app
 from tests.conftest import MODELS, VTEST
 
 SSD_ONNX = str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx")

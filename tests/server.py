@@ -30,7 +30,7 @@ class Server:
         self.log_path = log_path
         self._log = log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "edge", "serve", *args, "--port", str(self.port), "--log-level", "info"],
+            [sys.executable, "-m", "edge_inference", "serve", *args, "--port", str(self.port), "--log-level", "info"],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {}), **({"EDGE_TOKEN": token} if token else {})},

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from starlette.websockets import WebSocketDisconnect
 
-from edge.config import ServerConfig
-from edge.errors import EdgeError
-from edge.settings import Settings
-from service.access import AccessPolicy
+from edge_inference.edge.config import ServerConfig
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings
+from edge_inference.service.access import AccessPolicy
 from tests.inprocess import app_client, service_config
 
 TOKEN = "s3cret-token-for-tests"

@@ -1,7 +1,7 @@
 import pytest
 
-from models.agreement import agreement
-from models.detection import BoxXYXY, Detection
+from edge_inference.models.agreement import agreement
+from edge_inference.models.detection import BoxXYXY, Detection
 
 
 def det(label, score, x1, y1, x2, y2):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 
 from tests.conftest import REPO
 
 MAX_COMPLEXITY = 15
+PARTS = ("edge", "backends", "models", "service")
 
 
 def test_dependencies_point_one_way_without_cycles():
@@ -24,9 +26,23 @@ def test_no_function_is_too_tangled_to_read():
     from radon.complexity import cc_visit
 
     too_complex = []
-    for package in ("edge", "service", "backends", "models", "benchmarks"):
+    for package in (*PARTS, "benchmarks"):
         for path in sorted((REPO / package).rglob("*.py")):
             for block in cc_visit(path.read_text(encoding="utf-8")):
                 if block.complexity > MAX_COMPLEXITY:
                     too_complex.append(f"{path.relative_to(REPO)}:{block.lineno} {block.name} ({block.complexity})")
     assert not too_complex, too_complex
+
+
+def test_every_import_goes_through_the_one_package_name():
+    """`edge_inference.edge`, never a bare `edge`: a bare name imports a second copy of the module from a checkout
+    and, once installed, whatever folder of that name the user has on sys.path."""
+    bare = []
+    for folder in (*PARTS, "tests", "benchmarks"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                bare += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in PARTS]
+    assert not bare, bare

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends import BackendError, BackendOptions, open_backend
-from backends.discovery import choose_backend, probe_all
-from backends.edgetpu_backend import NO_DEVICE, diagnose, parse_device
-from backends.hardware import coral_pcie_devices, coral_usb_devices, nvidia_gpus
-from backends.tflite_backend import create_interpreter, is_edgetpu_model, op_names
-from edge.loader import DetectorConfig, load_detector
-from models.overrides import SpecOverrides
-from models.resolve import ModelIO, resolve_spec
+from edge_inference.backends import BackendError, BackendOptions, open_backend
+from edge_inference.backends.discovery import choose_backend, probe_all
+from edge_inference.backends.edgetpu_backend import NO_DEVICE, diagnose, parse_device
+from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices, nvidia_gpus
+from edge_inference.backends.tflite_backend import create_interpreter, is_edgetpu_model, op_names
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.models.overrides import SpecOverrides
+from edge_inference.models.resolve import ModelIO, resolve_spec
 from tests.conftest import MODELS
 from tests.helpers import run_edge
 
@@ -125,7 +125,7 @@ def test_device_names_and_diagnosis(monkeypatch, tmp_path):
     assert diagnose(libm, None) == NO_DEVICE
     usb = tmp_path / "usb"
     _fake_usb(usb, "2-1", "18d1", "9302")
-    monkeypatch.setattr("backends.edgetpu_backend.coral_usb_devices", lambda: coral_usb_devices(usb))
+    monkeypatch.setattr("edge_inference.backends.edgetpu_backend.coral_usb_devices", lambda: coral_usb_devices(usb))
     assert "asked for usb:1 but found 1 USB" in diagnose(libm, "usb:1")
     assert "did not respond" in diagnose(libm, "usb:0")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from edge.config import ServiceConfig, compare_member_ids
+from edge_inference.edge.config import ServiceConfig, compare_member_ids
 from tests.conftest import MODELS, VTEST
 from tests.helpers import run_edge
 from tests.server import running_server

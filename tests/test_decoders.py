@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from models.decoders import DECODERS, DecodeContext, UnknownLayoutError, detect_decoder
-from models.labels import COCO80, COCO90
-from models.spec import ModelSpec, Preprocessing
-from models.transform import ImageTransform
+from edge_inference.models.decoders import DECODERS, DecodeContext, UnknownLayoutError, detect_decoder
+from edge_inference.models.labels import COCO80, COCO90
+from edge_inference.models.spec import ModelSpec, Preprocessing
+from edge_inference.models.transform import ImageTransform
 
 
 def _ctx(decoder, width=416, height=416, original=(832, 832), labels=None, normalized=None):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from edge.config import load_config
+from edge_inference.edge.config import load_config
 from tests.conftest import REPO
 
 

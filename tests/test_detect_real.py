@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge.loader import DetectorConfig, load_detector
-from models.detection import BoxXYXY
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.models.detection import BoxXYXY
 from tests.conftest import MODELS
 from tests.expectations import PHOTO_OBJECTS, VTEST_PEOPLE
 

@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-from backends import engine_keys, engines
-from backends.discovery import choose_backend, probe_all
-from edge.config import ServiceConfig
-from edge.loader import DetectorConfig, load_detector, model_for_engine
-from edge.streams import StreamManager
+from edge_inference.backends import engine_keys, engines
+from edge_inference.backends.discovery import choose_backend, probe_all
+from edge_inference.edge.config import ServiceConfig
+from edge_inference.edge.loader import DetectorConfig, load_detector, model_for_engine
+from edge_inference.edge.streams import StreamManager
 from tests.conftest import MEDIA, MODELS
 from tests.helpers import run_edge
 
@@ -21,8 +21,8 @@ TOY_ENGINE = textwrap.dedent(
     """
     import dataclasses
 
-    from backends.engine import Engine, Offer
-    from backends.onnxruntime_backend import load as load_onnx
+    from edge_inference.backends.engine import Engine, Offer
+    from edge_inference.backends.onnxruntime_backend import load as load_onnx
 
 
     def probe():

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from models.detection import BoxXYXY
-from models.spec import Preprocessing
-from models.transform import ImageTransform
+from edge_inference.models.detection import BoxXYXY
+from edge_inference.models.spec import Preprocessing
+from edge_inference.models.transform import ImageTransform
 
 
 def test_box_iou_and_transforms():

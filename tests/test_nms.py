@@ -1,6 +1,6 @@
 import numpy as np
 
-from models.decoders.nms import class_aware_nms, top_candidates
+from edge_inference.models.decoders.nms import class_aware_nms, top_candidates
 
 
 def _iou(a, b):

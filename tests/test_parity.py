@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge.bench import Pair, read_frames, run_pair, score_against_reference
-from models.agreement import agreement
+from edge_inference.edge.bench import Pair, read_frames, run_pair, score_against_reference
+from edge_inference.models.agreement import agreement
 from tests.conftest import MODELS, VTEST, skimage_photo
 
 FLOAT_TARGET = 0.95

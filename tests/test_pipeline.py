@@ -8,9 +8,9 @@ import time
 import cv2
 import pytest
 
-from edge.loader import DetectorConfig, load_detector
-from edge.pipeline import StreamPipeline
-from edge.sources import CaptureSource, SourceError, open_source
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.pipeline import StreamPipeline
+from edge_inference.edge.sources import CaptureSource, SourceError, open_source
 from tests.conftest import MODELS, VTEST
 
 

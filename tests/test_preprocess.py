@@ -1,7 +1,7 @@
 import numpy as np
 
-from models.preprocess import InputQuantization, Preprocessor
-from models.spec import Preprocessing
+from edge_inference.models.preprocess import InputQuantization, Preprocessor
+from edge_inference.models.spec import Preprocessing
 
 
 def _image():

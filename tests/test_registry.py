@@ -10,8 +10,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from models.download import ChecksumMismatchError, pull, sha256_of
-from models.registry import DEFAULT_MODEL, REGISTRY, get_entry
+from edge_inference.models.download import ChecksumMismatchError, pull, sha256_of
+from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry
 from tests.conftest import MODELS
 from tests.helpers import run_edge
 

@@ -2,7 +2,7 @@
 
 import logging
 
-from edge.secrets import install_log_masking, is_secret_key, mask_in, mask_text, mask_url
+from edge_inference.edge.secrets import install_log_masking, is_secret_key, mask_in, mask_text, mask_url
 
 
 def test_user_info_and_secret_query_keys_are_masked():

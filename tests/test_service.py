@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from edge.loader import DetectorConfig, load_detector
-from models.detection import BoxXYXY
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.models.detection import BoxXYXY
 from tests.conftest import MEDIA, VTEST
 from tests.server import running_server
 
@@ -201,9 +201,9 @@ def test_each_frame_is_encoded_once_for_every_client():
 
     import numpy as np
 
-    from edge.pipeline import FrameResult
-    from edge.stats import FrameTiming
-    from service.encodings import EncodingCache
+    from edge_inference.edge.pipeline import FrameResult
+    from edge_inference.edge.stats import FrameTiming
+    from edge_inference.service.encodings import EncodingCache
 
     timing = FrameTiming(1.0, 0, 0, 0, 0, 0, 0)
     frames = [FrameResult("cam", i, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8), "{}") for i in range(3)]

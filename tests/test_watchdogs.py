@@ -13,10 +13,10 @@ import time
 import pytest
 
 from benchmarks.hostile import serve_stalling_camera
-from edge.loader import DetectorConfig, load_detector
-from edge.pipeline import StreamPipeline
-from edge.sources import open_source
-from edge.watchdog import Watchdog
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.pipeline import StreamPipeline
+from edge_inference.edge.sources import open_source
+from edge_inference.edge.watchdog import Watchdog
 from tests.conftest import MODELS, VTEST
 from tests.inprocess import SSD_ONNX
 from tests.server import running_server

@@ -6,9 +6,9 @@ import sys
 
 
 def main() -> None:
-    from edge.cli import backends_cmd, bench_cmd, detect, models_cmd, serve  # noqa: F401 - registers commands
-    from edge.cli.app import cli
-    from edge.secrets import install_log_masking
+    from edge_inference.edge.cli import backends_cmd, bench_cmd, detect, models_cmd, serve  # noqa: F401 - registers commands
+    from edge_inference.edge.cli.app import cli
+    from edge_inference.edge.secrets import install_log_masking
 
     install_log_masking()  # no log line of any library shows a password from a URL
     try:

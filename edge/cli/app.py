@@ -7,11 +7,11 @@ from typing import Any
 
 import click
 
-from backends import BackendError
-from edge import __version__
-from edge.errors import EdgeError
-from edge.secrets import mask_text
-from models.errors import ModelError
+from edge_inference import __version__
+from edge_inference.backends import BackendError
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.secrets import mask_text
+from edge_inference.models.errors import ModelError
 
 USER_ERRORS = (EdgeError, ModelError, BackendError)
 

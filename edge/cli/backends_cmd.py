@@ -6,8 +6,8 @@ import json
 
 import click
 
-from edge.backends_report import backends_report
-from edge.cli.app import cli
+from edge_inference.edge.backends_report import backends_report
+from edge_inference.edge.cli.app import cli
 
 
 @cli.command("backends")

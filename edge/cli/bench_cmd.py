@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from edge.bench import parse_backends, plan, read_frames, run_pair, score_against_reference
-from edge.bench_report import table, write_outputs
-from edge.cli.app import cli
-from edge.machine import describe_machine
-from edge.secrets import mask_url
+from edge_inference.edge.bench import parse_backends, plan, read_frames, run_pair, score_against_reference
+from edge_inference.edge.bench_report import table, write_outputs
+from edge_inference.edge.cli.app import cli
+from edge_inference.edge.machine import describe_machine
+from edge_inference.edge.secrets import mask_url
 
 
 @cli.command()

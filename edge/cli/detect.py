@@ -9,13 +9,13 @@ from typing import Any
 import click
 import cv2
 
-from edge.cli.app import cli
-from edge.cli.options import detector_config, detector_options
-from edge.drawing import draw_detections
-from edge.images import ImageError, read_image
-from edge.loader import load_detector
-from edge.report import result_record, result_table
-from edge.sources import IMAGE_SUFFIXES
+from edge_inference.edge.cli.app import cli
+from edge_inference.edge.cli.options import detector_config, detector_options
+from edge_inference.edge.drawing import draw_detections
+from edge_inference.edge.images import ImageError, read_image
+from edge_inference.edge.loader import load_detector
+from edge_inference.edge.report import result_record, result_table
+from edge_inference.edge.sources import IMAGE_SUFFIXES
 
 
 def _save_path(save: Path, image: Path, many: bool) -> Path:

@@ -8,13 +8,13 @@ from typing import Any
 
 import click
 
-from edge.cli.app import cli
-from edge.cli.options import detector_config, detector_options
-from edge.errors import EdgeError
-from edge.loader import load_detector
-from edge.settings import Settings
-from models.download import is_cached, pull, verify
-from models.registry import DEFAULT_MODEL, REGISTRY, get_entry
+from edge_inference.edge.cli.app import cli
+from edge_inference.edge.cli.options import detector_config, detector_options
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.loader import load_detector
+from edge_inference.edge.settings import Settings
+from edge_inference.models.download import is_cached, pull, verify
+from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry
 
 
 def _settings(cache: str | None, mirror: str | None) -> Settings:

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from edge.loader import DetectorConfig
-from models.overrides import SpecOverrides
-from models.registry import DEFAULT_MODEL
+from edge_inference.edge.loader import DetectorConfig
+from edge_inference.models.overrides import SpecOverrides
+from edge_inference.models.registry import DEFAULT_MODEL
 
 F = Callable[..., Any]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from edge.cli.app import cli
-from edge.config import LOOPBACK, ServiceConfig, compare_member_ids, load_config, single_stream_config
-from edge.errors import EdgeError
-from models.registry import DEFAULT_MODEL
+from edge_inference.edge.cli.app import cli
+from edge_inference.edge.config import LOOPBACK, ServiceConfig, compare_member_ids, load_config, single_stream_config
+from edge_inference.edge.errors import EdgeError
+from edge_inference.models.registry import DEFAULT_MODEL
 
 
 def _urls(config: ServiceConfig, port: int, generated_token: str | None) -> str:
@@ -70,9 +70,9 @@ def serve(
     config_path: Path | None, source: str | None, host: str | None, port: int | None, log_level: str, **kwargs: Any
 ) -> None:
     """Run detection on live sources and serve detections, video and metrics over HTTP."""
-    from service.access import is_loopback
-    from service.app import create_app
-    from service.server import make_server
+    from edge_inference.service.access import is_loopback
+    from edge_inference.service.app import create_app
+    from edge_inference.service.server import make_server
 
     server = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     config = _config(config_path, source, server, kwargs)

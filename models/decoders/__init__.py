@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from models.decoders.base import DecodeContext, Decoder
-from models.decoders.nanodet import NANODET
-from models.decoders.ssd import SSD
-from models.decoders.yolo import END2END, YOLOV5, YOLOV8, YOLOX
-from models.errors import ModelError
+from edge_inference.models.decoders.base import DecodeContext, Decoder
+from edge_inference.models.decoders.nanodet import NANODET
+from edge_inference.models.decoders.ssd import SSD
+from edge_inference.models.decoders.yolo import END2END, YOLOV5, YOLOV8, YOLOX
+from edge_inference.models.errors import ModelError
 
 # Order matters only for layouts that could fit two entries; none of these do for real input sizes.
 DECODERS: dict[str, Decoder] = {d.name: d for d in (YOLOX, YOLOV5, YOLOV8, END2END, SSD, NANODET)}

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.decoders.nms import class_aware_nms, top_candidates
-from models.detection import BoxXYXY, Detection
-from models.labels import label_for
-from models.spec import ModelSpec
-from models.transform import ImageTransform
+from edge_inference.models.decoders.nms import class_aware_nms, top_candidates
+from edge_inference.models.detection import BoxXYXY, Detection
+from edge_inference.models.labels import label_for
+from edge_inference.models.spec import ModelSpec
+from edge_inference.models.transform import ImageTransform
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from models.decoders.base import DecodeContext, Decoder, finish, grid_cells
-from models.detection import Detection
+from edge_inference.models.decoders.base import DecodeContext, Decoder, finish, grid_cells
+from edge_inference.models.detection import Detection
 
 
 @lru_cache(maxsize=8)

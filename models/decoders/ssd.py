@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from models.decoders.base import DecodeContext, Decoder, finish
-from models.detection import Detection
+from edge_inference.models.decoders.base import DecodeContext, Decoder, finish
+from edge_inference.models.detection import Detection
 
 
 def _split(outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

@@ -7,8 +7,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from models.decoders.base import DecodeContext, Decoder, finish, grid_cells, squeeze_batch, xywh_to_xyxy
-from models.detection import Detection
+from edge_inference.models.decoders.base import DecodeContext, Decoder, finish, grid_cells, squeeze_batch, xywh_to_xyxy
+from edge_inference.models.detection import Detection
 
 _ULTRALYTICS_INPUT = {"color": "RGB", "anchor": "center", "pad_value": 114, "mean": (0, 0, 0), "std": (255, 255, 255)}
 

@@ -1,3 +1,0 @@
-from edge.cli import main
-
-main()

@@ -1,0 +1,1 @@
+"""Model descriptions, pre-processing, decoders and the registry: pure functions of arrays, no engine."""

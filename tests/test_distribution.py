@@ -1,0 +1,102 @@
+"""The built wheel as a user installs it: one top-level import name that is ours, and `edge detect` still works from a
+folder that has its own `models/` and `service/` (names that shadowed ours when they were top-level packages)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import cv2
+import pytest
+
+from tests.conftest import REPO, skimage_photo
+
+DECOY = "raise ImportError('the user folder {name}/ was imported instead of edge_inference.{name}')\n"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (built,) = out.glob("edge_inference-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(wheel, tmp_path_factory) -> Path:
+    """A new venv with the wheel installed; its dependencies come from this interpreter's site-packages (a download
+    of onnxruntime and OpenCV per test run would be slow), and `pip check` proves they satisfy the wheel's metadata."""
+    home = tmp_path_factory.mktemp("venv") / "env"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(home)
+    python = home / "bin" / "python"
+    # the venv has no pip of its own: this interpreter's pip installs into it (`--python`, pip >= 22.3)
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--quiet", str(wheel)]
+    proc = subprocess.run(install, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return home
+
+
+def test_the_wheel_installs_one_top_level_package(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+        entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    assert top_level == {"edge_inference"}
+    assert "edge_inference/service/static/index.html" in names  # the dashboard ships with it
+    assert "edge = edge_inference.edge.cli:main" in entry_points
+
+
+def test_edge_detect_from_a_folder_with_its_own_models_and_service(fresh_venv, tmp_path):
+    workdir = tmp_path / "project"
+    for name in ("models", "service", "edge", "backends"):
+        (workdir / name).mkdir(parents=True)
+        (workdir / name / "__init__.py").write_text(DECOY.format(name=name))
+    cv2.imwrite(str(workdir / "cat.png"), skimage_photo("chelsea"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    bin_dir = fresh_venv / "bin"
+
+    for command in ([str(bin_dir / "edge")], [str(bin_dir / "python"), "-m", "edge_inference"]):
+        proc = subprocess.run(
+            [*command, "detect", "cat.png", "--json"],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        (record,) = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert record["model"] == "yolox-nano"  # the default model, resolved through the mirror the suite sets
+        assert "cat" in [d["label"] for d in record["detections"]]
+
+    where = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import edge_inference; print(edge_inference.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert Path(where.stdout.strip()).is_relative_to(fresh_venv), "the venv's own copy ran, not the checkout"
+    check = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(bin_dir / "python"), "check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "edge-inference" not in check.stdout, check.stdout  # every dependency the wheel declares is satisfied
