@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 import pkgutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,9 +37,6 @@ class BackendStatus:
     problem: str | None = None  # why it cannot run here, with the fix
     install: str = ""
     formats: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from edge_inference.backends import engines
+from edge_inference.backends.engine import BackendStatus
 from edge_inference.edge.loader import runs_entry
 from edge_inference.models.registry import REGISTRY
 
 
-def backends_report() -> list[dict[str, Any]]:
-    rows = []
+@dataclass
+class BackendReport(BackendStatus):
+    models: list[str] = field(default_factory=list)  # registry models it can run
+
+
+def backends_report() -> list[BackendReport]:
+    reports = []
     for engine in engines().values():
-        row = engine.probe().to_dict()
-        row["models"] = [e.name for e in REGISTRY.values() if runs_entry(engine, e)]
-        rows.append(row)
-    return rows
+        models = [e.name for e in REGISTRY.values() if runs_entry(engine, e)]
+        reports.append(BackendReport(**asdict(engine.probe()), models=models))
+    return reports

@@ -8,14 +8,42 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 from edge_inference.edge.capture import CaptureRunner, SourceState
 from edge_inference.edge.pipeline import StreamPipeline
 from edge_inference.edge.sources import Frame, FrameSource
+from edge_inference.edge.stats import Percentiles
 from edge_inference.models.agreement import agreement
 
 WINDOW = 150  # recent frames the agreement is computed over
+
+
+@dataclass(frozen=True)
+class Agreement:
+    reference: str  # the member every other is compared with
+    frames: int  # frames both processed, over which mAP@0.5 is computed
+    map50: float | None
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    stream: str
+    backend: str
+    device: str | None
+    model: str
+    state: str
+    fps_processed: float
+    fps_dropped: float
+    latency_ms: dict[str, Percentiles]  # inference and end_to_end
+    agreement: Agreement
+
+
+@dataclass(frozen=True)
+class CompareSnapshot:
+    group: str
+    source: str
+    backends: list[CompareRow]
 
 
 class CompareGroup:
@@ -80,7 +108,7 @@ class CompareGroup:
         for member in self.members:
             member.set_source_state(state, error)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> CompareSnapshot:
         reference = self.members[0]
         ref_recent = dict(list(reference.recent)[-WINDOW:])
         rows = []
@@ -90,21 +118,18 @@ class CompareGroup:
             mine = dict(list(member.recent)[-WINDOW:])
             common = sorted(set(ref_recent) & set(mine))
             score = agreement([ref_recent[i] for i in common], [mine[i] for i in common]) if common else None
+            map50 = None if score is None or score.map50 is None else round(score.map50, 4)
             rows.append(
-                {
-                    "stream": member.stream_id,
-                    "backend": detector.backend.key if detector else member.labels["backend"],
-                    "device": detector.backend.device if detector else None,
-                    "model": detector.spec.name if detector else member.labels["model"],
-                    "state": member.state,
-                    "fps_processed": stats["fps_processed"],
-                    "fps_dropped": stats["fps_dropped"],
-                    "latency_ms": {k: stats["latency_ms"][k] for k in ("inference", "end_to_end")},  # type: ignore[index]
-                    "agreement": {
-                        "reference": reference.stream_id,
-                        "frames": len(common),
-                        "map50": None if score is None or score.map50 is None else round(score.map50, 4),
-                    },
-                }
+                CompareRow(
+                    stream=member.stream_id,
+                    backend=detector.backend.key if detector else member.names.backend,
+                    device=detector.backend.device if detector else None,
+                    model=detector.spec.name if detector else member.names.model,
+                    state=member.state,
+                    fps_processed=stats.fps_processed,
+                    fps_dropped=stats.fps_dropped,
+                    latency_ms={k: stats.latency_ms[k] for k in ("inference", "end_to_end")},
+                    agreement=Agreement(reference.stream_id, len(common), map50),
+                )
             )
-        return {"group": self.group_id, "source": self.source.description, "backends": rows}
+        return CompareSnapshot(self.group_id, self.source.description, rows)

@@ -12,8 +12,9 @@ Live is 503 only when the process itself is unsound: the watchdog or a stream's 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from edge_inference.edge.pipeline import Health
 from edge_inference.edge.streams import StreamManager
 
 Status = Literal["starting", "ok", "degraded", "down"]
@@ -21,11 +22,17 @@ UP_STATES = ("running", "ended")
 
 
 @dataclass(frozen=True)
+class StreamHealth(Health):
+    up: bool = False  # delivering frames (or a file played to its end)
+    fps: float = 0.0
+
+
+@dataclass(frozen=True)
 class ServiceHealth:
     status: Status
     ready: bool
     strict: bool
-    streams: dict[str, dict[str, Any]]
+    streams: dict[str, StreamHealth]
 
 
 def is_live(manager: StreamManager) -> bool:
@@ -33,7 +40,7 @@ def is_live(manager: StreamManager) -> bool:
 
 
 def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
-    streams: dict[str, dict[str, Any]] = {}
+    streams: dict[str, StreamHealth] = {}
     starting = False
     all_up, any_up, any_model = True, False, False
     for stream_id, pipeline in manager.pipelines.items():
@@ -43,11 +50,7 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         any_up |= up
         any_model |= pipeline.ready
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
-        streams[stream_id] = {
-            **asdict(health),
-            "up": up,
-            "fps": pipeline.stats.fps_processed(),
-        }
+        streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
     status: Status = "starting" if starting else "ok" if all_up else "degraded" if any_up or any_model else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
     return ServiceHealth(status, ready, strict, streams)

@@ -1,8 +1,7 @@
 """One stream: capture -> inference -> finish on three threads, results fanned out to subscribers.
 
-Live sources (cameras, network streams) keep only the newest frame, so latency never builds up behind a slow
-backend; skipped frames are counted. File sources deliver every frame in order, paced at the file's fps or as fast
-as the backend allows, and are prepared (pre-processed) on the capture thread so the engine never waits for them.
+How frames reach the inference thread is the delivery strategy's business (`delivery.py`): live sources keep only
+the newest frame, files deliver every frame in order. The pipeline itself does not branch on the mode.
 
 Nothing here gives up: a model that fails to load is retried with backoff (a replugged accelerator comes back),
 an inference that never returns gets the detector reloaded, a stalled source is reopened (see `check`, called by
@@ -11,7 +10,6 @@ the watchdog), and a worker that crashes on a bug is restarted. The state and it
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -19,11 +17,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 import numpy as np
 
 from edge_inference.edge.capture import CaptureRunner, SourceState
+from edge_inference.edge.delivery import END, Delivered, Mode, delivery_for, put_unless_stopped
 from edge_inference.edge.detector import Detector, Prepared
 from edge_inference.edge.publish import Broadcaster
 from edge_inference.edge.sources import Frame, FrameSource
@@ -32,10 +31,8 @@ from edge_inference.models.detection import Detection
 
 log = logging.getLogger("edge.pipeline")
 
-Mode = Literal["live", "file"]
 # loading: the model is loading; failed: it failed to load and is retried; the others are the source's.
 State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
-_END = object()  # end of a finite source, passed down the stages
 MAX_LOAD_BACKOFF_S = 60.0
 
 
@@ -47,15 +44,20 @@ class FrameResult:
     height: int
     detections: list[Detection]
     timing: FrameTiming
-    image: np.ndarray = field(repr=False)
-    payload: str = ""  # the JSON event, serialised once for every subscriber (wire encodings live in service/)
-
-    def to_dict(self) -> dict[str, Any]:
-        return json.loads(self.payload)
+    image: np.ndarray = field(repr=False)  # the frame as captured; wire encodings of it live in service/
 
     @property
     def age_s(self) -> float:
         return max(0.0, time.time() - self.timing.captured_at)
+
+
+@dataclass(frozen=True)
+class StreamNames:
+    """What the stream was configured with: shown (and used as metric labels) before the detector has loaded."""
+
+    model: str
+    backend: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -73,29 +75,6 @@ class Health:
     workers_alive: bool
 
 
-class LatestSlot:
-    """Holds one frame; a newer frame replaces an unconsumed one."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._item: Frame | None = None
-
-    def put(self, item: Frame) -> bool:
-        """True when an unconsumed frame was replaced (dropped)."""
-        with self._cond:
-            replaced = self._item is not None
-            self._item = item
-            self._cond.notify()
-            return replaced
-
-    def take(self, timeout: float) -> Frame | None:
-        with self._cond:
-            if self._item is None:
-                self._cond.wait(timeout)
-            item, self._item = self._item, None
-            return item
-
-
 class StreamPipeline:
     def __init__(
         self,
@@ -106,14 +85,15 @@ class StreamPipeline:
         mode: Mode | None = None,
         pace: bool = True,
         loop: bool = False,
-        labels: dict[str, str] | None = None,
+        names: StreamNames | None = None,
         stall_timeout_s: float | None = None,
         inference_timeout_s: float = 10.0,
     ) -> None:
         self.stream_id = stream_id
-        self.mode: Mode = mode or ("live" if source is None or source.live else "file")
-        self.pace, self.loop = pace, loop
-        self.labels = labels or {}  # model/backend names for metrics before the detector has loaded
+        self._stop = threading.Event()
+        mode = mode or ("live" if source is None or source.live else "file")
+        self.delivery = delivery_for(mode, self._stop, pace=pace)
+        self.names = names or StreamNames("", "", "" if source is None else source.description)
         self.inference_timeout_s = inference_timeout_s
         self._load_detector = load_detector
         self.detector: Detector | None = None
@@ -123,17 +103,13 @@ class StreamPipeline:
         # (frame index, detections) of recent results, for agreement between pipelines fed the same frames
         self.recent: deque[tuple[int, list[Detection]]] = deque(maxlen=300)
         self._listeners: list[Callable[[FrameResult], None]] = []
-        self._stop = threading.Event()
-        self._slot = LatestSlot()
-        self._prepared: queue.Queue[Any] = queue.Queue(maxsize=2)
-        self._inferred: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self._inferred: queue.Queue[object] = queue.Queue(maxsize=2)
         self._threads: list[threading.Thread] = []
         self._lock = threading.RLock()
         # state: the detector's part (loading/failed/ready) and the source's, combined by `state`
         self._detector_state: Literal["loading", "failed", "ready"] = "loading"
         self._source_state: SourceState = "connecting"
         self._stopped = False
-        self._source_ended = False
         self.state_since = time.time()
         self._shown_state: State = "loading"
         self.error: str | None = None
@@ -147,7 +123,7 @@ class StreamPipeline:
                 stream_id,
                 source,
                 self.offer,
-                pace=self.pace and self.mode == "file",
+                pace=self.delivery.paced,
                 loop=loop,
                 on_state=self.set_source_state,
                 on_reconnect=self.stats.reconnect,
@@ -155,6 +131,10 @@ class StreamPipeline:
                 on_end=self._source_end,
                 stall_timeout_s=stall_timeout_s,
             )
+
+    @property
+    def mode(self) -> Mode:
+        return self.delivery.mode
 
     @property
     def source(self) -> FrameSource | None:
@@ -276,8 +256,7 @@ class StreamPipeline:
         while not self._stop.is_set():
             detector = None
             try:
-                # file mode prepares ahead: 2 queued + 1 in the engine + 1 being filled
-                detector = self._load_detector(4 if self.mode == "file" else 2)
+                detector = self._load_detector(self.delivery.buffers)
                 detector.warmup()
             except Exception as exc:  # noqa: BLE001 - any loading failure is reported and retried
                 if detector is not None:
@@ -338,9 +317,7 @@ class StreamPipeline:
 
     # -- capture ---------------------------------------------------------------------------------------------
     def _source_end(self) -> None:
-        self._source_ended = True
-        if self.mode == "file":
-            self._hand_on(self._prepared, _END)
+        self.delivery.end()
 
     def offer(self, frame: Frame) -> None:
         """A new frame from this pipeline's own capture, or from a group feeding several pipelines."""
@@ -350,45 +327,22 @@ class StreamPipeline:
         if self.capture is None and self._source_state == "connecting":
             self.set_source_state("running")  # fed by a group whose capture was already running
         self.stats.frame_in()
-        if self.mode == "live":
-            if self._slot.put(frame):
-                self.stats.frame_dropped()
-        else:
-            self._hand_on(self._prepared, (frame, detector.prepare(frame.image)))
-
-    def _hand_on(self, target: queue.Queue[Any], item: object) -> None:
-        """Blocking put that still notices a stop."""
-        while not self._stop.is_set():
-            try:
-                target.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
+        if self.delivery.offer(frame, detector):
+            self.stats.frame_dropped()
 
     # -- inference ---------------------------------------------------------------------------------------------
-    def _next_prepared(self, detector: Detector) -> tuple[Frame, Prepared] | object | None:
-        if self.mode == "live":
-            frame = self._slot.take(0.2)
-            if frame is None:
-                return _END if self._source_ended else None  # a finite source read live has ended
-            return frame, detector.prepare(frame.image)
-        try:
-            return self._prepared.get(timeout=0.2)
-        except queue.Empty:
-            return None
-
     def _infer_loop(self) -> None:
         generation, detector = self._infer_generation, self.detector
         if detector is None:
             return
         while not self._stop.is_set() and generation == self._infer_generation:
-            item = self._next_prepared(detector)
+            item = self.delivery.take(detector, 0.2)
             if item is None:
                 continue
-            if item is _END:
-                self._hand_on(self._inferred, _END)
+            if item is END:
+                put_unless_stopped(self._inferred, END, self._stop)
                 return
-            frame, ready = cast(tuple[Frame, Prepared], item)
+            frame, ready = cast(Delivered, item)
             t0 = time.perf_counter()
             self._infer_started = time.monotonic()
             try:
@@ -405,7 +359,8 @@ class StreamPipeline:
             if generation != self._infer_generation:
                 detector.close()  # the watchdog gave up on this detector while it was stuck; it is ours to free
                 return
-            self._hand_on(self._inferred, (frame, ready, raw, (time.perf_counter() - t0) * 1e3, detector))
+            inferred = (frame, ready, raw, (time.perf_counter() - t0) * 1e3, detector)
+            put_unless_stopped(self._inferred, inferred, self._stop)
 
     # -- finish ------------------------------------------------------------------------------------------------
     def _finish_loop(self) -> None:
@@ -414,7 +369,7 @@ class StreamPipeline:
                 item = self._inferred.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if item is _END:
+            if item is END:
                 self.set_source_state("ended")
                 return
             frame, prepared, raw, inference_ms, detector = cast(
@@ -441,17 +396,7 @@ class StreamPipeline:
             frame.captured_at, frame.capture_ms, wait, prepared.preprocess_ms, inference_ms, post_ms, end_to_end
         )
         height, width = frame.image.shape[:2]
-        payload = json.dumps(
-            {
-                "stream": self.stream_id,
-                "frame": frame.index,
-                "width": width,
-                "height": height,
-                "detections": [d.to_dict() for d in detections],
-                "timing_ms": timing.to_dict(),
-            }
-        )
-        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, payload)
+        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image)
         self.latest = result
         if self.error is not None and self.state == "running":
             with self._lock:

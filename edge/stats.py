@@ -35,11 +35,37 @@ def percentile(values: list[float] | np.ndarray, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
 
 
-def percentiles(values: np.ndarray) -> dict[str, float]:
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    p50: float
+    p95: float
+    p99: float
+
+
+def percentiles(values: np.ndarray) -> Percentiles:
     if values.size == 0:
-        return {"p50": 0.0, "p95": 0.0, "p99": 0.0}
+        return Percentiles(0.0, 0.0, 0.0)
     p50, p95, p99 = np.percentile(values, (50, 95, 99))
-    return {"p50": round(float(p50), 3), "p95": round(float(p95), 3), "p99": round(float(p99), 3)}
+    return Percentiles(round(float(p50), 3), round(float(p95), 3), round(float(p99), 3))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFigures:
+    """A stream's rates (per second, over the window) and counters, and stage latency percentiles over recent frames."""
+
+    fps_in: float
+    fps_processed: float
+    fps_dropped: float
+    frames_in: int
+    frames_processed: int
+    frames_dropped: int
+    errors: int
+    reconnects: int
+    stalls: int
+    restarts: int
+    load_failures: int
+    latency_ms: dict[str, Percentiles]  # by stage: capture, queue_wait, preprocess, inference, postprocess, end_to_end
+    window_frames: int  # recent frames the percentiles cover
 
 
 class RateWindow:
@@ -118,26 +144,28 @@ class StreamStats:
         with self._lock:
             return round(self._processed.rate(time.monotonic()), 2)
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> StreamFigures:
         now = time.monotonic()
         with self._lock:
             recent = list(self._recent)
-            figures: dict[str, object] = {
-                "fps_in": round(self._in.rate(now), 2),
-                "fps_processed": round(self._processed.rate(now), 2),
-                "fps_dropped": round(self._dropped.rate(now), 2),
-                "frames_in": self.frames_in,
-                "frames_processed": self.frames_processed,
-                "frames_dropped": self.frames_dropped,
-                "errors": self.errors,
-                "reconnects": self.reconnects,
-                "stalls": self.stalls,
-                "restarts": self.restarts,
-                "load_failures": self.load_failures,
-            }
+            rates = [round(window.rate(now), 2) for window in (self._in, self._processed, self._dropped)]
+            frames = (self.frames_in, self.frames_processed, self.frames_dropped)
+            faults = (self.errors, self.reconnects, self.stalls, self.restarts, self.load_failures)
         table = np.array([[getattr(t, f"{s}_ms") for s in STAGES] for t in recent], dtype=np.float64).reshape(
             -1, len(STAGES)
         )
-        figures["latency_ms"] = {stage: percentiles(table[:, i]) for i, stage in enumerate(STAGES)}
-        figures["window_frames"] = len(recent)
-        return figures
+        return StreamFigures(
+            fps_in=rates[0],
+            fps_processed=rates[1],
+            fps_dropped=rates[2],
+            frames_in=frames[0],
+            frames_processed=frames[1],
+            frames_dropped=frames[2],
+            errors=faults[0],
+            reconnects=faults[1],
+            stalls=faults[2],
+            restarts=faults[3],
+            load_failures=faults[4],
+            latency_ms={stage: percentiles(table[:, i]) for i, stage in enumerate(STAGES)},
+            window_frames=len(recent),
+        )

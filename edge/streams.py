@@ -1,10 +1,10 @@
-"""All configured streams of a running service: built from the config, started, stopped, summarised."""
+"""All configured streams of a running service: built from the config, started and stopped (`snapshots.py` reports
+on them)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
 from typing import Any
 
 from edge_inference.backends import engine_keys
@@ -12,7 +12,7 @@ from edge_inference.edge.compare import CompareGroup
 from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
 from edge_inference.edge.detector import Detector
 from edge_inference.edge.loader import DetectorConfig, check_reference, load_detector, model_for_engine
-from edge_inference.edge.pipeline import StreamPipeline
+from edge_inference.edge.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.sources import FrameSource, open_source
 from edge_inference.edge.watchdog import Watchdog
@@ -57,7 +57,7 @@ class StreamManager:
                 mode=mode,
                 pace=stream.pace,
                 loop=stream.loop,
-                labels={"model": stream.model, "backend": stream.backend, "source": source.description},
+                names=StreamNames(stream.model, stream.backend, source.description),
                 stall_timeout_s=stream.stall_timeout_s,
                 inference_timeout_s=stream.inference_timeout_s,
             )
@@ -84,13 +84,12 @@ class StreamManager:
                 }
             )
             check_reference(detector_config(member))
-            labels = {"model": model, "backend": backend, "source": source.description}
             pipeline = StreamPipeline(
                 member.id,
                 None,
                 self._loader(member),
                 mode="live",
-                labels=labels,
+                names=StreamNames(model, backend, source.description),
                 inference_timeout_s=stream.inference_timeout_s,
             )
             self.pipelines[member.id] = pipeline
@@ -137,46 +136,6 @@ class StreamManager:
         """A stream's settings; a compare member's are its group's with its own model and backend."""
         return self._configs[stream_id]
 
-    def compare(self) -> list[dict[str, Any]]:
-        return [group.snapshot() for group in self.groups.values()]
-
-    def summary(self, pipeline: StreamPipeline) -> dict[str, Any]:
-        detector = pipeline.detector
-        health = pipeline.health()
-        return {
-            "id": pipeline.stream_id,
-            "source": pipeline.labels["source"],
-            "group": next((g for g, group in self.groups.items() if pipeline in group.members), None),
-            "mode": pipeline.mode,
-            "model": detector.spec.name if detector else pipeline.labels["model"],
-            "backend": detector.backend.key if detector else pipeline.labels["backend"],
-            "device": detector.backend.device if detector else None,
-            "engine": detector.backend.engine if detector else None,
-            "notes": list(detector.backend.notes) if detector else [],
-            "state": health.state,
-            "state_since": health.since,
-            "ready": pipeline.ready,
-            "error": health.error,
-            "last_error": health.last_error,
-            "last_error_at": health.last_error_at,
-            "frame_age_s": health.frame_age_s,
-            "fps": pipeline.stats.fps_processed(),
-            "subscribers": pipeline.results.subscribers,
-        }
-
-    def stats(self) -> dict[str, Any]:
-        streams = {}
-        by_backend: dict[str, dict[str, Any]] = defaultdict(lambda: {"streams": [], "fps_processed": 0.0})
-        for stream_id, pipeline in self.pipelines.items():
-            figures = pipeline.stats.snapshot()
-            figures["subscriber_drops"] = pipeline.results.dropped
-            figures["state"] = pipeline.state
-            figures["error"] = pipeline.error
-            streams[stream_id] = figures
-            detector = pipeline.detector
-            key = f"{detector.backend.key}/{detector.backend.device}" if detector else pipeline.labels["backend"]
-            entry = by_backend[key]
-            entry["streams"].append(stream_id)
-            entry["fps_processed"] = round(entry["fps_processed"] + float(figures["fps_processed"]), 2)  # type: ignore[arg-type]
-            entry.setdefault("inference_ms", {})[stream_id] = figures["latency_ms"]["inference"]  # type: ignore[index]
-        return {"streams": streams, "backends": dict(by_backend)}
+    def group_of(self, pipeline: StreamPipeline) -> str | None:
+        """The compare group a pipeline is a member of."""
+        return next((g for g, group in self.groups.items() if pipeline in group.members), None)

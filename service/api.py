@@ -4,42 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import TypeAdapter
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 from starlette.datastructures import Headers
 
-from edge_inference.edge.backends_report import backends_report
+from edge_inference.edge.backends_report import BackendReport, backends_report
+from edge_inference.edge.compare import CompareSnapshot
 from edge_inference.edge.drawing import render_jpeg
 from edge_inference.edge.health import is_live, service_health
 from edge_inference.edge.images import ImageError, ImageTooLargeError, decode_image
 from edge_inference.edge.pipeline import FrameResult, StreamPipeline
 from edge_inference.edge.report import result_record
+from edge_inference.edge.snapshots import (
+    ServiceStats,
+    StreamSummary,
+    compare_snapshots,
+    service_stats,
+    stream_summaries,
+)
 from edge_inference.edge.streams import StreamManager
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.errors import quoted
 from edge_inference.service.limits import ClientSlots, UploadGate, busy
-from edge_inference.service.schemas import (
-    BackendInfo,
-    CompareGroupFigures,
-    DetectResponse,
-    Health,
-    Stats,
-    StreamHealth,
-    StreamInfo,
-)
+from edge_inference.service.schemas import DetectResponse, Health, LatestDetections
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
 from edge_inference.service.uploads import UploadDetectors, UploadModelUnavailableError
 
 router = APIRouter()
 BOUNDARY = "frame"
 FRESH_STATES = ("running", "ended")  # a finished file's last frame is final, not stale
+COMPARE_JSON = TypeAdapter(list[CompareSnapshot])
 
 
 def manager_of(request: Request | WebSocket) -> StreamManager:
@@ -67,21 +68,24 @@ def current_or_503(pipeline: StreamPipeline) -> FrameResult:
     return latest
 
 
-@router.get("/streams", response_model=list[StreamInfo], summary="Streams with their source, model and state")
-def list_streams(request: Request) -> list[dict[str, Any]]:
-    manager = manager_of(request)
-    return [manager.summary(p) for p in manager.pipelines.values()]
+@router.get("/streams", response_model=list[StreamSummary], summary="Streams with their source, model and state")
+def list_streams(request: Request) -> list[StreamSummary]:
+    return stream_summaries(manager_of(request))
 
 
 @router.get(
     "/streams/{stream_id}/detections/latest",
     summary="The newest frame's detections and timing, with its age; 503 while the stream is not delivering frames",
-    responses={503: {"description": "the stream is loading, reconnecting or stalled: no fresh frame"}},
+    response_class=Response,
+    responses={
+        200: {"model": LatestDetections, "description": "the newest frame (also in X-Frame-Age)"},
+        503: {"description": "the stream is loading, reconnecting or stalled: no fresh frame"},
+    },
 )
 def latest_detections(request: Request, stream_id: str) -> Response:
     result = current_or_503(pipeline_of(request, stream_id))
     age = result.age_s
-    body = f'{result.payload[:-1]}, "age_s": {age:.3f}}}'  # the shared payload plus this answer's own field
+    body = _cache(request).event_json(result)[:-1] + f', "age_s": {age:.3f}}}'.encode()  # the shared event + its age
     return Response(body, media_type="application/json", headers={"X-Frame-Age": f"{age:.3f}"})
 
 
@@ -101,9 +105,11 @@ async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> As
 
 
 def _sse_bytes(cache: EncodingCache, result: FrameResult) -> bytes:
-    return cache.get(
-        result, "sse", lambda: ServerSentEvent(data=result.payload, event="detections", id=str(result.index)).encode()
-    )
+    def encode() -> bytes:
+        data = cache.event_json(result).decode()
+        return ServerSentEvent(data=data, event="detections", id=str(result.index)).encode()
+
+    return cache.get(result, "sse", encode)
 
 
 def _slots(request: Request | WebSocket) -> ClientSlots:
@@ -116,10 +122,20 @@ TOO_MANY: dict[int | str, dict[str, Any]] = {
 }
 
 
+def media(kind: str, description: str, **extra: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answer of a route that does not return JSON."""
+    return {200: {"content": {kind: {}}, "description": description}, **extra}
+
+
+EVENT_STREAM = "text/event-stream"
+
+
 @router.get(
     "/streams/{stream_id}/events",
     summary="Server-Sent Events: one 'detections' event per processed frame",
-    responses=TOO_MANY,
+    response_class=EventSourceResponse,
+    responses=media(EVENT_STREAM, "`event: detections`, `data:` a FrameEvent (schema: LatestDetections less age_s)")
+    | TOO_MANY,
 )
 async def events(request: Request, stream_id: str) -> EventSourceResponse:
     pipeline = pipeline_of(request, stream_id)
@@ -152,12 +168,13 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
         await websocket.close(code=1013, reason=str(exc.detail)[:120])  # 1013: try again later
         return
     send_timeout = websocket.app.state.config.server.send_timeout_s
+    cache = _cache(websocket)
     try:
         await websocket.accept()
         async with contextlib.aclosing(_batches(websocket, pipeline)) as batches:  # unsubscribes on any way out
             async for batch in batches:
                 for result in batch:
-                    await asyncio.wait_for(websocket.send_text(result.payload), send_timeout)
+                    await asyncio.wait_for(websocket.send_text(cache.event_json(result).decode()), send_timeout)
         await websocket.close(code=1001, reason="the service is stopping")  # the stream ended: shutdown
     except (WebSocketDisconnect, RuntimeError, TimeoutError, OSError):
         return
@@ -183,7 +200,12 @@ Height = Annotated[int | None, Query(ge=16, le=4320, description="Scale frames d
 Quality = Annotated[int, Query(ge=10, le=100)]
 
 
-@router.get("/streams/{stream_id}/snapshot.jpg", summary="The newest processed frame as JPEG")
+@router.get(
+    "/streams/{stream_id}/snapshot.jpg",
+    summary="The newest processed frame as JPEG",
+    response_class=Response,
+    responses=media("image/jpeg", "the newest frame, with boxes unless boxes=false"),
+)
 async def snapshot(
     request: Request, stream_id: str, height: Height = None, quality: Quality = 80, boxes: bool = True
 ) -> Response:
@@ -193,7 +215,10 @@ async def snapshot(
 
 
 @router.get(
-    "/streams/{stream_id}/video.mjpg", summary="Annotated MJPEG (multipart/x-mixed-replace)", responses=TOO_MANY
+    "/streams/{stream_id}/video.mjpg",
+    summary="Annotated MJPEG (multipart/x-mixed-replace)",
+    response_class=StreamingResponse,
+    responses=media(f"multipart/x-mixed-replace; boundary={BOUNDARY}", "one JPEG part per frame") | TOO_MANY,
 )
 async def mjpeg(
     request: Request,
@@ -325,14 +350,19 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
 
 @router.get(
     "/compare",
-    response_model=list[CompareGroupFigures],
+    response_model=list[CompareSnapshot],
     summary="Live comparison: per-backend latency, fps and agreement with the first backend",
 )
-def compare(request: Request) -> list[dict[str, Any]]:
-    return manager_of(request).compare()
+def compare(request: Request) -> list[CompareSnapshot]:
+    return compare_snapshots(manager_of(request))
 
 
-@router.get("/compare/events", summary="Server-Sent Events: the /compare figures once a second")
+@router.get(
+    "/compare/events",
+    summary="Server-Sent Events: the /compare figures once a second",
+    response_class=EventSourceResponse,
+    responses=media(EVENT_STREAM, "`event: compare`, `data:` the /compare answer"),
+)
 async def compare_events(
     request: Request, interval: Annotated[float, Query(ge=0.2, le=60)] = 1.0
 ) -> EventSourceResponse:
@@ -342,8 +372,8 @@ async def compare_events(
 
     async def generate() -> AsyncIterator[dict[str, str]]:
         while not shutdown.is_set():
-            figures = await asyncio.to_thread(manager.compare)
-            yield {"event": "compare", "data": json.dumps(figures)}
+            figures = await asyncio.to_thread(compare_snapshots, manager)
+            yield {"event": "compare", "data": COMPARE_JSON.dump_json(figures).decode()}
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(shutdown.wait(), interval)
 
@@ -352,19 +382,24 @@ async def compare_events(
 
 @router.get(
     "/backends",
-    response_model=list[BackendInfo],
+    response_model=list[BackendReport],
     summary="Inference engines, devices found, and the registry models each can run",
 )
-def backends() -> list[dict[str, Any]]:
+def backends() -> list[BackendReport]:
     return backends_report()
 
 
-@router.get("/stats", response_model=Stats, summary="Per-stream and per-backend figures")
-def stats(request: Request) -> dict[str, Any]:
-    return manager_of(request).stats()
+@router.get("/stats", response_model=ServiceStats, summary="Per-stream and per-backend figures")
+def stats(request: Request) -> ServiceStats:
+    return service_stats(manager_of(request))
 
 
-@router.get("/metrics", summary="Prometheus exposition")
+@router.get(
+    "/metrics",
+    summary="Prometheus exposition",
+    response_class=Response,
+    responses=media("text/plain; version=0.0.4", "Prometheus text format"),
+)
 def metrics(request: Request) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -387,6 +422,5 @@ def live(request: Request) -> JSONResponse:
 )
 def ready(request: Request) -> JSONResponse:
     health = service_health(manager_of(request), request.app.state.config.server.strict_ready)
-    streams = {sid: StreamHealth(**figures) for sid, figures in health.streams.items()}
-    body = Health(status=health.status, strict=health.strict, streams=streams)
+    body = Health(status=health.status, strict=health.strict, streams=health.streams)
     return JSONResponse(body.model_dump(), status_code=200 if health.ready else 503)

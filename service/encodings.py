@@ -1,4 +1,4 @@
-"""Wire encodings of a frame's result (SSE bytes, JPEGs), made once and shared by every client that wants them.
+"""Wire encodings of a frame's result (the JSON event, SSE bytes, JPEGs), made once and shared by every client.
 
 The service owns the wire formats; results from `edge` stay immutable. Clients follow the newest frames, so a small
 LRU keyed by (stream, frame, kind) holds everything that is still being sent.
@@ -6,13 +6,28 @@ LRU keyed by (stream, frame, kind) holds everything that is still being sent.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
 from edge_inference.edge.pipeline import FrameResult
 
-CAPACITY = 256  # a few frames x (SSE + a few JPEG settings) x streams
+CAPACITY = 384  # a few frames x (JSON + SSE + a few JPEG settings) x streams
+
+
+def event_json(result: FrameResult) -> bytes:
+    """The JSON of one frame's detections and timing: the body of SSE and WebSocket events and of detections/latest."""
+    return json.dumps(
+        {
+            "stream": result.stream_id,
+            "frame": result.index,
+            "width": result.width,
+            "height": result.height,
+            "detections": [d.to_dict() for d in result.detections],
+            "timing_ms": result.timing.to_dict(),
+        }
+    ).encode()
 
 
 class EncodingCache:
@@ -34,3 +49,6 @@ class EncodingCache:
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
         return data
+
+    def event_json(self, result: FrameResult) -> bytes:
+        return self.get(result, "json", lambda: event_json(result))

@@ -20,7 +20,7 @@ LABELS = ["stream", "model", "backend"]
 def _labels(pipeline: StreamPipeline) -> list[str]:
     detector = pipeline.detector
     if detector is None:
-        return [pipeline.stream_id, pipeline.labels["model"], pipeline.labels["backend"]]
+        return [pipeline.stream_id, pipeline.names.model, pipeline.names.backend]
     return [pipeline.stream_id, detector.spec.name, f"{detector.backend.key}/{detector.backend.device}"]
 
 
@@ -60,9 +60,9 @@ class _StreamCollector(Collector):
             labels = _labels(pipeline)
             figures = pipeline.stats.snapshot()
             for key, gauge in gauges.items():
-                gauge.add_metric(labels, float(figures[key]))  # type: ignore[arg-type]
+                gauge.add_metric(labels, float(getattr(figures, key)))
             for key, counter in counters.items():
-                counter.add_metric(labels, float(figures[key]))  # type: ignore[arg-type]
+                counter.add_metric(labels, float(getattr(figures, key)))
             drops.add_metric(labels, float(pipeline.results.dropped))
             up.add_metric(labels, 1.0 if pipeline.state == "running" else 0.0)
         health = service_health(self.manager, self.strict)

@@ -11,16 +11,33 @@ def _schema(document: dict, path: str) -> dict:
     return document["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
 
 
+def test_every_route_documents_what_it_answers():
+    """A JSON answer has a schema; a stream, an image or metrics says its media type instead of an empty JSON."""
+    with app_client(service_config()) as client:
+        document = client.get("/openapi.json").json()
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            content = operation["responses"]["200"]["content"]
+            assert content, (method, path)
+            for media_type, body in content.items():
+                if media_type == "application/json":
+                    assert body.get("schema"), f"{method} {path} answers JSON without a schema"
+    media = {p: set(ops["get"]["responses"]["200"]["content"]) for p, ops in document["paths"].items() if "get" in ops}
+    assert media["/api/v1/streams/{stream_id}/events"] == {"text/event-stream"}
+    assert media["/api/v1/streams/{stream_id}/snapshot.jpg"] == {"image/jpeg"}
+
+
 def test_every_json_route_has_a_response_model_and_answers_by_it():
     with app_client(service_config()) as client:
         document = client.get("/openapi.json").json()
-        assert _schema(document, "/api/v1/stats")["$ref"].endswith("/Stats")
-        assert _schema(document, "/api/v1/compare")["items"]["$ref"].endswith("/CompareGroupFigures")
-        assert _schema(document, "/api/v1/backends")["items"]["$ref"].endswith("/BackendInfo")
-        assert _schema(document, "/api/v1/streams")["items"]["$ref"].endswith("/StreamInfo")
+        assert _schema(document, "/api/v1/stats")["$ref"].endswith("/ServiceStats")
+        assert _schema(document, "/api/v1/compare")["items"]["$ref"].endswith("/CompareSnapshot")
+        assert _schema(document, "/api/v1/backends")["items"]["$ref"].endswith("/BackendReport")
+        assert _schema(document, "/api/v1/streams")["items"]["$ref"].endswith("/StreamSummary")
+        assert _schema(document, "/api/v1/streams/{stream_id}/detections/latest")["$ref"].endswith("/LatestDetections")
         assert "503" in document["paths"]["/api/v1/detect"]["post"]["responses"]
-        stream_figures = document["components"]["schemas"]["StreamFigures"]["properties"]
-        assert {"stalls", "restarts", "load_failures", "error"} <= set(stream_figures)
+        stream_figures = document["components"]["schemas"]["StreamLoad"]["properties"]
+        assert {"stalls", "restarts", "load_failures", "error", "latency_ms"} <= set(stream_figures)
 
         wait_ready(client)
         deadline = time.monotonic() + 120
@@ -33,3 +50,6 @@ def test_every_json_route_has_a_response_model_and_answers_by_it():
         assert backend["streams"] == ["main"]
         assert client.get("/api/v1/compare").json() == []
         assert {row["key"] for row in client.get("/api/v1/backends").json()} >= {"onnx", "tflite", "openvino"}
+        latest = client.get("/api/v1/streams/main/detections/latest").json()
+        latest_schema = document["components"]["schemas"]["LatestDetections"]
+        assert set(latest) == set(latest_schema["properties"]) == set(latest_schema["required"])

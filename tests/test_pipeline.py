@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import cv2
 import pytest
 
+from edge_inference.edge.delivery import END, FileDelivery, LiveDelivery
 from edge_inference.edge.loader import DetectorConfig, load_detector
 from edge_inference.edge.pipeline import StreamPipeline
-from edge_inference.edge.sources import CaptureSource, SourceError, open_source
-from tests.conftest import MODELS, VTEST
+from edge_inference.edge.sources import CaptureSource, Frame, SourceError, open_source
+from tests.conftest import MODELS, VTEST, video_frame
 
 
 def _loader(buffers: int):
@@ -50,7 +52,7 @@ def test_file_mode_processes_every_frame_in_order(frame_folder):
     assert pipeline.mode == "file" and pipeline.state == "ended"
     assert seen == list(range(25))
     stats = pipeline.stats.snapshot()
-    assert stats["frames_in"] == stats["frames_processed"] == 25 and stats["frames_dropped"] == 0
+    assert stats.frames_in == stats.frames_processed == 25 and stats.frames_dropped == 0
     assert pipeline.latest is not None and any(d.label == "person" for d in pipeline.latest.detections)
 
 
@@ -72,11 +74,11 @@ def test_live_mode_keeps_only_the_newest_frame():
     pipeline = StreamPipeline("live", source, _loader, mode="live")
     _run_until(pipeline, lambda: pipeline.stats.frames_processed >= 20)
     stats = pipeline.stats.snapshot()
-    assert stats["frames_dropped"] > 0
-    assert stats["frames_in"] >= stats["frames_processed"] + stats["frames_dropped"] - 2
+    assert stats.frames_dropped > 0
+    assert stats.frames_in >= stats.frames_processed + stats.frames_dropped - 2
     # No latency builds up: waiting stays well below an inference time.
-    latency = stats["latency_ms"]
-    assert latency["queue_wait"]["p50"] < latency["inference"]["p50"]
+    latency = stats.latency_ms
+    assert latency["queue_wait"].p50 < latency["inference"].p50
 
 
 def test_subscribers_get_results_and_a_stalled_one_only_loses_its_own(frame_folder):
@@ -105,3 +107,47 @@ def test_source_errors_say_what_to_do(tmp_path):
         open_source("/dev/video7").open()
     url = open_source("rtsp://admin:pw123@127.0.0.1:9/stream")
     assert url.live and url.description == "rtsp://admin:***@127.0.0.1:9/stream"
+
+
+def _frames(count: int) -> list[Frame]:
+    image = video_frame(0)
+    return [Frame(image, i, time.time(), time.perf_counter(), 0.0) for i in range(count)]
+
+
+def test_live_delivery_hands_on_the_newest_frame_then_the_end():
+    detector, delivery = _loader(2), LiveDelivery()
+    try:
+        dropped = [delivery.offer(frame, detector) for frame in _frames(3)]
+        assert dropped == [False, True, True]  # each newer frame replaced the unconsumed one
+        frame, prepared = delivery.take(detector, 1.0)
+        assert frame.index == 2 and prepared.tensor.shape == tuple(detector.backend.inputs[0].shape)
+        assert delivery.take(detector, 0.01) is None  # nothing new: the engine waits
+        delivery.offer(_frames(4)[3], detector)
+        delivery.end()
+        assert delivery.take(detector, 1.0)[0].index == 3  # what came before the end is still delivered
+        assert delivery.take(detector, 1.0) is END
+    finally:
+        detector.close()
+
+
+def test_file_delivery_keeps_every_frame_in_order_then_the_end():
+    detector, stop = _loader(4), threading.Event()
+    delivery = FileDelivery(stop, paced=True)
+    try:
+        taken = []
+
+        def capture() -> None:
+            for frame in _frames(6):
+                delivery.offer(frame, detector)
+            delivery.end()
+
+        feeder = threading.Thread(target=capture)
+        feeder.start()  # the queue holds 2: the feeder blocks until the engine side takes
+        while (item := delivery.take(detector, 30.0)) is not END:
+            assert item is not None, "a blocked capture must resume as soon as a frame is taken"
+            taken.append(item[0].index)
+        feeder.join(30)
+        assert taken == list(range(6)) and not feeder.is_alive()
+    finally:
+        stop.set()
+        detector.close()

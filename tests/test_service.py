@@ -202,11 +202,11 @@ def test_each_frame_is_encoded_once_for_every_client():
     import numpy as np
 
     from edge_inference.edge.pipeline import FrameResult
-    from edge_inference.edge.stats import FrameTiming
+    from edge_inference.edge.stats import STAGES, FrameTiming
     from edge_inference.service.encodings import EncodingCache
 
     timing = FrameTiming(1.0, 0, 0, 0, 0, 0, 0)
-    frames = [FrameResult("cam", i, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8), "{}") for i in range(3)]
+    frames = [FrameResult("cam", i, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8)) for i in range(3)]
     cache, made = EncodingCache(capacity=4), []
 
     def make(label):
@@ -222,3 +222,13 @@ def test_each_frame_is_encoded_once_for_every_client():
     cache.get(frames[0], "sse", make("again"))  # evicted by newer frames (capacity 4): made anew
     assert made[-1] == "again"
     assert dataclasses.is_dataclass(frames[0]) and not hasattr(frames[0], "encoded")
+    event = cache.event_json(frames[2])
+    assert cache.event_json(frames[2]) is event  # the JSON for SSE, WebSocket and latest is made once too
+    assert json.loads(event) == {
+        "stream": "cam",
+        "frame": 2,
+        "width": 4,
+        "height": 4,
+        "detections": [],
+        "timing_ms": {f"{stage}_ms": 0 for stage in STAGES} | {"captured_at": 1.0},
+    }

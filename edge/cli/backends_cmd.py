@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import click
 
@@ -14,17 +15,17 @@ from edge_inference.edge.cli.app import cli
 @click.option("--json", "as_json", is_flag=True)
 def backends(as_json: bool) -> None:
     """List inference backends, devices found and the registry models each can run."""
-    rows = backends_report()
+    reports = backends_report()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([asdict(r) for r in reports], indent=2))
         return
-    for row in rows:
-        mark = "yes" if row["available"] else "no"
-        click.echo(f"{row['key']:<9} available: {mark:<4} {row['engine'] or ''}")
-        for device in row["devices"]:
+    for report in reports:
+        mark = "yes" if report.available else "no"
+        click.echo(f"{report.key:<9} available: {mark:<4} {report.engine or ''}")
+        for device in report.devices:
             click.echo(f"          device: {device}")
-        if row["problem"]:
-            click.echo(f"          why not: {row['problem']}")
-        if not row["available"]:
-            click.echo(f"          install: {row['install']}")
-        click.echo(f"          models: {', '.join(row['models'])}")
+        if report.problem:
+            click.echo(f"          why not: {report.problem}")
+        if not report.available:
+            click.echo(f"          install: {report.install}")
+        click.echo(f"          models: {', '.join(report.models)}")
