@@ -122,9 +122,9 @@ TOO_MANY: dict[int | str, dict[str, Any]] = {
 }
 
 
-def media(kind: str, description: str, **extra: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
+def media(kind: str, description: str) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI answer of a route that does not return JSON."""
-    return {200: {"content": {kind: {}}, "description": description}, **extra}
+    return {200: {"content": {kind: {}}, "description": description}}
 
 
 EVENT_STREAM = "text/event-stream"
