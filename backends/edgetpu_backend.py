@@ -70,13 +70,14 @@ def diagnose(library: str, device: str | None) -> str:
     )
 
 
-def _pycoral_interpreter(path: Path, device: str | None, threads: int | None) -> Any | None:
-    """pycoral's own loader when pycoral is installed (it is not on PyPI; never required)."""
+def _pycoral_delegate(device: str | None) -> Any | None:
+    """pycoral's delegate loader when pycoral is installed (it is not on PyPI; never required). Its
+    `make_interpreter` is not used: it takes no thread count, and CPU threads still run the ops the TPU cannot."""
     try:
         from pycoral.utils import edgetpu
     except ImportError:
         return None
-    return edgetpu.make_interpreter(str(path), device=device or None)
+    return edgetpu.load_edgetpu_delegate({"device": device} if device else None)
 
 
 def load(path: Path, options: BackendOptions) -> TFLiteBackend:
@@ -89,8 +90,8 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
     library = delegate_library()
     interpreter_cls, load_delegate, engine = import_litert()
     try:
-        interpreter = _pycoral_interpreter(path, device, options.threads)
-        if interpreter is None:
+        delegate = _pycoral_delegate(device)
+        if delegate is None:
             # Checked first: LiteRT's Delegate prints a stray traceback for a missing or foreign library.
             if not hasattr(ctypes.CDLL(library), "tflite_plugin_create_delegate"):
                 raise BackendError(
@@ -98,11 +99,11 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
                     f"tflite_plugin_create_delegate); point EDGE_LIBEDGETPU at libedgetpu.so.1, or unset it"
                 )
             delegate = load_delegate(library, {"device": device} if device else {})
-            interpreter = interpreter_cls(
-                model_path=str(path), experimental_delegates=[delegate], num_threads=options.threads
-            )
         else:
             engine = "pycoral + " + engine
+        interpreter = interpreter_cls(
+            model_path=str(path), experimental_delegates=[delegate], num_threads=options.threads
+        )
     except BackendError:
         raise
     except (ValueError, RuntimeError, OSError, AttributeError):  # AttributeError: a library without the delegate

@@ -39,13 +39,6 @@ def _tensor_info(detail: dict[str, Any]) -> TensorInfo:
     return TensorInfo(detail["name"], shape, np.dtype(detail["dtype"]), quant)
 
 
-def op_names(interpreter: Any) -> set[str]:
-    try:
-        return {op["op_name"] for op in interpreter._get_ops_details()}
-    except Exception:  # noqa: BLE001 - private API; absent in some builds
-        return set()
-
-
 def is_edgetpu_model(path: Path) -> bool:
     """Compiled Edge TPU models carry this custom op; a cheap byte scan avoids building an interpreter."""
     try:

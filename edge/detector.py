@@ -11,7 +11,7 @@ from edge_inference.backends import Backend, Quantization
 from edge_inference.edge.timings import StageTimings
 from edge_inference.models.decoders import DecodeContext, get_decoder
 from edge_inference.models.detection import Detection
-from edge_inference.models.preprocess import InputQuantization, Preprocessor
+from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.spec import ModelSpec
 from edge_inference.models.transform import ImageTransform
 
@@ -34,7 +34,7 @@ class Prepared:
 
 
 class Detector:
-    """prepare -> infer -> finish; `detect` runs the three in a row, a pipeline runs them on separate threads."""
+    """prepare -> infer -> decode; `detect` runs the three in a row, a pipeline runs them on separate threads."""
 
     def __init__(
         self,
@@ -50,13 +50,7 @@ class Detector:
         self.spec = spec
         self.conf, self.iou, self.max_detections = conf, iou, max_detections
         tensor = backend.inputs[0]
-        quant = tensor.quantization
-        self._preprocess = Preprocessor(
-            spec.preprocessing,
-            tensor.dtype,
-            InputQuantization(quant.scale, quant.zero_point) if quant else None,
-            buffers=buffers,
-        )
+        self._preprocess = Preprocessor(spec.preprocessing, tensor.dtype, tensor.quantization, buffers=buffers)
         self._decode = get_decoder(spec.decoder).decode
         self._output_quant = [o.quantization for o in backend.outputs]
 
@@ -68,7 +62,7 @@ class Detector:
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
         return self.backend.run(tensor)
 
-    def finish(self, raw: list[np.ndarray], transform: ImageTransform) -> list[Detection]:
+    def decode(self, raw: list[np.ndarray], transform: ImageTransform) -> list[Detection]:
         outputs = [self._dequantize(o, q) for o, q in zip(raw, self._output_quant, strict=True)]
         return self._decode(outputs, DecodeContext(self.spec, transform, self.conf, self.iou, self.max_detections))
 
@@ -77,7 +71,7 @@ class Detector:
         t1 = time.perf_counter()
         raw = self.infer(prepared.tensor)
         t2 = time.perf_counter()
-        detections = self.finish(raw, prepared.transform)
+        detections = self.decode(raw, prepared.transform)
         t3 = time.perf_counter()
         timings = StageTimings(prepared.preprocess_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         height, width = image_bgr.shape[:2]

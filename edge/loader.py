@@ -34,18 +34,23 @@ class DetectorConfig:
     buffers: int = 1
 
 
+def model_reference(model: str) -> RegistryEntry | Path:
+    """What `--model` names: a registry entry or an existing model file; one clear error otherwise."""
+    if model in REGISTRY:
+        return get_entry(model)
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path
+    if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
+        raise EdgeError(f"model file {model} does not exist")
+    return get_entry(model)  # raises the "unknown registry name" message, with the names it knows
+
+
 def check_reference(config: DetectorConfig) -> None:
     """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
     if config.backend != "auto" and config.backend not in engine_keys():
         raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(engine_keys())}")
-    if config.model in REGISTRY:
-        engine_model(config)  # a registry name must have a file this engine reads
-        return
-    path = Path(config.model).expanduser()
-    if not path.is_file():
-        if path.suffix.lower() in MODEL_SUFFIXES or "/" in config.model:
-            raise EdgeError(f"model file {config.model} does not exist")
-        get_entry(config.model)
+    model_reference(engine_model(config))  # a registry name must also have a file this engine reads
 
 
 def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
@@ -86,18 +91,12 @@ def engine_model(config: DetectorConfig) -> str:
 
 def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
     """A registry name (pulled into the cache when missing) or a path to a model file -> (name, path)."""
-    if model in REGISTRY:
-        entry = get_entry(model)
-        if not is_cached(entry, settings.model_cache):
-            pull(entry, settings.model_cache, settings.model_mirror, progress)
-        return model, check_cached(entry, settings.model_cache)  # a few ms of sha256 against a swapped file
-    path = Path(model).expanduser()
-    if path.is_file():
-        return path.stem, path
-    if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
-        raise EdgeError(f"model file {model} does not exist")
-    get_entry(model)  # raises the "unknown registry name" message
-    raise AssertionError("unreachable")
+    reference = model_reference(model)
+    if isinstance(reference, Path):
+        return reference.stem, reference
+    if not is_cached(reference, settings.model_cache):
+        pull(reference, settings.model_cache, settings.model_mirror, progress)
+    return reference.name, check_cached(reference, settings.model_cache)  # a few ms of sha256 against a swapped file
 
 
 def load_detector(

@@ -1,4 +1,4 @@
-"""One stream: capture -> inference -> finish on three threads, results fanned out to subscribers.
+"""One stream: capture -> inference -> decoding on three threads, results fanned out to subscribers.
 
 How frames reach the inference thread is the delivery strategy's business (`delivery.py`): live sources keep only
 the newest frame, files deliver every frame in order. The pipeline itself does not branch on the mode.
@@ -26,7 +26,8 @@ from edge_inference.edge.delivery import END, Delivered, Mode, delivery_for, put
 from edge_inference.edge.detector import Detector, Prepared
 from edge_inference.edge.publish import Broadcaster
 from edge_inference.edge.sources import Frame, FrameSource
-from edge_inference.edge.stats import FrameTiming, StreamStats
+from edge_inference.edge.stats import StreamStats
+from edge_inference.edge.timings import FrameTiming
 from edge_inference.models.detection import Detection
 
 log = logging.getLogger("edge.pipeline")
@@ -192,7 +193,7 @@ class StreamPipeline:
 
     # -- control -----------------------------------------------------------------------------------------------
     def add_listener(self, listener: Callable[[FrameResult], None]) -> None:
-        """Called on the finishing thread for every result; keep it cheap (metrics)."""
+        """Called on the decode thread for every result; keep it cheap (metrics)."""
         self._listeners.append(listener)
 
     def start(self) -> None:
@@ -287,7 +288,7 @@ class StreamPipeline:
         if self.capture is not None:  # otherwise a group's capture calls offer()
             self.capture.start()
         self._spawn(self._infer_loop, "infer")
-        self._spawn(self._finish_loop, "finish")
+        self._spawn(self._decode_loop, "decode")
 
     def _reload(self, reason: str) -> None:
         """The detector is stuck: leave it to its thread and load a new one."""
@@ -362,8 +363,8 @@ class StreamPipeline:
             inferred = (frame, ready, raw, (time.perf_counter() - t0) * 1e3, detector)
             put_unless_stopped(self._inferred, inferred, self._stop)
 
-    # -- finish ------------------------------------------------------------------------------------------------
-    def _finish_loop(self) -> None:
+    # -- decode ------------------------------------------------------------------------------------------------
+    def _decode_loop(self) -> None:
         while not self._stop.is_set():
             try:
                 item = self._inferred.get(timeout=0.2)
@@ -377,7 +378,7 @@ class StreamPipeline:
             )
             t0 = time.perf_counter()
             try:
-                detections = detector.finish(raw, prepared.transform)
+                detections = detector.decode(raw, prepared.transform)
             except Exception as exc:  # noqa: BLE001 - a decoding failure loses one frame, never the stream
                 self.stats.error()
                 with self._lock:
@@ -393,7 +394,13 @@ class StreamPipeline:
         end_to_end = (done - frame.captured_mono) * 1e3
         wait = max(0.0, end_to_end - prepared.preprocess_ms - inference_ms - post_ms)
         timing = FrameTiming(
-            frame.captured_at, frame.capture_ms, wait, prepared.preprocess_ms, inference_ms, post_ms, end_to_end
+            preprocess_ms=prepared.preprocess_ms,
+            inference_ms=inference_ms,
+            postprocess_ms=post_ms,
+            captured_at=frame.captured_at,
+            capture_ms=frame.capture_ms,
+            queue_wait_ms=wait,
+            end_to_end_ms=end_to_end,
         )
         height, width = frame.image.shape[:2]
         result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image)

@@ -18,7 +18,6 @@ from edge_inference.edge.secrets import mask_in, mask_url
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
-VIDEO_SUFFIXES = {".avi", ".mp4", ".mkv", ".mov", ".m4v", ".webm", ".mpg", ".mpeg", ".ts", ".flv", ".wmv", ".h264"}
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 NETWORK_OPEN_TIMEOUT_MS = 15_000
 NETWORK_READ_TIMEOUT_MS = 10_000

@@ -5,29 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
-STAGES = ("capture", "queue_wait", "preprocess", "inference", "postprocess", "end_to_end")
-
-
-@dataclass(frozen=True, slots=True)
-class FrameTiming:
-    """Where one frame's time went, in ms; queue_wait is all time spent waiting between stages."""
-
-    captured_at: float  # wall clock, seconds since the epoch
-    capture_ms: float
-    queue_wait_ms: float
-    preprocess_ms: float
-    inference_ms: float
-    postprocess_ms: float
-    end_to_end_ms: float  # from the frame being in hand to its result being published
-
-    def to_dict(self) -> dict[str, float]:
-        out = {f.name: round(getattr(self, f.name), 3) for f in fields(self)}
-        out["captured_at"] = round(self.captured_at, 6)
-        return out
+from edge_inference.edge.timings import STAGES, FrameTiming
 
 
 def percentile(values: list[float] | np.ndarray, q: float) -> float:

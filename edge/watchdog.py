@@ -22,7 +22,6 @@ class Watchdog:
         self.period_s = period_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_round: float | None = None  # monotonic time of the last completed round
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
@@ -45,4 +44,3 @@ class Watchdog:
                     unit.check(now)
                 except Exception:  # a bug in one check must not end the watch over the others
                     log.exception("watchdog: checking %r failed", unit)
-            self.last_round = time.monotonic()

@@ -29,9 +29,6 @@ class BoxXYXY:
     def scale(self, sx: float, sy: float) -> BoxXYXY:
         return BoxXYXY(self.x1 * sx, self.y1 * sy, self.x2 * sx, self.y2 * sy)
 
-    def translate(self, dx: float, dy: float) -> BoxXYXY:
-        return BoxXYXY(self.x1 + dx, self.y1 + dy, self.x2 + dx, self.y2 + dy)
-
     def iou(self, other: BoxXYXY) -> float:
         ix = max(0.0, min(self.x2, other.x2) - max(self.x1, other.x1))
         iy = max(0.0, min(self.y2, other.y2) - max(self.y1, other.y1))

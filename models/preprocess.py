@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Protocol
 
 import cv2
 import numpy as np
@@ -11,16 +11,20 @@ from edge_inference.models.spec import Preprocessing
 from edge_inference.models.transform import ImageTransform
 
 
-@dataclass(frozen=True)
-class InputQuantization:
-    """The input tensor's own affine quantisation: real = scale * (q - zero_point)."""
+class Quantization(Protocol):
+    """The input tensor's affine quantisation, real = scale * (q - zero_point), as the engine describes it
+    (`backends.Quantization` is one; models only need its two numbers, and never import an engine)."""
 
-    scale: float
-    zero_point: int
+    @property
+    def scale(self) -> float: ...
+
+    @property
+    def zero_point(self) -> int: ...
 
 
 _INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
-_LUT_DTYPES = {np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.float32)}  # depths cv2.LUT writes
+# Depths cv2.LUT writes: every integer input goes through a table; only other float depths (float16) need arithmetic.
+_LUT_DTYPES = {np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.float32)}
 
 
 class Preprocessor:
@@ -32,7 +36,7 @@ class Preprocessor:
     """
 
     def __init__(
-        self, pre: Preprocessing, dtype: np.dtype, quantization: InputQuantization | None, buffers: int = 1
+        self, pre: Preprocessing, dtype: np.dtype, quantization: Quantization | None, buffers: int = 1
     ) -> None:
         self.pre = pre
         self.dtype = np.dtype(dtype)
@@ -54,7 +58,8 @@ class Preprocessor:
         self._ring = [np.empty(shape, dtype=self.dtype) for _ in range(max(1, buffers))]
         self._turn = 0
         self._tensor = self._ring[0]
-        self._scratch = None if self.dtype == np.float32 else np.empty(shape[1:], dtype=np.float32)
+        # float32 and integer inputs are written in place (by a table); other depths are computed in float32 first
+        self._scratch = None if self.dtype in _LUT_DTYPES else np.empty(shape[1:], dtype=np.float32)
         self._work = self._tensor[0]
         self._a = a.astype(np.float32)
         self._b = b.astype(np.float32)
@@ -68,7 +73,6 @@ class Preprocessor:
     def __call__(self, image_bgr: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
         self._tensor = self._ring[self._turn]
         self._turn = (self._turn + 1) % len(self._ring)
-        # float32 models are written in place; others go through a float32 scratch buffer first
         self._work = self._tensor[0] if self._scratch is None else self._scratch
         height, width = image_bgr.shape[:2]
         if self._last_size != (width, height) or self._transform is None:
@@ -92,11 +96,7 @@ class Preprocessor:
             return self._tensor, t
         self._affine(hwc)
         if self._work is not self._tensor[0]:
-            if self.dtype in _INTEGER_RANGES:
-                low, high = _INTEGER_RANGES[self.dtype]
-                np.rint(self._work, out=self._work)
-                np.clip(self._work, low, high, out=self._work)
-            self._tensor[0] = self._work
+            self._tensor[0] = self._work  # float32 scratch -> the model's float depth
         return self._tensor, t
 
     def _table(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -10,8 +10,9 @@ from prometheus_client.registry import Collector
 
 from edge_inference.edge.health import service_health
 from edge_inference.edge.pipeline import FrameResult, StreamPipeline
-from edge_inference.edge.stats import STAGES
 from edge_inference.edge.streams import StreamManager
+from edge_inference.edge.timings import STAGES
+from edge_inference.service.limits import UploadGate
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 LABELS = ["stream", "model", "backend"]
@@ -25,8 +26,9 @@ def _labels(pipeline: StreamPipeline) -> list[str]:
 
 
 class _StreamCollector(Collector):
-    def __init__(self, manager: StreamManager, strict: bool) -> None:
+    def __init__(self, manager: StreamManager, uploads: UploadGate, strict: bool) -> None:
         self.manager = manager
+        self.uploads = uploads
         self.strict = strict
 
     def collect(self) -> Iterator[Metric]:
@@ -75,12 +77,15 @@ class _StreamCollector(Collector):
         yield up
         yield ready
         yield status
+        refused = CounterMetricFamily("edge_uploads_refused", "POST /detect answered 503: workers and queue were full")
+        refused.add_metric([], float(self.uploads.refused))
+        yield refused
 
 
 class ServiceMetrics:
     """One registry per app, so several apps (tests) never share series."""
 
-    def __init__(self, manager: StreamManager, strict: bool = False) -> None:
+    def __init__(self, manager: StreamManager, uploads: UploadGate, strict: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "edge_stage_latency_seconds",
@@ -89,7 +94,7 @@ class ServiceMetrics:
             buckets=BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_StreamCollector(manager, strict))
+        self.registry.register(_StreamCollector(manager, uploads, strict))
         for pipeline in manager.pipelines.values():
             pipeline.add_listener(self._observer(pipeline))
 

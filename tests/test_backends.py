@@ -13,7 +13,7 @@ from edge_inference.backends import BackendError, BackendOptions, open_backend
 from edge_inference.backends.discovery import choose_backend, probe_all
 from edge_inference.backends.edgetpu_backend import NO_DEVICE, diagnose, parse_device
 from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices, nvidia_gpus
-from edge_inference.backends.tflite_backend import create_interpreter, is_edgetpu_model, op_names
+from edge_inference.backends.tflite_backend import create_interpreter, is_edgetpu_model
 from edge_inference.edge.loader import DetectorConfig, load_detector
 from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.resolve import ModelIO, resolve_spec
@@ -29,6 +29,11 @@ EDGETPU_TWINS = {
 
 
 # -- Edge TPU ----------------------------------------------------------------------------------------------------
+def op_names(interpreter) -> set[str]:
+    """The graph's operators as LiteRT parsed them: an independent check of the byte scan in is_edgetpu_model."""
+    return {op["op_name"] for op in interpreter._get_ops_details()}
+
+
 @pytest.mark.parametrize("tpu_file", sorted(EDGETPU_TWINS))
 def test_edgetpu_models_are_recognised_and_match_their_cpu_twins(tpu_file):
     tpu, cpu = TFLITE / tpu_file, TFLITE / EDGETPU_TWINS[tpu_file]

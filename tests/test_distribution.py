@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -22,8 +23,12 @@ DECOY = "raise ImportError('the user folder {name}/ was imported instead of edge
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy: an in-tree build leaves build/ and egg-info behind in the checkout
+    source = out / "source"
+    junk = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "*-out")
+    shutil.copytree(REPO, source, symlinks=True, ignore=junk)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=600,

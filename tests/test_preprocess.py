@@ -1,6 +1,7 @@
 import numpy as np
 
-from edge_inference.models.preprocess import InputQuantization, Preprocessor
+from edge_inference.backends import Quantization
+from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.spec import Preprocessing
 
 
@@ -28,7 +29,7 @@ def test_bgr_mean_std_top_left():
 
 def test_int8_input_quantisation_composes_with_scaling():
     pre = Preprocessing(width=32, height=32, layout="NHWC", resize="stretch")
-    quant = InputQuantization(scale=0.018658, zero_point=-14)
+    quant = Quantization(scale=0.018658, zero_point=-14)
     tensor, _ = Preprocessor(pre, np.dtype(np.int8), quant)(_image())
     assert tensor.dtype == np.int8 and tensor.shape == (1, 32, 32, 3)
     expected = [round(v / 255 / 0.018658) - 14 for v in (30, 20, 10)]
@@ -37,6 +38,6 @@ def test_int8_input_quantisation_composes_with_scaling():
 
 def test_uint8_ssd_style_input_passes_pixels_through():
     pre = Preprocessing(width=32, height=32, layout="NHWC", resize="stretch", mean=(127.5,) * 3, std=(127.5,) * 3)
-    quantised, _ = Preprocessor(pre, np.dtype(np.uint8), InputQuantization(0.0078125, 128))(_image())
+    quantised, _ = Preprocessor(pre, np.dtype(np.uint8), Quantization(0.0078125, 128))(_image())
     raw, _ = Preprocessor(pre, np.dtype(np.uint8), None)(_image())
     assert quantised[0, 5, 5].tolist() == raw[0, 5, 5].tolist() == [30, 20, 10]

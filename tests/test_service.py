@@ -202,10 +202,10 @@ def test_each_frame_is_encoded_once_for_every_client():
     import numpy as np
 
     from edge_inference.edge.pipeline import FrameResult
-    from edge_inference.edge.stats import STAGES, FrameTiming
+    from edge_inference.edge.timings import STAGES, FrameTiming
     from edge_inference.service.encodings import EncodingCache
 
-    timing = FrameTiming(1.0, 0, 0, 0, 0, 0, 0)
+    timing = FrameTiming(0, 0, 0, captured_at=1.0, capture_ms=0, queue_wait_ms=0, end_to_end_ms=0)
     frames = [FrameResult("cam", i, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8)) for i in range(3)]
     cache, made = EncodingCache(capacity=4), []
 

@@ -48,7 +48,7 @@ def squeeze_batch(array: np.ndarray) -> np.ndarray:
     return array[0] if array.ndim >= 2 and array.shape[0] == 1 else array
 
 
-def finish(
+def to_detections(
     boxes_input_px: np.ndarray, scores: np.ndarray, class_ids: np.ndarray, ctx: DecodeContext, *, nms: bool = True
 ) -> list[Detection]:
     """Cap candidates, suppress overlaps, map to original pixels, attach labels."""

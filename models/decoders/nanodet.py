@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from edge_inference.models.decoders.base import DecodeContext, Decoder, finish, grid_cells
+from edge_inference.models.decoders.base import DecodeContext, Decoder, grid_cells, to_detections
 from edge_inference.models.detection import Detection
 
 
@@ -52,7 +52,7 @@ def decode_nanodet(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[De
         all_ids.append(cls[rows].argmax(axis=1))
     if not all_boxes:
         return []
-    return finish(np.concatenate(all_boxes), np.concatenate(all_scores), np.concatenate(all_ids), ctx)
+    return to_detections(np.concatenate(all_boxes), np.concatenate(all_scores), np.concatenate(all_ids), ctx)
 
 
 def _matches_nanodet(shapes: Sequence[tuple[int, ...]], w: int, h: int, strides: tuple[int, ...]) -> bool:

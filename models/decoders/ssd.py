@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edge_inference.models.decoders.base import DecodeContext, Decoder, finish
+from edge_inference.models.decoders.base import DecodeContext, Decoder, to_detections
 from edge_inference.models.detection import Detection
 
 
@@ -32,7 +32,7 @@ def decode_ssd(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Detect
     xyxy = boxes[rows][:, [1, 0, 3, 2]].astype(np.float32)
     xyxy[:, 0::2] *= pre.width
     xyxy[:, 1::2] *= pre.height
-    return finish(xyxy, scores[rows], classes[rows].astype(np.int64), ctx, nms=False)
+    return to_detections(xyxy, scores[rows], classes[rows].astype(np.int64), ctx, nms=False)
 
 
 def _matches_ssd(shapes: Sequence[tuple[int, ...]], w: int, h: int, strides: tuple[int, ...]) -> bool:

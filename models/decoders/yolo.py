@@ -7,7 +7,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from edge_inference.models.decoders.base import DecodeContext, Decoder, finish, grid_cells, squeeze_batch, xywh_to_xyxy
+from edge_inference.models.decoders.base import (
+    DecodeContext,
+    Decoder,
+    grid_cells,
+    squeeze_batch,
+    to_detections,
+    xywh_to_xyxy,
+)
 from edge_inference.models.detection import Detection
 
 _ULTRALYTICS_INPUT = {"color": "RGB", "anchor": "center", "pad_value": 114, "mean": (0, 0, 0), "std": (255, 255, 255)}
@@ -49,14 +56,14 @@ def decode_yolox(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Dete
     xywh = np.empty((rows.size, 4), dtype=np.float32)
     xywh[:, :2] = (pred[rows, :2] + grid[rows]) * stride[rows]
     xywh[:, 2:] = np.exp(pred[rows, 2:4]) * stride[rows]
-    return finish(xywh_to_xyxy(xywh), scores, class_ids, ctx)
+    return to_detections(xywh_to_xyxy(xywh), scores, class_ids, ctx)
 
 
 def decode_yolov5(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Detection]:
     pred = squeeze_batch(outputs[0])
     rows, scores, class_ids = _objectness_candidates(pred, ctx.conf_threshold)
     boxes = xywh_to_xyxy(pred[rows, :4])
-    return finish(_denormalise(boxes, pred[:, :4], ctx), scores, class_ids, ctx)
+    return to_detections(_denormalise(boxes, pred[:, :4], ctx), scores, class_ids, ctx)
 
 
 def decode_yolov8(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Detection]:
@@ -65,7 +72,7 @@ def decode_yolov8(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Det
     cols = np.flatnonzero(best > ctx.conf_threshold)
     class_ids = pred[4:, cols].argmax(axis=0)
     boxes = xywh_to_xyxy(pred[:4, cols].T)
-    return finish(_denormalise(boxes, pred[:4].T, ctx), best[cols], class_ids, ctx)
+    return to_detections(_denormalise(boxes, pred[:4].T, ctx), best[cols], class_ids, ctx)
 
 
 def decode_end2end(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Detection]:
@@ -73,7 +80,7 @@ def decode_end2end(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[De
     rows = np.flatnonzero(pred[:, 4] > ctx.conf_threshold)
     boxes = np.ascontiguousarray(pred[rows, :4], dtype=np.float32)
     class_ids = pred[rows, 5].astype(np.int64)
-    return finish(_denormalise(boxes, pred[:, :4], ctx), pred[rows, 4], class_ids, ctx, nms=False)
+    return to_detections(_denormalise(boxes, pred[:, :4], ctx), pred[rows, 4], class_ids, ctx, nms=False)
 
 
 def _denormalise(boxes: np.ndarray, all_coords: np.ndarray, ctx: DecodeContext) -> np.ndarray:
