@@ -61,6 +61,7 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     assert top_level == {"edge_inference"}
     assert "edge_inference/service/static/index.html" in names  # the dashboard ships with it
     assert "edge = edge_inference.edge.cli:main" in entry_points
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)  # ready to publish
 
 
 def test_edge_detect_from_a_folder_with_its_own_models_and_service(fresh_venv, tmp_path):
