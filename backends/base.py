@@ -38,6 +38,8 @@ class BackendOptions:
     threads: int | None = None
     # Run elsewhere (the CPU) when the asked-for device is missing, and say so, instead of failing.
     allow_fallback: bool = False
+    # (width, height) for engines whose files do not declare their input size (RKNN); from the sidecar or flags
+    input_size: tuple[int, int] | None = None
 
 
 @dataclass

@@ -114,14 +114,12 @@ def load_detector(
             device, note = choice.device, f"--backend auto chose {key} on {choice.device}: {choice.reason}"
         else:  # the device was the user's: the choice's own device reasoning would contradict what runs
             note = f"--backend auto chose {key} for {path.name}"
-    backend = open_backend(key, path, BackendOptions(device, config.threads, config.allow_fallback))
+    sidecar = sidecar_path(path)
+    overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
+    size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
+    backend = open_backend(key, path, BackendOptions(device, config.threads, config.allow_fallback, size))
     if note:
         backend.notes.insert(0, note)
-    overrides = SpecOverrides()
-    sidecar = sidecar_path(path)
-    if sidecar:
-        overrides = load_sidecar(sidecar)
-    overrides = overrides.merged(config.overrides)
     io = ModelIO(
         input_shape=backend.inputs[0].shape,
         output_shapes=[o.shape for o in backend.outputs],

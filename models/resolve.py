@@ -54,6 +54,9 @@ def _ultralytics(metadata: dict[str, str]) -> dict[str, Any]:
         pass  # malformed metadata is ignored: shapes and flags still describe the model
     if metadata.get("end2end", "").lower() == "true":
         found["decoder"] = "yolo-end2end"
+    # What an engine says of its output format (HailoRT: the .hef's NMS layer); engines name formats, not decoders.
+    if metadata.get("output_format") == "hailo_nms_by_class":
+        found["decoder"] = "hailo-nms"
     return found
 
 

@@ -100,7 +100,8 @@ def test_cpu_model_on_the_tpu_and_tpu_model_on_the_cpu_are_refused():
 
 
 def _fake_usb(root: Path, name: str, vendor: str, product: str, speed: str = "5000") -> None:
-    device = root / name
+    """A USB device as sysfs shows it, inside a fake system root."""
+    device = root / "sys/bus/usb/devices" / name
     device.mkdir(parents=True)
     (device / "idVendor").write_text(vendor + "\n")
     (device / "idProduct").write_text(product + "\n")
@@ -108,18 +109,17 @@ def _fake_usb(root: Path, name: str, vendor: str, product: str, speed: str = "50
 
 
 def test_coral_discovery_by_usb_ids_and_apex_nodes(tmp_path):
-    usb = tmp_path / "usb"
-    _fake_usb(usb, "2-1", "1a6e", "089a", "480")
-    _fake_usb(usb, "2-2", "18d1", "9302")
-    _fake_usb(usb, "1-1", "046d", "0825")  # a webcam
-    found = coral_usb_devices(usb)
+    _fake_usb(tmp_path, "2-1", "1a6e", "089a", "480")
+    _fake_usb(tmp_path, "2-2", "18d1", "9302")
+    _fake_usb(tmp_path, "1-1", "046d", "0825")  # a webcam
+    found = coral_usb_devices(tmp_path)
     assert len(found) == 2 and found[0].startswith("usb:0") and "firmware not loaded" in found[0]
     assert "480 Mbit/s" in found[0] and found[1].startswith("usb:1  Coral USB Accelerator at 2-2")
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    (dev / "apex_0").touch()
-    assert coral_pcie_devices(dev) == [f"pci:0  {dev / 'apex_0'}"]
-    assert coral_usb_devices(tmp_path / "absent") == [] and nvidia_gpus(tmp_path / "absent") == []
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/apex_0").touch()
+    assert coral_pcie_devices(tmp_path) == ["pci:0  /dev/apex_0"]
+    absent = tmp_path / "absent"
+    assert coral_usb_devices(absent) == [] and nvidia_gpus(absent) == [] and coral_pcie_devices(absent) == []
 
 
 def test_device_names_and_diagnosis(monkeypatch, tmp_path):
@@ -127,10 +127,9 @@ def test_device_names_and_diagnosis(monkeypatch, tmp_path):
     with pytest.raises(BackendError, match="usb, usb:N, pci, pci:N"):
         parse_device("coral")
     libm = ctypes.util.find_library("m")
+    monkeypatch.setenv("EDGE_SYSROOT", str(tmp_path))  # a machine with no accelerator at all
     assert diagnose(libm, None) == NO_DEVICE
-    usb = tmp_path / "usb"
-    _fake_usb(usb, "2-1", "18d1", "9302")
-    monkeypatch.setattr("edge_inference.backends.edgetpu_backend.coral_usb_devices", lambda: coral_usb_devices(usb))
+    _fake_usb(tmp_path, "2-1", "18d1", "9302")
     assert "asked for usb:1 but found 1 USB" in diagnose(libm, "usb:1")
     assert "did not respond" in diagnose(libm, "usb:0")
 

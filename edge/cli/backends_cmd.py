@@ -28,4 +28,5 @@ def backends(as_json: bool) -> None:
             click.echo(f"          why not: {report.problem}")
         if not report.available:
             click.echo(f"          install: {report.install}")
-        click.echo(f"          models: {', '.join(report.models)}")
+        models = ", ".join(report.models) or "none in the registry: bring your own file (README, Hardware)"
+        click.echo(f"          models: {models}")

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from edge_inference.models.decoders.base import DecodeContext, Decoder
+from edge_inference.models.decoders.hailo_nms import HAILO_NMS
 from edge_inference.models.decoders.nanodet import NANODET
 from edge_inference.models.decoders.ssd import SSD
 from edge_inference.models.decoders.yolo import END2END, YOLOV5, YOLOV8, YOLOX
 from edge_inference.models.errors import ModelError
 
 # Order matters only for layouts that could fit two entries; none of these do for real input sizes.
-DECODERS: dict[str, Decoder] = {d.name: d for d in (YOLOX, YOLOV5, YOLOV8, END2END, SSD, NANODET)}
+DECODERS: dict[str, Decoder] = {d.name: d for d in (YOLOX, YOLOV5, YOLOV8, END2END, SSD, NANODET, HAILO_NMS)}
 
 
 class UnknownLayoutError(ModelError):
@@ -33,7 +34,7 @@ def detect_decoder(
     strides: tuple[int, ...] = (8, 16, 32),
 ) -> Decoder:
     for decoder in DECODERS.values():
-        if decoder.matches(output_shapes, width, height, strides):
+        if decoder.detectable and decoder.matches(output_shapes, width, height, strides):
             return decoder
     described = ", ".join(f"{n} {list(s)}" for n, s in zip(output_names, output_shapes, strict=True))
     known = "; ".join(f"{d.name}: {d.layout}" for d in DECODERS.values())

@@ -38,6 +38,8 @@ class Decoder:
     # Pre-processing the family is trained with; a sidecar or flags override any of it.
     preprocessing: dict[str, object] = field(default_factory=dict)
     default_labels: str = "coco80"
+    # False: never guessed from output shapes alone (they fit too much), only named by metadata or the user
+    detectable: bool = True
 
 
 def grid_cells(width: int, height: int, strides: tuple[int, ...]) -> list[int]:

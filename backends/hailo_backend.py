@@ -1,0 +1,203 @@
+"""Hailo-8 and Hailo-8L (Raspberry Pi AI Kit and AI HAT+, M.2 cards) through HailoRT's Python API.
+
+`hailo_platform` is not on PyPI: Raspberry Pi OS ships it in `hailo-all`; elsewhere it is Hailo's HailoRT package,
+its PCIe driver and the matching `hailort` wheel. Models are `.hef` files compiled for one chip: a Hailo-8 build
+does not load on a Hailo-8L and the other way round. Hailo-10H needs HailoRT 5 and hailo10h builds; this engine
+targets HailoRT 4 (Hailo-8/8L).
+
+What it hands on: an on-chip NMS output (HAILO_NMS_BY_CLASS) as the flat float32 buffer HailoRT documents, marked
+`output_format=hailo_nms_by_class` in the metadata; raw feature maps (1, H, W, C) as (1, H*W, C). It knows no
+decoder: the metadata says what the .hef says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo
+from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.hardware import hailo_driver_version, hailo_nodes, hailo_pci_devices
+
+INSTALL = (
+    "Raspberry Pi OS: `sudo apt install hailo-all` then reboot (driver, firmware, HailoRT and its Python API); other "
+    "Linux: HailoRT and its PCIe driver from the Hailo Developer Zone, and the hailort wheel of the same version "
+    "(hailo_platform is not on PyPI)"
+)
+NO_DEVICE = (
+    "no Hailo device found. Raspberry Pi 5: seat the AI Kit / AI HAT+ ribbon, enable the PCIe port "
+    "(`dtparam=pciex1` in /boot/firmware/config.txt; `dtparam=pciex1_gen=3` for full speed) and reboot; "
+    "`lspci` must show 1e60:2864"
+)
+NO_DRIVER = (
+    "a Hailo device is on the PCIe bus ({found}) but /dev/hailo0 is missing: the hailo_pci driver is not loaded. "
+    "Install it (`sudo apt install hailo-all`, or hailort-pcie-driver) and reboot; `lsmod | grep hailo` must list it"
+)
+
+
+def runtime_version() -> str | None:
+    try:
+        return version("hailort")
+    except PackageNotFoundError:
+        return None
+
+
+def version_mismatch(driver: str | None, runtime: str | None) -> str | None:
+    """HailoRT refuses a driver of another major.minor version; say so before it does, with the fix."""
+    if not driver or not runtime:
+        return None
+    if driver.split(".")[:2] == runtime.split(".")[:2]:
+        return None
+    return (
+        f"the hailo_pci driver is {driver} but HailoRT is {runtime}: they must be the same version. Install both from "
+        "one release (`sudo apt install --reinstall hailo-all`, or the matching hailort-pcie-driver) and reboot"
+    )
+
+
+_ARCHES = re.compile(r"device arch(?:itecture)?:?\s*(\w+).*?hef arch(?:itecture)?:?\s*(\w+)", re.IGNORECASE | re.DOTALL)
+
+
+def explain_load_failure(message: str, path: Path) -> str:
+    """HailoRT's refusals in words a user can act on (a .hef for the other chip, a driver of another version)."""
+    text = message.lower()
+    if "not compatible with device" in text or "hef_not_compatible" in text or "invalid_hef" in text:
+        arches = _ARCHES.search(message)
+        built = f"compiled for {arches.group(2).upper()}" if arches else "compiled for another Hailo chip"
+        device = f" and this device is a {arches.group(1).upper()}" if arches else ""
+        return (
+            f"{path.name} is {built}{device}: a .hef runs only on the chip it was compiled for. Use the build for "
+            "this chip (Hailo Model Zoo publishes hailo8 and hailo8l builds of each model), or recompile it"
+        )
+    if "driver" in text and "version" in text:
+        return (
+            f"HailoRT and the hailo_pci driver are of different versions ({message.strip()}): install both from one "
+            "release (`sudo apt install --reinstall hailo-all`, or the matching hailort-pcie-driver) and reboot"
+        )
+    return f"HailoRT could not open {path.name}: {message.strip()}"
+
+
+def pack_nms_by_class(per_class: list[np.ndarray], classes: int, max_boxes: int) -> np.ndarray:
+    """pyhailort's NMS result (one [n, 5] array per class) back in HailoRT's documented flat layout."""
+    buffer = np.zeros(classes * (1 + 5 * max_boxes), np.float32)
+    position = 0
+    for boxes in per_class[:classes]:
+        rows = np.asarray(boxes, np.float32).reshape(-1, 5)
+        buffer[position] = rows.shape[0]
+        buffer[position + 1 : position + 1 + rows.size] = rows.reshape(-1)
+        position += 1 + rows.size
+    return buffer
+
+
+class HailoBackend(Backend):
+    def __init__(self, *, runner: Any, stack: contextlib.ExitStack, nms: dict[str, tuple[int, int]], **kwargs: Any):
+        super().__init__(**kwargs)
+        self._runner, self._stack, self._nms = runner, stack, nms
+        self._input_name = self.inputs[0].name
+
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        results = self._runner.infer({self._input_name: tensor})
+        outputs = []
+        for info in self.outputs:
+            value = results[info.name]
+            if info.name in self._nms:  # a list per image of per-class arrays
+                classes, max_boxes = self._nms[info.name]
+                outputs.append(pack_nms_by_class(value[0], classes, max_boxes)[None, :])
+            else:
+                outputs.append(np.asarray(value).reshape(info.shape))
+        return outputs
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def require_device() -> None:
+    mismatch = version_mismatch(hailo_driver_version(), runtime_version())
+    if mismatch:
+        raise BackendError(mismatch)
+    if hailo_nodes():
+        return
+    pci = hailo_pci_devices()
+    raise BackendError(NO_DRIVER.format(found=", ".join(pci)) if pci else NO_DEVICE)
+
+
+def _describe(hef: Any) -> tuple[list[TensorInfo], list[TensorInfo], dict[str, tuple[int, int]]]:
+    (vinput,) = hef.get_input_vstream_infos()[:1]
+    inputs = [TensorInfo(vinput.name, (1, *tuple(vinput.shape)), np.dtype(np.uint8))]
+    outputs, nms = [], {}
+    for info in hef.get_output_vstream_infos():
+        if "NMS" in str(info.format.order).upper():
+            shape = info.nms_shape
+            classes, max_boxes = int(shape.number_of_classes), int(shape.max_bboxes_per_class)
+            nms[info.name] = (classes, max_boxes)
+            outputs.append(TensorInfo(info.name, (1, classes * (1 + 5 * max_boxes)), np.dtype(np.float32)))
+        else:
+            shape = tuple(int(d) for d in info.shape)
+            if len(shape) == 3:  # a feature map (H, W, C): its cells in a row, as the per-level decoders read them
+                shape = (shape[0] * shape[1], shape[2])
+            outputs.append(TensorInfo(info.name, (1, *shape), np.dtype(np.float32)))
+    return inputs, outputs, nms
+
+
+def load(path: Path, options: BackendOptions) -> HailoBackend:
+    if not installed("hailo_platform"):
+        raise BackendError(f"HailoRT's Python API (hailo_platform) is not installed: {INSTALL}")
+    require_device()
+    import hailo_platform as hp
+
+    stack = contextlib.ExitStack()
+    try:
+        hef = hp.HEF(str(path))
+        device = stack.enter_context(hp.VDevice())
+        params = hp.ConfigureParams.create_from_hef(hef, interface=hp.HailoStreamInterface.PCIe)
+        group = device.configure(hef, params)[0]
+        inputs, outputs, nms = _describe(hef)
+        input_params = hp.InputVStreamParams.make(group, format_type=hp.FormatType.UINT8)
+        output_params = hp.OutputVStreamParams.make(group, format_type=hp.FormatType.FLOAT32)
+        runner = stack.enter_context(hp.InferVStreams(group, input_params, output_params))
+        stack.enter_context(group.activate(group.create_params()))
+    except Exception as exc:  # noqa: BLE001 - HailoRT raises its own exception classes for every refusal
+        stack.close()
+        raise BackendError(explain_load_failure(str(exc), path)) from None
+    metadata = {"output_format": "hailo_nms_by_class"} if nms else {}
+    return HailoBackend(
+        key="hailo",
+        model_path=str(path),
+        engine=f"hailort {runtime_version() or '?'}",
+        device="hailo:0",
+        inputs=inputs,
+        outputs=outputs,
+        metadata=metadata,
+        runner=runner,
+        stack=stack,
+        nms=nms,
+    )
+
+
+def probe() -> BackendStatus:
+    status = ENGINE.status()
+    nodes, pci = hailo_nodes(), hailo_pci_devices()
+    status.devices = [f"hailo:{i}  /dev/{node.name}" for i, node in enumerate(nodes)] or pci
+    if not installed("hailo_platform"):
+        status.problem = "HailoRT's Python API (hailo_platform) is not installed"
+        return status
+    status.engine = f"hailort {runtime_version() or '?'}"
+    mismatch = version_mismatch(hailo_driver_version(), runtime_version())
+    if mismatch or not nodes:
+        status.problem = mismatch or (NO_DRIVER.format(found=", ".join(pci)) if pci else NO_DEVICE)
+        return status
+    status.available = True
+    return status
+
+
+def rank(path: Path) -> Offer | None:
+    if ENGINE.reads(path.name) and installed("hailo_platform") and hailo_nodes():
+        return Offer(100, "hailo:0", ".hef model and a Hailo device: it runs on the Hailo")
+    return None
+
+
+ENGINE = Engine(key="hailo", formats=(".hef",), install=INSTALL, probe=probe, load=load, rank=rank, listed=40)
