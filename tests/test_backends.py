@@ -188,12 +188,14 @@ def test_unavailable_providers_are_refused_or_fall_back_when_asked(device, provi
 # -- discovery and auto ------------------------------------------------------------------------------------------
 def test_discovery_lists_every_backend_with_its_state():
     statuses = {s.key: s for s in probe_all()}
-    assert set(statuses) == {"onnx", "tflite", "edgetpu", "openvino"}
+    assert set(statuses) == {"onnx", "tflite", "edgetpu", "openvino", "hailo", "rknn"}
     assert statuses["onnx"].available and "cpu" in statuses["onnx"].devices
     assert statuses["openvino"].available and any(d.startswith("CPU") for d in statuses["openvino"].devices)
     # with or without a Coral plugged in: available exactly when nothing is in the way, else the reason is given
     edgetpu = statuses["edgetpu"]
     assert edgetpu.available == (edgetpu.problem is None) and (edgetpu.available or edgetpu.problem)
+    for accelerator in ("hailo", "rknn", "edgetpu"):  # unavailable here unless runtime and device are both present
+        assert statuses[accelerator].available == (statuses[accelerator].problem is None)
     proc = run_edge("backends", "--json")
     rows = {r["key"]: r for r in json.loads(proc.stdout)}
     assert "ssd-mobilenet-v2-edgetpu" in rows["edgetpu"]["models"] and "yolox-nano" in rows["onnx"]["models"]

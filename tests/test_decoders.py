@@ -162,3 +162,21 @@ def test_hailo_nms_is_never_guessed_and_a_malformed_buffer_says_so():
     ctx = DecodeContext(ModelSpec("hef", "hailo-nms", pre, dict(enumerate(COCO80))), ImageTransform.fit(640, 640, pre))
     with pytest.raises(ModelError, match="malformed Hailo NMS output: class 0 claims 1e\\+06 boxes"):
         DECODERS["hailo-nms"].decode([broken], ctx)
+
+
+def test_raw_yolov8_heads_from_a_hef_read_as_per_level_distributions():
+    """A .hef without on-chip NMS: per level, class scores [1, H*W, 80] and 4 x 16 distance bins [1, H*W, 64]."""
+    cells = [80 * 80, 40 * 40, 20 * 20]
+    cls = [np.zeros((1, n, 80), np.float32) for n in cells]
+    reg = [np.full((1, n, 64), -20.0, np.float32) for n in cells]
+    cell = 7 * 40 + 9  # stride 16, x=9, y=7
+    cls[1][0, cell, 0] = 0.9  # person
+    for side, bin_index in enumerate([3, 2, 5, 6]):
+        reg[1][0, cell, side * 16 + bin_index] = 20.0
+    pre = Preprocessing(width=640, height=640, anchor="top-left")
+    spec = ModelSpec("hef", "nanodet", pre, dict(enumerate(COCO80)))  # 16 bins found from the output's width
+    assert detect_decoder([a.shape for a in cls + reg], ["o"] * 6, 640, 640).name == "nanodet"
+    det = _one(DECODERS["nanodet"].decode(cls + reg, DecodeContext(spec, ImageTransform.fit(640, 640, pre))))
+    cx, cy = 9 * 16 + 7.5, 7 * 16 + 7.5  # the cell's centre (half a pixel from YOLOv8's own (x + 0.5) * stride)
+    assert det.label == "person"
+    np.testing.assert_allclose(det.box.as_list(3), [cx - 48, cy - 32, cx + 80, cy + 96], atol=1e-2)

@@ -6,7 +6,14 @@ import sys
 
 
 def main() -> None:
-    from edge_inference.edge.cli import backends_cmd, bench_cmd, detect, models_cmd, serve  # noqa: F401 - registers commands
+    from edge_inference.edge.cli import (  # noqa: F401 - importing registers the commands
+        backends_cmd,
+        bench_cmd,
+        detect,
+        doctor_cmd,
+        models_cmd,
+        serve,
+    )
     from edge_inference.edge.cli.app import cli
     from edge_inference.edge.secrets import install_log_masking
 

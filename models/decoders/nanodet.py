@@ -26,7 +26,10 @@ def _levels(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[tuple[int
     for stride, cells in zip(ctx.spec.strides, grid_cells(pre.width, pre.height, ctx.spec.strides), strict=True):
         same = [a for a in arrays if a.shape[0] == cells]
         reg_width = 4 * (ctx.spec.reg_max + 1)
-        reg = next(a for a in same if a.shape[1] == reg_width)
+        # the configured bin count, else the output that is not the class scores (YOLOv8 heads have 16 bins)
+        reg = next((a for a in same if a.shape[1] == reg_width), None)
+        if reg is None:
+            reg = next(a for a in same if a.shape[1] != len(ctx.spec.labels) and a.shape[1] % 4 == 0)
         cls = next(a for a in same if a is not reg)
         levels.append((stride, cls, reg))
     return levels
