@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from edge_inference.edge.errors import EdgeError
 from edge_inference.models.registry import DEFAULT_MODEL
@@ -17,6 +17,49 @@ LOOPBACK = "127.0.0.1"
 
 class ConfigError(EdgeError):
     pass
+
+
+Point = tuple[float, float]
+NAME = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class ZoneConfig(BaseModel):
+    """A polygon: points in pixels, or all in 0..1 of the frame. An object is in it when its bottom centre is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME)
+    polygon: list[Point] = Field(min_length=3)
+
+
+class LineConfig(BaseModel):
+    """A line from `start` to `end` (pixels, or 0..1 of the frame); crossings are counted in each direction:
+    `in` is from the line's right-hand side to its left, looking from start to end (supervision's convention)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME)
+    start: Point
+    end: Point
+
+
+class TrackingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    labels: list[str] = Field(default_factory=lambda: ["person"])  # tracked labels; [] tracks every label
+    lost_after_s: float = Field(default=2.0, gt=0)  # how long a track survives without a detection
+
+
+class EventsConfig(BaseModel):
+    """When a tracked object becomes an event: its label, a score and a number of frames, optionally in a zone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    labels: list[str] = Field(default_factory=lambda: ["person"])
+    zones: list[str] = Field(default_factory=list)  # only inside one of these zones; [] anywhere
+    min_score: float = Field(default=0.5, ge=0, le=1)
+    min_frames: int = Field(default=3, ge=1)
+    end_after_s: float = Field(default=3.0, gt=0)  # the event ends once its object is lost this long
 
 
 class StreamConfig(BaseModel):
@@ -47,6 +90,25 @@ class StreamConfig(BaseModel):
     stall_timeout_s: float | None = Field(default=None, gt=0)
     # An inference that has not returned for this long marks the detector stuck; it is reloaded (Frigate: 10 s).
     inference_timeout_s: float = Field(default=10, gt=0)
+    # Boxes to events: a tracker gives every detection a track_id; zones and lines count; events are stored.
+    tracking: TrackingConfig | None = None
+    zones: list[ZoneConfig] = Field(default_factory=list)
+    lines: list[LineConfig] = Field(default_factory=list)
+    events: EventsConfig | None = None
+
+    @field_validator("events")
+    @classmethod
+    def _event_zones_exist(cls, events: EventsConfig | None, info: ValidationInfo) -> EventsConfig | None:
+        known = {zone.name for zone in info.data.get("zones", [])}
+        missing = [name for name in (events.zones if events else []) if name not in known]
+        if missing:
+            raise ValueError(f"events name zones that are not defined: {', '.join(missing)}")
+        return events
+
+    @property
+    def analysed(self) -> bool:
+        """Tracking runs when asked for, and whenever zones, lines or events need it."""
+        return bool(self.tracking or self.zones or self.lines or self.events)
 
 
 def compare_member_ids(stream_id: str, items: list[str]) -> list[str]:
@@ -94,11 +156,60 @@ class ServerConfig(BaseModel):
     client_flush_hz: float = Field(default=30, gt=0, le=1000)
 
 
+class StorageConfig(BaseModel):
+    """Where events and their snapshots are kept (EDGE_DATA_DIR wins), and for how long."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: Path | None = None  # default: ~/.local/share/edge-inference
+    max_age_days: float = Field(default=30, gt=0)
+    max_events: int = Field(default=20_000, ge=10)
+    max_snapshot_mb: float = Field(default=500, gt=0)  # oldest snapshots are deleted beyond this
+    max_outbox: int = Field(default=50_000, ge=100)  # undelivered messages kept per destination; oldest dropped
+
+
+class MqttConfig(BaseModel):
+    """A broker: `url` is mqtt://[user:pass@]host[:1883] or mqtts://...:8883 (EDGE_MQTT_URL wins)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: SecretStr | None = None
+    username: str | None = None  # when not in the URL
+    password: SecretStr | None = None
+    ca_file: Path | None = None  # mqtts: a private CA; default: the system's
+    client_id: str | None = None  # default: edge-inference-<device_id>
+    topic_prefix: str = Field(default="edge-inference", pattern=r"^[^#+]+$")
+    device_id: str | None = Field(default=None, pattern=NAME)  # default: the host name; unique per device
+    discovery: bool = True  # Home Assistant MQTT discovery
+    discovery_prefix: str = "homeassistant"
+    stats_interval_s: float = Field(default=30, gt=0)
+    keepalive_s: int = Field(default=30, ge=5)
+
+
+class WebhookConfig(BaseModel):
+    """Each event change is POSTed as JSON to `url`, retried until it is accepted (2xx)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: SecretStr
+    timeout_s: float = Field(default=10, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_only(cls, url: SecretStr) -> SecretStr:
+        if not url.get_secret_value().startswith(("http://", "https://")):
+            raise ValueError("a webhook URL starts with http:// or https://")
+        return url
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     server: ServerConfig = ServerConfig()
     streams: list[StreamConfig] = Field(min_length=1)
+    storage: StorageConfig = StorageConfig()
+    mqtt: MqttConfig | None = None
+    webhooks: list[WebhookConfig] = Field(default_factory=list)
 
     @field_validator("streams")
     @classmethod

@@ -55,9 +55,9 @@ def put_unless_stopped(target: queue.Queue[object], item: object, stop: threadin
 class LiveDelivery:
     mode: Mode = "live"
     buffers = 2  # one tensor in the engine, one being prepared
-    paced = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, paced: bool = False) -> None:
+        self.paced = paced  # a file played as if it were a camera is read at its own fps (cameras pace themselves)
         self._cond = threading.Condition()
         self._frame: Frame | None = None
         self._ended = False
@@ -109,4 +109,4 @@ class FileDelivery:
 
 
 def delivery_for(mode: Mode, stop: threading.Event, *, pace: bool) -> Delivery:
-    return LiveDelivery() if mode == "live" else FileDelivery(stop, paced=pace)
+    return LiveDelivery(paced=pace) if mode == "live" else FileDelivery(stop, paced=pace)

@@ -28,6 +28,7 @@ from edge_inference.edge.publish import Broadcaster
 from edge_inference.edge.sources import Frame, FrameSource
 from edge_inference.edge.stats import StreamStats
 from edge_inference.edge.timings import FrameTiming
+from edge_inference.edge.tracking import LineState, StreamTracker, ZoneState
 from edge_inference.models.detection import Detection
 
 log = logging.getLogger("edge.pipeline")
@@ -46,6 +47,8 @@ class FrameResult:
     detections: list[Detection]
     timing: FrameTiming
     image: np.ndarray = field(repr=False)  # the frame as captured; wire encodings of it live in service/
+    zones: tuple[ZoneState, ...] = ()  # when the stream tracks: who is in each zone now
+    lines: tuple[LineState, ...] = ()  # and the crossings of each line
 
     @property
     def age_s(self) -> float:
@@ -89,8 +92,10 @@ class StreamPipeline:
         names: StreamNames | None = None,
         stall_timeout_s: float | None = None,
         inference_timeout_s: float = 10.0,
+        tracker: StreamTracker | None = None,
     ) -> None:
         self.stream_id = stream_id
+        self.tracker = tracker
         self._stop = threading.Event()
         mode = mode or ("live" if source is None or source.live else "file")
         self.delivery = delivery_for(mode, self._stop, pace=pace)
@@ -389,10 +394,14 @@ class StreamPipeline:
     def _publish(
         self, frame: Frame, prepared: Prepared, detections: list[Detection], inference_ms: float, t0: float
     ) -> None:
+        decoded = time.perf_counter()
+        post_ms = (decoded - t0) * 1e3
+        height, width = frame.image.shape[:2]
+        detections, zones, lines = self._track(detections, width, height, frame.captured_at)
         done = time.perf_counter()
-        post_ms = (done - t0) * 1e3
         end_to_end = (done - frame.captured_mono) * 1e3
-        wait = max(0.0, end_to_end - prepared.preprocess_ms - inference_ms - post_ms)
+        tracking_ms = (done - decoded) * 1e3
+        wait = max(0.0, end_to_end - prepared.preprocess_ms - inference_ms - post_ms - tracking_ms)
         timing = FrameTiming(
             preprocess_ms=prepared.preprocess_ms,
             inference_ms=inference_ms,
@@ -401,9 +410,9 @@ class StreamPipeline:
             capture_ms=frame.capture_ms,
             queue_wait_ms=wait,
             end_to_end_ms=end_to_end,
+            tracking_ms=tracking_ms,
         )
-        height, width = frame.image.shape[:2]
-        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image)
+        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, zones, lines)
         self.latest = result
         if self.error is not None and self.state == "running":
             with self._lock:
@@ -413,3 +422,17 @@ class StreamPipeline:
         self.results.publish(result)
         for listener in self._listeners:
             listener(result)
+
+    def _track(
+        self, detections: list[Detection], width: int, height: int, now: float
+    ) -> tuple[list[Detection], tuple[ZoneState, ...], tuple[LineState, ...]]:
+        if self.tracker is None:
+            return detections, (), ()
+        try:
+            analysis = self.tracker.analyse(detections, width, height, now)
+        except Exception as exc:  # noqa: BLE001 - a tracker failure loses tracking on one frame, not the frame
+            self.stats.error()
+            with self._lock:
+                self._note(f"tracking failed: {type(exc).__name__}: {exc}", clears=False)
+            return detections, (), ()
+        return analysis.detections, tuple(analysis.zones), tuple(analysis.lines)

@@ -18,8 +18,11 @@ class Settings(BaseSettings):
     # The service's API token (EDGE_TOKEN), or a file holding it (EDGE_TOKEN_FILE); a config file's own wins.
     token: SecretStr | None = None
     token_file: Path | None = None
+    # Events: the broker (EDGE_MQTT_URL, e.g. mqtt://user:pass@host:1883) and the data folder (EDGE_DATA_DIR).
+    mqtt_url: SecretStr | None = None
+    data_dir: Path | None = None
 
-    @field_validator("token", "token_file", mode="before")
+    @field_validator("token", "token_file", "mqtt_url", "data_dir", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value  # EDGE_TOKEN= (empty, e.g. from docker compose) means no token

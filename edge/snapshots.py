@@ -37,12 +37,36 @@ class StreamSummary:
 
 
 @dataclass(frozen=True)
+class ZoneFigures:
+    objects: dict[str, int]  # label -> tracked objects in the zone on the newest frame
+    track_ids: list[int]
+    longest_dwell_s: float  # of the objects in it now
+
+
+@dataclass(frozen=True)
+class LineFigures:
+    crossed_in: int  # since the stream started
+    crossed_out: int
+
+
+@dataclass(frozen=True)
 class StreamLoad(StreamFigures):
-    """A stream's figures with what the service adds: its state and its slow subscribers' drops."""
+    """A stream's figures with what the service adds: its state, its slow subscribers' drops, its zones and lines."""
 
     subscriber_drops: int = 0
     state: str = ""
     error: str | None = None
+    zones: dict[str, ZoneFigures] = field(default_factory=dict)
+    lines: dict[str, LineFigures] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EventFigures:
+    recorded: int  # event changes stored since start
+    lost: int  # changes refused because the disk could not keep up
+    outbox: dict[str, dict[str, int]]  # per destination: waiting, dropped
+    mqtt_connected: bool | None  # None when no broker is configured
+    last_error: str | None
 
 
 @dataclass
@@ -56,6 +80,7 @@ class BackendLoad:
 class ServiceStats:
     streams: dict[str, StreamLoad]
     backends: dict[str, BackendLoad]  # by "backend/device"
+    events: EventFigures | None = None  # when events or MQTT are configured
 
 
 def stream_summary(manager: StreamManager, pipeline: StreamPipeline) -> StreamSummary:
@@ -96,6 +121,8 @@ def service_stats(manager: StreamManager) -> ServiceStats:
             subscriber_drops=pipeline.results.dropped,
             state=pipeline.state,
             error=pipeline.error,
+            zones=zone_figures(pipeline),
+            lines=line_figures(pipeline),
         )
         detector = pipeline.detector
         key = f"{detector.backend.key}/{detector.backend.device}" if detector else pipeline.names.backend
@@ -103,7 +130,32 @@ def service_stats(manager: StreamManager) -> ServiceStats:
         load.streams.append(stream_id)
         load.fps_processed = round(load.fps_processed + figures.fps_processed, 2)
         load.inference_ms[stream_id] = figures.latency_ms["inference"]
-    return ServiceStats(streams, by_backend)
+    return ServiceStats(streams, by_backend, event_figures(manager))
+
+
+def zone_figures(pipeline: StreamPipeline) -> dict[str, ZoneFigures]:
+    zones = pipeline.latest.zones if pipeline.latest else ()
+    return {z.name: ZoneFigures(z.objects, sorted(z.track_ids), z.longest_dwell_s) for z in zones}
+
+
+def line_figures(pipeline: StreamPipeline) -> dict[str, LineFigures]:
+    lines = pipeline.latest.lines if pipeline.latest else ()
+    return {line.name: LineFigures(line.crossed_in, line.crossed_out) for line in lines}
+
+
+def event_figures(manager: StreamManager) -> EventFigures | None:
+    layer = manager.events
+    if not layer.active:
+        return None
+    recorder, store, mqtt = layer.recorder, layer.store, layer.mqtt
+    errors = [e for e in (recorder and recorder.last_error, mqtt and mqtt.last_error) if e]
+    return EventFigures(
+        recorded=recorder.recorded if recorder else 0,
+        lost=recorder.lost if recorder else 0,
+        outbox=store.outbox_counts() if store else {},
+        mqtt_connected=mqtt.connected.is_set() if mqtt else None,
+        last_error=errors[0] if errors else None,
+    )
 
 
 def compare_snapshots(manager: StreamManager) -> list[CompareSnapshot]:

@@ -11,13 +11,16 @@ from edge_inference.backends import engine_keys
 from edge_inference.edge.compare import CompareGroup
 from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
 from edge_inference.edge.detector import Detector
+from edge_inference.edge.event_layer import EventLayer
 from edge_inference.edge.loader import DetectorConfig, check_reference, load_detector, model_for_engine
 from edge_inference.edge.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.sources import FrameSource, open_source
+from edge_inference.edge.tracking import StreamTracker
 from edge_inference.edge.watchdog import Watchdog
 
 log = logging.getLogger("edge.streams")
+DEFAULT_TRACKING_FPS = 15.0  # the tracker counts frames; a stream without a configured fps is assumed this fast
 
 
 def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
@@ -33,6 +36,12 @@ def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
     )
 
 
+def tracker_for(stream: StreamConfig) -> StreamTracker | None:
+    if not stream.analysed:
+        return None
+    return StreamTracker(stream.tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS)
+
+
 class StreamManager:
     def __init__(self, config: ServiceConfig, settings: Settings | None = None) -> None:
         self.config = config
@@ -42,6 +51,7 @@ class StreamManager:
         self._configs: dict[str, StreamConfig] = {}  # per pipeline, compare members included
         self._units: list[StreamPipeline | CompareGroup] = []  # what start() and stop() drive
         self.watchdog = Watchdog(self._checked)
+        self.events = EventLayer(config, self.settings)
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
@@ -60,7 +70,9 @@ class StreamManager:
                 names=StreamNames(stream.model, stream.backend, source.description),
                 stall_timeout_s=stream.stall_timeout_s,
                 inference_timeout_s=stream.inference_timeout_s,
+                tracker=tracker_for(stream),
             )
+            self.events.attach(stream, self.pipelines[stream.id])
             self._units.append(self.pipelines[stream.id])
 
     def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
@@ -91,6 +103,7 @@ class StreamManager:
                 mode="live",
                 names=StreamNames(model, backend, source.description),
                 inference_timeout_s=stream.inference_timeout_s,
+                tracker=tracker_for(member),
             )
             self.pipelines[member.id] = pipeline
             self._configs[member.id] = member
@@ -107,12 +120,14 @@ class StreamManager:
         return load
 
     def start(self) -> None:
+        self.events.start()
         for unit in self._units:
             unit.start()
         self.watchdog.start()
 
     def begin_stop(self) -> None:
         """End every subscriber's stream now (shutdown must not wait for clients); threads stop in `stop`."""
+        self.events.begin_stop()
         for unit in self._units:
             unit.begin_stop()
 
@@ -123,6 +138,7 @@ class StreamManager:
         deadline = time.monotonic() + timeout
         for unit in self._units:
             unit.stop(max(0.1, deadline - time.monotonic()))
+        self.events.stop(time.time())
         log.info("streams stopped; cameras and accelerators released")
 
     def _checked(self) -> list[StreamPipeline | CompareGroup]:

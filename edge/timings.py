@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 # a pipeline frame's stages, in the order they happen
-STAGES = ("capture", "queue_wait", "preprocess", "inference", "postprocess", "end_to_end")
+STAGES = ("capture", "queue_wait", "preprocess", "inference", "postprocess", "tracking", "end_to_end")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,7 @@ class FrameTiming(StageTimings):
     capture_ms: float
     queue_wait_ms: float  # all time spent waiting between stages
     end_to_end_ms: float  # from the frame being in hand to its result being published
+    tracking_ms: float = 0.0  # tracker, zones and lines (0 when the stream does not track)
 
     def to_dict(self) -> dict[str, float]:
         out = {"captured_at": round(self.captured_at, 6)}

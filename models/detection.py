@@ -46,11 +46,15 @@ class Detection:
     label: str
     score: float
     box: BoxXYXY
+    track_id: int | None = None  # the same object across frames, when the stream tracks
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "label": self.label,
             "class_id": self.class_id,
             "score": round(self.score, 4),
             "box": self.box.as_list(),
         }
+        if self.track_id is not None:
+            out["track_id"] = self.track_id
+        return out

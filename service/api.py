@@ -182,13 +182,19 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
         slots.give_back(stream_id)
 
 
-def _jpeg(cache: EncodingCache, result: FrameResult, height: int | None, quality: int, boxes: bool) -> bytes:
+def _jpeg(
+    cache: EncodingCache, result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool = False
+) -> bytes:
     """Clients watching with the same settings share one encoding per frame."""
-    return cache.get(
-        result,
-        ("jpeg", height, quality, boxes),
-        lambda: render_jpeg(result.image, result.detections, height=height, quality=quality, boxes=boxes),
-    )
+    overlays = (result.zones, result.lines) if zones else ((), ())
+
+    def encode() -> bytes:
+        return render_jpeg(
+            result.image, result.detections, height=height, quality=quality, boxes=boxes,
+            zones=overlays[0], lines=overlays[1],
+        )  # fmt: skip
+
+    return cache.get(result, ("jpeg", height, quality, boxes, zones), encode)
 
 
 def _cache(request: Request | WebSocket) -> EncodingCache:
@@ -198,6 +204,7 @@ def _cache(request: Request | WebSocket) -> EncodingCache:
 
 Height = Annotated[int | None, Query(ge=16, le=4320, description="Scale frames down to this height")]
 Quality = Annotated[int, Query(ge=10, le=100)]
+Zones = Annotated[bool, Query(description="Draw the stream's zones and lines, with their counts")]
 
 
 @router.get(
@@ -207,10 +214,15 @@ Quality = Annotated[int, Query(ge=10, le=100)]
     responses=media("image/jpeg", "the newest frame, with boxes unless boxes=false"),
 )
 async def snapshot(
-    request: Request, stream_id: str, height: Height = None, quality: Quality = 80, boxes: bool = True
+    request: Request,
+    stream_id: str,
+    height: Height = None,
+    quality: Quality = 80,
+    boxes: bool = True,
+    zones: Zones = False,
 ) -> Response:
     result = current_or_503(pipeline_of(request, stream_id))
-    data = await asyncio.to_thread(_jpeg, _cache(request), result, height, quality, boxes)
+    data = await asyncio.to_thread(_jpeg, _cache(request), result, height, quality, boxes, zones)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
 
@@ -227,6 +239,7 @@ async def mjpeg(
     height: Height = None,
     quality: Quality = 70,
     boxes: bool = True,
+    zones: Zones = False,
 ) -> StreamingResponse:
     pipeline = pipeline_of(request, stream_id)
     interval = 1.0 / fps
@@ -246,7 +259,7 @@ async def mjpeg(
                 if now < next_at:
                     continue  # faster than the asked-for rate: skip this frame
                 next_at = now + interval
-                data = await asyncio.to_thread(_jpeg, cache, result, height, quality, boxes)
+                data = await asyncio.to_thread(_jpeg, cache, result, height, quality, boxes, zones)
                 header = f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
                 yield header.encode() + data + b"\r\n"
         finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
@@ -17,7 +18,7 @@ from edge_inference import __version__
 from edge_inference.edge.config import ServiceConfig
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.streams import StreamManager
-from edge_inference.service import api, errors
+from edge_inference.service import api, errors, events_api
 from edge_inference.service.access import AccessMiddleware, AccessPolicy
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.limits import ClientSlots, UploadGate
@@ -34,6 +35,10 @@ def dashboard() -> FileResponse:
     return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
 
+def favicon() -> FileResponse:
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
 def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     access = AccessPolicy.from_config(config.server, settings)  # reads token files: fails before anything starts
@@ -48,7 +53,9 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
         await asyncio.to_thread(manager.stop)
         app.state.uploads.close()
 
-    app = FastAPI(
+    # /docs and /redoc from bundled assets (fastapi-offline): they work on a device with no internet
+    app = FastAPIOffline(
+        favicon_url="/favicon.ico",
         title="edge-inference",
         version=__version__,
         description="Real-time object detection: streams, detections, latency metrics.",
@@ -76,8 +83,10 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.add_middleware(SendTimeoutMiddleware, timeout_s=config.server.send_timeout_s)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
     app.include_router(api.router, prefix=API_PREFIX)
+    app.include_router(events_api.router, prefix=API_PREFIX)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
     # Conventional unversioned paths for Prometheus scrapers and container health checks.
     app.add_api_route("/metrics", api.metrics, methods=["GET"], include_in_schema=False)
     app.add_api_route("/health/live", api.live, methods=["GET"], include_in_schema=False)

@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from edge_inference.edge.health import service_health
 from edge_inference.edge.pipeline import FrameResult, StreamPipeline
+from edge_inference.edge.snapshots import event_figures
 from edge_inference.edge.streams import StreamManager
 from edge_inference.edge.timings import STAGES
 from edge_inference.service.limits import UploadGate
@@ -80,6 +81,54 @@ class _StreamCollector(Collector):
         refused = CounterMetricFamily("edge_uploads_refused", "POST /detect answered 503: workers and queue were full")
         refused.add_metric([], float(self.uploads.refused))
         yield refused
+        yield from _zone_metrics(self.manager)
+        yield from _event_metrics(self.manager)
+
+
+def _zone_metrics(manager: StreamManager) -> Iterator[Metric]:
+    objects = GaugeMetricFamily(
+        "edge_zone_objects", "Tracked objects in a zone now", labels=["stream", "zone", "label"]
+    )
+    dwell = GaugeMetricFamily(
+        "edge_zone_longest_dwell_seconds",
+        "Longest time an object now in the zone has been there",
+        labels=["stream", "zone"],
+    )
+    crossings = CounterMetricFamily(
+        "edge_line_crossings", "Objects that crossed a line, by direction", labels=["stream", "line", "direction"]
+    )
+    for stream_id, pipeline in manager.pipelines.items():
+        latest = pipeline.latest
+        for zone in latest.zones if latest else ():
+            for label, count in zone.objects.items():
+                objects.add_metric([stream_id, zone.name, label], float(count))
+            dwell.add_metric([stream_id, zone.name], zone.longest_dwell_s)
+        for line in latest.lines if latest else ():
+            crossings.add_metric([stream_id, line.name, "in"], float(line.crossed_in))
+            crossings.add_metric([stream_id, line.name, "out"], float(line.crossed_out))
+    yield from (objects, dwell, crossings)
+
+
+def _event_metrics(manager: StreamManager) -> Iterator[Metric]:
+    figures = event_figures(manager)
+    if figures is None:
+        return
+    recorded = CounterMetricFamily("edge_event_changes_recorded", "Event starts, updates and ends stored")
+    recorded.add_metric([], float(figures.recorded))
+    lost = CounterMetricFamily("edge_event_changes_lost", "Event changes lost because the disk could not keep up")
+    lost.add_metric([], float(figures.lost))
+    waiting = GaugeMetricFamily("edge_outbox_waiting", "Messages stored, not yet delivered", labels=["sink"])
+    dropped = CounterMetricFamily(
+        "edge_outbox_dropped", "Messages dropped because the outbox was full", labels=["sink"]
+    )
+    for sink, counts in figures.outbox.items():
+        waiting.add_metric([sink], float(counts["waiting"]))
+        dropped.add_metric([sink], float(counts["dropped"]))
+    yield from (recorded, lost, waiting, dropped)
+    if figures.mqtt_connected is not None:
+        connected = GaugeMetricFamily("edge_mqtt_connected", "1 while connected to the MQTT broker")
+        connected.add_metric([], 1.0 if figures.mqtt_connected else 0.0)
+        yield connected
 
 
 class ServiceMetrics:

@@ -13,6 +13,7 @@ class DetectionOut(BaseModel):
     class_id: int
     score: float
     box: list[float]
+    track_id: int | None = None  # present when the stream tracks objects
 
 
 class DetectResponse(BaseModel):
@@ -44,3 +45,24 @@ class Health(BaseModel):
     status: str  # live: alive | unsound; ready: ok | degraded | starting
     strict: bool = False
     streams: dict[str, StreamHealth] = {}
+
+
+class EventOut(BaseModel):
+    """A tracked object's event: its lifecycle, where it went, and whether its best snapshot is kept."""
+
+    id: str
+    stream: str
+    label: str
+    track_id: int
+    start: float  # seconds since the epoch
+    end: float | None  # None while it goes on
+    best_score: float
+    zones: list[str]  # zones entered, in order
+    lines: list[str]  # "line:in" / "line:out" per crossing, in order
+    frames: int
+    has_snapshot: bool
+
+
+class EventPage(BaseModel):
+    events: list[EventOut]  # newest first
+    next: str | None  # pass as ?cursor= for the next page; None on the last page

@@ -142,6 +142,7 @@ def test_streams_stats_and_openapi(server):
         "preprocess",
         "inference",
         "postprocess",
+        "tracking",
         "end_to_end",
     }
     assert figures["latency_ms"]["inference"]["p50"] <= figures["latency_ms"]["inference"]["p99"]
@@ -156,7 +157,7 @@ def test_metrics_parse_as_prometheus_text(server):
     histogram = families["edge_stage_latency_seconds"]
     assert histogram.type == "histogram"
     stages = {s.labels["stage"] for s in histogram.samples if s.name.endswith("_count") and s.value > 0}
-    assert stages == {"capture", "queue_wait", "preprocess", "inference", "postprocess", "end_to_end"}
+    assert stages == {"capture", "queue_wait", "preprocess", "inference", "postprocess", "tracking", "end_to_end"}
     labels = next(s.labels for s in histogram.samples)
     assert labels["stream"] == "cam" and labels["model"] == "yolox-nano" and labels["backend"].startswith("onnx/")
     assert families["edge_fps_processed"].samples[0].value > 0

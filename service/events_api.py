@@ -1,0 +1,115 @@
+"""Routes for stored events: list (filtered, paged), one event, its snapshot, and an SSE stream of changes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import FileResponse
+from sse_starlette.sse import EventSourceResponse
+
+from edge_inference.edge.event_store import EventQuery, EventStore
+from edge_inference.edge.recorder import EventRecorder
+from edge_inference.service.api import EVENT_STREAM, manager_of, media
+from edge_inference.service.errors import quoted
+from edge_inference.service.schemas import EventOut, EventPage
+from edge_inference.service.streaming import ClosingEventSourceResponse
+
+router = APIRouter()
+NOT_CONFIGURED = (
+    "events are not configured: give a stream `tracking:` and `events:` in the config "
+    "(deploy/events.example.yaml shows how)"
+)
+
+
+def _recorder(request: Request) -> tuple[EventStore, EventRecorder]:
+    layer = manager_of(request).events
+    if layer.store is None or layer.recorder is None:
+        raise HTTPException(404, NOT_CONFIGURED)
+    return layer.store, layer.recorder
+
+
+def _cursor(text: str | None) -> tuple[float, str] | None:
+    if not text:
+        return None
+    try:
+        start, event_id = json.loads(base64.urlsafe_b64decode(text.encode()))
+        return float(start), str(event_id)
+    except (ValueError, TypeError, binascii.Error):
+        raise HTTPException(422, "cursor: not one this service gave; pass the `next` of the previous page") from None
+
+
+@router.get("/events", response_model=EventPage, summary="Stored events, newest first, filtered and paged")
+def list_events(
+    request: Request,
+    stream: str | None = None,
+    label: str | None = None,
+    zone: Annotated[str | None, Query(description="Only events whose object entered this zone")] = None,
+    after: Annotated[float | None, Query(description="Started at or after (seconds since the epoch)")] = None,
+    before: Annotated[float | None, Query(description="Started before (seconds since the epoch)")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(description="The `next` of the previous page")] = None,
+) -> EventPage:
+    store, _ = _recorder(request)
+    query = EventQuery(stream, label, zone, after, before, limit, _cursor(cursor))
+    rows = store.query(query)
+    page_end = None
+    if len(rows) == limit:  # the answer rounds start to 1 ms; the cursor keeps the stored value
+        page_end = base64.urlsafe_b64encode(json.dumps([rows[-1].event.start, rows[-1].event.id]).encode()).decode()
+    return EventPage(events=[EventOut.model_validate(row.to_dict()) for row in rows], next=page_end)
+
+
+@router.get(
+    "/events/stream",
+    summary="Server-Sent Events: one 'event' per event start, update and end, as they are stored",
+    response_class=EventSourceResponse,
+    responses=media(EVENT_STREAM, '`event: event`, `data:` {"type": "start"|"update"|"end", "event": an EventOut}'),
+)
+async def event_changes(request: Request) -> EventSourceResponse:
+    _, recorder = _recorder(request)
+    subscription = recorder.changes.subscribe(256)
+
+    async def generate() -> AsyncIterator[dict[str, str]]:
+        while batch := await subscription.batch():  # [] once the service stops
+            for change in batch:
+                yield {"event": "event", "data": json.dumps(change)}
+
+    return ClosingEventSourceResponse(
+        generate(),
+        ping=15,
+        send_timeout=request.app.state.config.server.send_timeout_s,
+        on_close=lambda: recorder.changes.unsubscribe(subscription),
+    )
+
+
+@router.get("/events/{event_id}", response_model=EventOut, summary="One event", responses={404: {}})
+def get_event(request: Request, event_id: str) -> EventOut:
+    store, _ = _recorder(request)
+    stored = store.get(event_id)
+    if stored is None:
+        raise HTTPException(404, f"no event {quoted(event_id)}; it may have passed retention (storage.max_age_days)")
+    return EventOut.model_validate(stored.to_dict())
+
+
+@router.get(
+    "/events/{event_id}/snapshot.jpg",
+    summary="The event's best snapshot: the frame where its object was seen most clearly, with its box",
+    response_class=FileResponse,
+    responses=media("image/jpeg", "the snapshot") | {404: {}},
+)
+def event_snapshot(request: Request, event_id: str) -> FileResponse:
+    store, _ = _recorder(request)
+    path = store.snapshot_path(event_id)
+    if path is None:
+        known = store.get(event_id) is not None
+        detail = (
+            f"event {quoted(event_id)} has no snapshot kept (storage.max_snapshot_mb removes the oldest)"
+            if known
+            else f"no event {quoted(event_id)}"
+        )
+        raise HTTPException(404, detail)
+    return FileResponse(path, media_type="image/jpeg", headers={"Cache-Control": "no-cache"})
