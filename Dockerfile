@@ -1,4 +1,4 @@
-# edge-inference service image: CPU engines only (ONNX Runtime; add extras for TFLite/OpenVINO).
+# edge-inference service image: CPU engines only (ONNX Runtime; EXTRAS=tflite,openvino,events adds more).
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -16,8 +16,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     EDGE_MODEL_CACHE=/var/lib/edge/models
 COPY --from=build /wheels /wheels
-# EXTRAS=tflite,openvino adds engines; the base image stays CPU-only and small. The project's own wheel is
-# the version pin here.
+# EXTRAS=tflite,openvino adds engines, EXTRAS=events tracking, events and MQTT; the base stays CPU-only and
+# small. The project's own wheel is the version pin here.
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir --find-links /wheels "edge-inference${EXTRAS:+[$EXTRAS]}" \
     && rm -rf /wheels \

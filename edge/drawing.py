@@ -61,7 +61,7 @@ def draw_zones(
         overlay = image.copy()
         cv2.fillPoly(overlay, [points], ZONE_COLOUR)
         cv2.addWeighted(overlay, 0.15, image, 0.85, 0, dst=image)
-        cv2.polylines(image, [points], True, ZONE_COLOUR, thickness, cv2.LINE_AA)
+        cv2.polylines(image, [points], True, ZONE_COLOUR, thickness + 1, cv2.LINE_AA)
         left, top = points.min(axis=0)
         _caption(image, f"{zone.name}: {sum(zone.objects.values())}", (int(left), int(top)), ZONE_COLOUR)
     for line in lines:

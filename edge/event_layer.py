@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig, StreamConfig
@@ -114,11 +114,20 @@ class EventLayer:
                     self.mqtt.set_state(self.mqtt.topics.stream(stream.id, label), b"OFF")
             self.mqtt.start()
         if self.recorder is not None:
+            self._end_unfinished()
             self.recorder.start()
         for sender in self.senders:
             sender.start()
         if self.mqtt is not None:
             self._ticker.start()
+
+    def _end_unfinished(self) -> None:
+        """A previous run that was killed left events open: they end when they were last updated, and say so."""
+        assert self.store is not None and self.recorder is not None
+        unfinished = self.store.unfinished()
+        if unfinished:
+            log.info("ending %d events left open by a previous run", len(unfinished))
+        self.recorder.submit([EventChange("end", replace(event, end=updated), None) for event, updated in unfinished])
 
     def begin_stop(self) -> None:
         """Live listeners (the API's event stream) end now; shutdown must not wait for them."""

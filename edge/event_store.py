@@ -92,6 +92,7 @@ class EventStore:
         except (OSError, sqlite3.Error) as exc:
             raise OSError(f"cannot keep events in {folder}: {exc}; set storage.data_dir or EDGE_DATA_DIR") from exc
         self._lock = threading.Lock()  # one connection, shared by the recorder, the senders and the API
+        self.sinks: set[str] = set()  # destinations with a sender: counted even while nothing waits for them
 
     def close(self) -> None:
         with self._lock:
@@ -172,7 +173,8 @@ class EventStore:
         with self._lock:
             waiting = dict(self._db.execute("SELECT sink, COUNT(*) FROM outbox GROUP BY sink").fetchall())
             dropped = dict(self._db.execute("SELECT sink, count FROM outbox_dropped").fetchall())
-        return {s: {"waiting": waiting.get(s, 0), "dropped": dropped.get(s, 0)} for s in {*waiting, *dropped}}
+        sinks = sorted({*self.sinks, *waiting, *dropped})
+        return {s: {"waiting": waiting.get(s, 0), "dropped": dropped.get(s, 0)} for s in sinks}
 
     # -- reading ---------------------------------------------------------------------------------------------
     def query(self, query: EventQuery) -> list[StoredEvent]:
@@ -205,6 +207,12 @@ class EventStore:
         with self._lock:
             row = self._db.execute("SELECT * FROM events WHERE id=?", (event_id,)).fetchone()
         return None if row is None else _stored(row)
+
+    def unfinished(self) -> list[tuple[Event, float]]:
+        """Events a previous run left open (it was killed), with when each was last updated."""
+        with self._lock:
+            rows = self._db.execute('SELECT * FROM events WHERE "end" IS NULL ORDER BY start').fetchall()
+        return [(_stored(row).event, float(row[-1])) for row in rows]
 
     def snapshot_path(self, event_id: str) -> Path | None:
         with self._lock:

@@ -26,6 +26,7 @@ class OutboxSender:
     def __init__(self, store: EventStore, sink: str, deliver: Deliver) -> None:
         self.store = store
         self.sink = sink
+        store.sinks.add(sink)
         self.deliver = deliver
         self.wake = threading.Event()  # set when messages are queued, or the destination comes back
         self._stop = threading.Event()

@@ -99,7 +99,8 @@ class EventRecorder:
         if jpeg is not None:
             stored = (self.store.write_snapshot(event.id, jpeg), len(jpeg))
             self._has_snapshot.add(event.id)
-        has_snapshot = event.id in self._has_snapshot
+        # an event left open by a killed run has its snapshot on disk, not in this run's memory
+        has_snapshot = event.id in self._has_snapshot or self.store.snapshot_path(event.id) is not None
         if change.kind == "end":
             self._has_snapshot.discard(event.id)
         payload = change_payload(change, has_snapshot)

@@ -25,6 +25,10 @@ def test_every_route_documents_what_it_answers():
     media = {p: set(ops["get"]["responses"]["200"]["content"]) for p, ops in document["paths"].items() if "get" in ops}
     assert media["/api/v1/streams/{stream_id}/events"] == {"text/event-stream"}
     assert media["/api/v1/streams/{stream_id}/snapshot.jpg"] == {"image/jpeg"}
+    assert media["/api/v1/events/stream"] == {"text/event-stream"}
+    assert media["/api/v1/events/{event_id}/snapshot.jpg"] == {"image/jpeg"}
+    assert _schema(document, "/api/v1/events")["$ref"].endswith("/EventPage")
+    assert _schema(document, "/api/v1/events/{event_id}")["$ref"].endswith("/EventOut")
 
 
 def test_every_json_route_has_a_response_model_and_answers_by_it():
@@ -53,3 +57,14 @@ def test_every_json_route_has_a_response_model_and_answers_by_it():
         latest = client.get("/api/v1/streams/main/detections/latest").json()
         latest_schema = document["components"]["schemas"]["LatestDetections"]
         assert set(latest) == set(latest_schema["properties"]) == set(latest_schema["required"])
+
+
+def test_the_api_docs_and_the_icon_need_nothing_from_the_internet():
+    with app_client(service_config()) as client:
+        page = client.get("/docs").text
+        assert "cdn" not in page.lower() and "/static-offline-docs/swagger-ui-bundle.js" in page
+        for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"):
+            assert client.get(f"/static-offline-docs/{asset}").status_code == 200, asset
+        assert "cdn" not in client.get("/redoc").text.lower()
+        icon = client.get("/favicon.ico")
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")

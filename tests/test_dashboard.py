@@ -132,3 +132,28 @@ def test_with_a_token_the_dashboard_signs_in_and_shows_a_dead_camera(tmp_path, b
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard-token-dead-camera.png"), full_page=True)
         context.close()
+
+
+def test_dashboard_shows_events_with_snapshots_zone_counts_and_one_latency_scale(tmp_path, browser):
+    from tests.test_events_api import events_config
+
+    with running_server(["--config", events_config(tmp_path)], tmp_path / "log") as server:
+        server.wait_until("/health/ready", timeout=180)
+        page = browser.new_page(viewport={"width": 1600, "height": 1100})
+        page.goto(server.base + "/")
+        _wait(page, "document.querySelectorAll('#event-list .event img').length >= 2", 120)
+        _wait(page, "[...document.querySelectorAll('#event-list .event img')].every((i) => i.naturalWidth > 0)")
+        assert "person #" in page.inner_text("#event-list")
+        counts = '.panel[data-stream="walkway"] .counts'
+        _wait(page, f"document.querySelector('{counts}').textContent.includes('path: in')")
+        assert "crossing:" in page.inner_text(counts)
+        assert "zones=true" in page.get_attribute('.panel[data-stream="walkway"] img.video', "src")
+        _wait(page, "document.querySelector('.detections').textContent.includes('#')")  # track ids listed
+        # one panel on a wide window: the video takes the left, its figures the right, nothing left empty
+        video = page.locator('.panel[data-stream="walkway"] img.video').bounding_box()
+        chart = page.locator('.panel[data-stream="walkway"] canvas.latency-chart').bounding_box()
+        assert chart["x"] > video["x"] + video["width"] - 1 and video["width"] > 700
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-events.png"), full_page=True)
+        page.close()
+    assert (ARTIFACTS / "dashboard-events.png").stat().st_size > 20_000

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from edge_inference.edge.config import load_config
 from tests.conftest import REPO
@@ -30,3 +31,16 @@ def test_example_config_is_valid():
     config = load_config(REPO / "deploy/streams.example.yaml")
     assert [s.id for s in config.streams] == ["porch", "gate", "sample"]
     assert config.server.host == "127.0.0.1"
+
+
+def test_events_example_and_its_compose_file_agree():
+    config = load_config(REPO / "deploy/events.example.yaml")
+    (stream,) = config.streams
+    assert stream.tracking and stream.zones and stream.lines and stream.events and stream.loop
+    assert config.mqtt is not None and config.mqtt.discovery
+    compose = yaml.safe_load((REPO / "deploy/events-compose.yml").read_text())
+    edge = compose["services"]["edge"]
+    assert edge["build"]["args"]["EXTRAS"] == "events"
+    assert edge["environment"]["EDGE_MQTT_URL"].startswith("mqtt://mosquitto:")
+    assert "./events.example.yaml:/etc/edge/streams.yaml:ro" in edge["volumes"]
+    assert "./mosquitto.conf:/mosquitto/config/mosquitto.conf:ro" in compose["services"]["mosquitto"]["volumes"]

@@ -17,8 +17,10 @@ function addPanel(stream) {
   const node = document.getElementById("panel-template").content.firstElementChild.cloneNode(true);
   node.dataset.stream = stream.id;
   text(node.querySelector(".title"), stream.id);
-  text(node.querySelector(".meta"), `${stream.model} on ${stream.backend}${stream.device ? " / " + stream.device : ""}`);
-  node.querySelector(".video").src = `/api/v1/streams/${encodeURIComponent(stream.id)}/video.mjpg?height=360&fps=10`;
+  const meta = `${stream.model} on ${stream.backend}${stream.device ? " / " + stream.device : ""}`;
+  text(node.querySelector(".meta"), meta);
+  node.querySelector("h3").title = `${stream.id}: ${meta}`; // the heading stays one line; the whole of it on hover
+  node.querySelector(".video").src = `/api/v1/streams/${encodeURIComponent(stream.id)}/video.mjpg?height=360&fps=10&zones=true`;
   document.getElementById("streams").appendChild(node);
   const panel = { root: node, points: [], dirty: false, last: null };
   panels.set(stream.id, panel);
@@ -32,39 +34,60 @@ function addPanel(stream) {
   });
 }
 
+// One y-scale for every panel, so compared backends read against the same axis.
+function sharedTop() {
+  const values = [...panels.values()].flatMap((p) => p.points.map((q) => q[0])).sort((a, b) => a - b);
+  if (!values.length) return 1;
+  return niceCeiling(values[Math.floor(values.length * 0.95)] * 1.25);
+}
+
+function niceCeiling(value) { // 1, 2 or 5 times a power of ten, at or above value
+  const power = 10 ** Math.floor(Math.log10(value || 1));
+  return [1, 2, 5, 10].map((m) => m * power).find((v) => v >= value);
+}
+
 function render() {
+  const top = sharedTop();
   for (const panel of panels.values()) {
-    if (!panel.dirty) continue;
+    if (!panel.dirty && panel.top === top) continue;
     panel.dirty = false;
-    drawChart(panel.root.querySelector(".latency-chart"), panel.points);
+    panel.top = top;
+    drawChart(panel.root.querySelector(".latency-chart"), panel.points, top);
+    if (!panel.last) continue;
     const event = panel.last;
     text(panel.root.querySelector(".frame"), `frame ${event.frame}`);
     const list = panel.root.querySelector(".detections");
     list.replaceChildren(...event.detections.map((d) => {
       const li = document.createElement("li");
-      li.textContent = `${d.label} ${d.score.toFixed(2)}  [${d.box.map((v) => Math.round(v)).join(", ")}]`;
+      const track = d.track_id === null || d.track_id === undefined ? "" : ` #${d.track_id}`;
+      li.textContent = `${d.label}${track} ${d.score.toFixed(2)}  [${d.box.map((v) => Math.round(v)).join(", ")}]`;
       return li;
     }));
     if (!event.detections.length) list.replaceChildren(Object.assign(document.createElement("li"), { textContent: "(none)" }));
   }
 }
 
-function drawChart(canvas, points) {
+function drawChart(canvas, points, top) {
+  // Drawn at the canvas's displayed size, so labels are not scaled down with it.
+  const scale = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth || 480, height = canvas.clientHeight || 140;
+  if (canvas.width !== Math.round(width * scale)) { canvas.width = Math.round(width * scale); canvas.height = Math.round(height * scale); }
   const ctx = canvas.getContext("2d");
-  const { width, height } = canvas;
+  ctx.setTransform(scale, 0, 0, scale, 0, 0);
   ctx.clearRect(0, 0, width, height);
-  if (!points.length) return;
-  const top = Math.max(...points.map((p) => p[0])) * 1.15 || 1;
-  ctx.strokeStyle = "#2a323b"; ctx.fillStyle = "#8a949e"; ctx.font = "11px sans-serif";
-  for (let i = 1; i <= 3; i++) {
-    const y = height - (height * i) / 4;
-    ctx.beginPath(); ctx.moveTo(0, y); ctx.lineTo(width, y); ctx.stroke();
-    ctx.fillText(((top * i) / 4).toFixed(1), 4, y - 2);
+  const left = 64; // room for the axis labels, beside the plot rather than under its lines
+  ctx.font = "12px system-ui, sans-serif"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
+  for (let i = 0; i <= 4; i++) {
+    const y = height - 6 - ((height - 12) * i) / 4;
+    ctx.strokeStyle = "#2a323b"; ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(width, y); ctx.stroke();
+    ctx.fillStyle = "#c5ccd3";
+    ctx.fillText(`${+((top * i) / 4).toPrecision(3)} ms`, left - 4, y);
   }
   for (const [index, colour] of [[1, "#ffb14f"], [0, "#4fb3ff"]]) {
     ctx.strokeStyle = colour; ctx.lineWidth = 1.5; ctx.beginPath();
     points.forEach((p, i) => {
-      const x = (i / (MAX_POINTS - 1)) * width, y = height - (p[index] / top) * height;
+      const x = left + (i / (MAX_POINTS - 1)) * (width - left);
+      const y = height - 6 - (Math.min(p[index], top) / top) * (height - 12); // spikes are clipped at the top
       i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
     });
     ctx.stroke();
@@ -96,12 +119,56 @@ async function refreshStats() {
       text(panel.root.querySelector(".figures"),
         `${s.state} · ${s.fps_processed.toFixed(1)} fps (in ${s.fps_in.toFixed(1)}, dropped ${s.fps_dropped.toFixed(1)}) · ` +
         `inference p50/p95 ${fmt(l.inference)} ms · end-to-end ${fmt(l.end_to_end)} ms`);
+      showCounts(panel, s);
     }
     const health = await (await fetch("/health/ready")).json();
     const badge = document.getElementById("ready");
     badge.className = `badge ${{ ok: "ok", degraded: "bad", down: "bad" }[health.status] || "warn"}`;
     text(badge, health.status);
   } catch (err) { /* the server may be restarting; try again on the next tick */ }
+}
+
+function showCounts(panel, figures) {
+  const parts = Object.entries(figures.zones || {}).map(([name, z]) =>
+    `${name}: ${Object.values(z.objects).reduce((a, b) => a + b, 0)} in zone (longest ${z.longest_dwell_s.toFixed(0)} s)`)
+    .concat(Object.entries(figures.lines || {}).map(([name, l]) => `${name}: in ${l.crossed_in} / out ${l.crossed_out}`));
+  const counts = panel.root.querySelector(".counts");
+  counts.hidden = !parts.length;
+  text(counts, parts.join(" · "));
+}
+
+function eventCard(event) {
+  const card = document.createElement("figure");
+  card.className = "event";
+  if (event.has_snapshot) {
+    const img = Object.assign(document.createElement("img"), { loading: "lazy", alt: `${event.label} ${event.track_id}` });
+    img.src = `/api/v1/events/${encodeURIComponent(event.id)}/snapshot.jpg`;
+    card.appendChild(img);
+  }
+  const when = new Date(event.start * 1000).toLocaleTimeString();
+  const span = event.end === null ? "going on" : `${(event.end - event.start).toFixed(1)} s`;
+  const where = [...event.zones, ...event.lines].join(", ");
+  card.appendChild(Object.assign(document.createElement("figcaption"), {
+    textContent: `${event.label} #${event.track_id} · ${event.stream} · ${when} · ${span} · best ${event.best_score.toFixed(2)}${where ? " · " + where : ""}`,
+  }));
+  return card;
+}
+
+async function showEvents() {
+  const page = await api("/events?limit=12");
+  document.getElementById("events").hidden = false;
+  document.getElementById("event-list").replaceChildren(...page.events.map(eventCard));
+  text(document.getElementById("events-note"), page.events.length ? "" : "(none yet)");
+}
+
+async function followEvents() {
+  try { await showEvents(); } catch (status) { return; } // 404: this service keeps no events
+  let pending = false;
+  new EventSource("/api/v1/events/stream").addEventListener("event", () => {
+    if (pending) return; // a burst of changes: one refresh
+    pending = true;
+    setTimeout(() => { pending = false; showEvents().catch(() => {}); }, 500);
+  });
 }
 
 function showCompare(groups) {
@@ -145,6 +212,7 @@ async function start() {
     new EventSource("/api/v1/compare/events").addEventListener("compare", (e) => showCompare(JSON.parse(e.data)));
   }
   showBackends();
+  followEvents();
   refreshStats();
   setInterval(refreshStats, 2000);
   setInterval(render, 250); // at most 4 redraws a second, however fast the stream

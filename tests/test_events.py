@@ -1,0 +1,221 @@
+"""Events: their lifecycle from tracked boxes, the SQLite store (crash-safe, bounded), webhooks on a real server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from edge_inference.edge.config import EventsConfig, StorageConfig, WebhookConfig
+from edge_inference.edge.event_store import EventQuery, EventStore
+from edge_inference.edge.events import EventBuilder, EventChange
+from edge_inference.edge.outbox import OutboxSender
+from edge_inference.edge.recorder import EventRecorder
+from edge_inference.edge.tracking import LineState, ZoneState
+from edge_inference.edge.webhooks import Webhook
+from edge_inference.models.detection import BoxXYXY, Detection
+
+IMAGE = np.zeros((120, 160, 3), np.uint8)
+
+
+def person(track_id: int, score: float = 0.8, label: str = "person") -> Detection:
+    return Detection(0, label, score, BoxXYXY(10, 10, 50, 100), track_id)
+
+
+def feed(builder: EventBuilder, frames: list[list[Detection]], start: float = 100.0, dt: float = 0.1, **kw):
+    changes: list[EventChange] = []
+    for i, detections in enumerate(frames):
+        changes += builder.observe(detections, kw.get("zones", ()), kw.get("lines", ()), IMAGE, start + i * dt)
+    return changes
+
+
+def test_an_object_seen_long_enough_starts_an_event_that_ends_once_it_is_lost():
+    builder = EventBuilder("cam", EventsConfig(labels=["person"], min_frames=3, end_after_s=1.0))
+    changes = feed(builder, [[person(7)]] * 10)
+    assert [c.kind for c in changes] == ["start"]
+    start = changes[0]
+    assert start.event.track_id == 7 and start.event.end is None and start.snapshot is not None
+    assert start.event.start == pytest.approx(100.2)  # its third sighting
+    assert feed(builder, [[]] * 5, start=101.0) == []  # lost for less than end_after_s: still going on
+    (end,) = feed(builder, [[]], start=102.0)
+    assert end.kind == "end" and end.event.id == start.event.id
+    assert end.event.end == pytest.approx(100.9) and end.event.frames == 10  # ends when last seen
+
+
+def test_one_noisy_box_a_low_score_or_another_label_makes_no_event():
+    builder = EventBuilder("cam", EventsConfig(labels=["person"], min_score=0.6, min_frames=3))
+    flicker = [[person(1)], [], [], [person(1)], [], []]  # seen twice, far apart
+    faint = [[person(2, score=0.4)]] * 20
+    cars = [[person(3, label="car")]] * 20
+    assert feed(builder, flicker) + feed(builder, faint) + feed(builder, cars) == []
+    assert [c.kind for c in builder.finish(200.0)] == []
+
+
+def test_zones_gate_events_and_entering_a_zone_or_crossing_a_line_updates_them():
+    builder = EventBuilder("cam", EventsConfig(labels=["person"], zones=["door"], min_frames=2))
+    outside = ZoneState("door", {}, frozenset())
+    inside = ZoneState("door", {"person": 1}, frozenset({5}))
+    assert feed(builder, [[person(5)]] * 5, zones=(outside,)) == []  # seen, but not where it matters
+    changes = feed(builder, [[person(5)]] * 2, zones=(inside,), start=101.0)
+    assert [c.kind for c in changes] == ["start"] and changes[0].event.zones == ("door",)
+    crossing = LineState("gate", 1, 0, just_in=frozenset({5}))
+    (update,) = builder.observe([person(5)], (inside,), (crossing,), IMAGE, 101.5)
+    assert update.kind == "update" and update.event.lines == ("gate:in",)
+    (end,) = builder.finish(102.0)
+    assert end.kind == "end" and end.event.zones == ("door",) and end.event.lines == ("gate:in",)
+
+
+def test_a_clearly_better_view_replaces_the_snapshot_at_most_every_two_seconds():
+    builder = EventBuilder("cam", EventsConfig(min_frames=1))
+    changes = feed(builder, [[person(9, score=0.55 + 0.01 * i)] for i in range(40)])
+    kinds = [c.kind for c in changes]
+    assert kinds[0] == "start" and set(kinds[1:]) == {"update"}
+    with_snapshots = [c for c in changes if c.snapshot is not None]
+    assert 2 <= len(with_snapshots) <= 3  # 4 s of a slowly improving score
+    assert changes[-1].event.best_score == pytest.approx(with_snapshots[-1].snapshot.score)
+
+
+def _event_change(kind: str = "start", event_id: str = "e1", start: float = 1000.0, **fields) -> EventChange:
+    builder = EventBuilder("cam", EventsConfig(min_frames=1))
+    (change,) = builder.observe([person(1)], (), (), IMAGE, start)
+    event = change.event.__class__(**{**change.event.__dict__, "id": event_id, **fields})
+    return EventChange(kind, event, change.snapshot)  # type: ignore[arg-type]
+
+
+def _store(tmp_path: Path, **limits) -> EventStore:
+    return EventStore(tmp_path, StorageConfig(**limits))
+
+
+def test_the_store_keeps_events_and_messages_together_and_pages_newest_first(tmp_path):
+    store = _store(tmp_path)
+    for i in range(7):
+        change = _event_change(event_id=f"e{i}", start=1000.0 + i, zones=("door",) if i % 2 else ())
+        store.record(change.event, None, [("mqtt", "t/events", b"%d" % i, False)])
+    assert store.outbox_counts() == {"mqtt": {"waiting": 7, "dropped": 0}}
+    assert [m.payload for m in store.pending("mqtt", 3)] == [b"0", b"1", b"2"]  # in the order stored
+    first = store.query(EventQuery(limit=3))
+    assert [e.event.id for e in first] == ["e6", "e5", "e4"]
+    last = first[-1].event
+    second = store.query(EventQuery(limit=3, cursor=(last.start, last.id)))
+    assert [e.event.id for e in second] == ["e3", "e2", "e1"]
+    assert [e.event.id for e in store.query(EventQuery(zone="door"))] == ["e5", "e3", "e1"]
+    assert [e.event.id for e in store.query(EventQuery(after=1002.0, before=1004.0))] == ["e3", "e2"]
+    store.close()
+    mode = sqlite3.connect(tmp_path / "events.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_what_a_killed_process_committed_is_there_after_a_restart(tmp_path):
+    """A child stores events and is SIGKILLed without closing anything; every recorded event survives."""
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from tests.test_events import _event_change, _store
+from pathlib import Path
+store = _store(Path({str(tmp_path)!r}))
+for i in range(50):
+    change = _event_change(event_id=f"e{{i}}", start=1000.0 + i)
+    store.record(change.event, None, [("mqtt", "t", b"x", False)])
+print("recorded", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9 and "recorded" in child.stdout, child.stderr
+    store = _store(tmp_path)
+    assert len(store.query(EventQuery(limit=500))) == 50
+    assert store.outbox_counts()["mqtt"]["waiting"] == 50
+
+
+def test_retention_by_age_and_count_and_a_cap_on_snapshot_disk_use(tmp_path):
+    store = _store(tmp_path, max_age_days=1, max_events=10, max_snapshot_mb=0.01)  # 10 kB of snapshots
+    now = 1_000_000.0
+    for i in range(15):
+        change = _event_change(event_id=f"e{i:02d}", start=now - 3600 * i)
+        name = store.write_snapshot(change.event.id, b"\xff" * 3000)
+        store.record(change.event, (name, 3000), [])
+    old = _event_change(event_id="ancient", start=now - 3 * 86400)
+    store.record(old.event, None, [])
+    removed = store.prune(now)
+    kept = [e.event.id for e in store.query(EventQuery(limit=100))]
+    assert removed == 6 and kept == [f"e{i:02d}" for i in range(10)]  # past a day, or beyond 10 events
+    with_snapshots = [e for e in kept if store.snapshot_path(e) is not None]
+    assert with_snapshots == ["e00", "e01", "e02"]  # the newest 9 kB; the oldest snapshots went first
+    assert len(list((tmp_path / "snapshots").glob("*.jpg"))) == 3
+
+
+def test_a_full_outbox_drops_its_oldest_messages_and_says_how_many(tmp_path, caplog):
+    store = _store(tmp_path, max_outbox=100)
+    for i in range(130):
+        store.record(_event_change(event_id=f"e{i}").event, None, [("mqtt", "t", b"%d" % i, False)])
+    assert store.outbox_counts() == {"mqtt": {"waiting": 100, "dropped": 30}}
+    assert store.pending("mqtt", 1)[0].payload == b"30"
+    assert "outbox for mqtt is full" in caplog.text
+
+
+class _Hooks(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict]] = []
+    refuse = 0  # answer this many requests with 503 first
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if _Hooks.refuse > 0:
+            _Hooks.refuse -= 1
+            self.send_response(503)
+        else:
+            _Hooks.received.append(json.loads(body))
+            self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hooks.received, _Hooks.refuse = [], 2
+    store = _store(tmp_path)
+    hook = Webhook(0, WebhookConfig(url=f"http://127.0.0.1:{server.server_port}/hook"))
+    recorder = EventRecorder(store, [(hook.sink, "event")])
+    sender = OutboxSender(store, hook.sink, hook.deliver)
+    recorder.on_stored.append(sender.wake.set)
+    recorder.start()
+    sender.start()
+    try:
+        changes = [_event_change("start", "a"), _event_change("update", "a"), _event_change("start", "b")]
+        recorder.submit(changes)
+        deadline = time.monotonic() + 60
+        while len(_Hooks.received) < 3:
+            assert time.monotonic() < deadline, (_Hooks.received, hook.last_error)
+            time.sleep(0.05)
+    finally:
+        sender.stop()
+        recorder.stop()
+        server.shutdown()
+    assert [(m["type"], m["event"]["id"]) for m in _Hooks.received] == [("start", "a"), ("update", "a"), ("start", "b")]
+    assert _Hooks.received[0]["event"]["has_snapshot"] is True
+    assert store.outbox_counts()[hook.sink]["waiting"] == 0
+    assert store.snapshot_path("a") is not None and store.snapshot_path("a").read_bytes()[:2] == b"\xff\xd8"
+
+
+def test_broker_urls_are_parsed_and_their_passwords_never_shown():
+    from edge_inference.edge.config import ConfigError, MqttConfig
+    from edge_inference.edge.mqtt import parse_broker
+
+    broker = parse_broker("mqtts://home:s3cr%40t@broker.local", MqttConfig())
+    assert (broker.host, broker.port, broker.tls, broker.username, broker.password) == (
+        "broker.local", 8883, True, "home", "s3cr@t"
+    )  # fmt: skip
+    assert "s3cr" not in broker.description
+    with pytest.raises(ConfigError) as bad:
+        parse_broker("http://home:s3cret@broker.local", MqttConfig())
+    assert "s3cret" not in str(bad.value) and "mqtt://" in str(bad.value)

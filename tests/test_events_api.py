@@ -1,0 +1,107 @@
+"""The events API on a real server: list, filter and page, one event, its snapshot, the live SSE stream, counters."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import cv2
+import httpx
+import numpy as np
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import REPO, VTEST
+from tests.inprocess import app_client, service_config
+from tests.server import running_server
+
+
+def events_config(tmp_path) -> str:
+    config = yaml.safe_load((REPO / "deploy/events.example.yaml").read_text())
+    del config["mqtt"]  # events without a broker: the API alone
+    config["storage"] = {"data_dir": str(tmp_path / "data")}
+    stream = config["streams"][0]
+    stream["source"] = str(VTEST)
+    stream["events"]["end_after_s"] = 1
+    path = tmp_path / "events.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def _sse_changes(base: str, count: int, timeout: float = 180) -> list[dict]:
+    changes: list[dict] = []
+    with httpx.stream("GET", f"{base}/api/v1/events/stream", timeout=timeout) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        kind = None
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind == "event":
+                changes.append(json.loads(line.split(":", 1)[1]))
+                if len(changes) >= count:
+                    return changes
+    return changes
+
+
+def test_events_are_listed_filtered_paged_and_shown_with_their_snapshots(tmp_path):
+    with running_server(["--config", events_config(tmp_path)], tmp_path / "serve.log") as server:
+        server.wait_until("/health/ready", timeout=180)
+        live = _sse_changes(server.base, 4)
+        assert live[0]["type"] in ("start", "update", "end") and live[0]["event"]["label"] == "person"
+        deadline = time.monotonic() + 180
+        while len(server.client.get("/api/v1/events", params={"limit": 500}).json()["events"]) < 6:
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.5)
+
+        everything = server.client.get("/api/v1/events", params={"limit": 500}).json()["events"]
+        starts = [e["start"] for e in everything]
+        assert starts == sorted(starts, reverse=True)  # newest first
+        pages, cursor = [], None
+        while True:
+            params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+            page = server.client.get("/api/v1/events", params=params).json()
+            pages += [e["id"] for e in page["events"]]
+            cursor = page["next"]
+            if cursor is None:
+                break
+        known = {e["id"] for e in everything}
+        assert set(pages) >= known and len(pages) == len(set(pages))  # every event once (new ones may join)
+        assert server.client.get("/api/v1/events", params={"label": "car"}).json()["events"] == []
+        middle = starts[len(starts) // 2]
+        later = server.client.get("/api/v1/events", params={"after": middle, "limit": 500}).json()["events"]
+        assert later and all(e["start"] >= middle for e in later)
+
+        event = everything[-1]
+        one = server.client.get(f"/api/v1/events/{event['id']}").json()
+        assert one["id"] == event["id"] and one["track_id"] == event["track_id"] and one["has_snapshot"]
+        snapshot = server.client.get(f"/api/v1/events/{event['id']}/snapshot.jpg")
+        assert snapshot.headers["content-type"] == "image/jpeg"
+        image = cv2.imdecode(np.frombuffer(snapshot.content, np.uint8), cv2.IMREAD_COLOR)
+        assert image is not None and image.shape[:2] == (576, 768)
+        missing = server.client.get("/api/v1/events/no-such-event")
+        assert missing.status_code == 404 and "no event" in missing.json()["detail"]
+        bad = server.client.get("/api/v1/events", params={"cursor": "not-a-cursor"})
+        assert bad.status_code == 422 and "cursor" in bad.json()["detail"]
+
+        stats = server.client.get("/api/v1/stats").json()
+        walkway = stats["streams"]["walkway"]
+        assert set(walkway["zones"]) == {"crossing"} and set(walkway["lines"]) == {"path"}
+        assert stats["events"]["recorded"] >= 6 and stats["events"]["mqtt_connected"] is None
+        families = {f.name: f for f in text_string_to_metric_families(server.client.get("/metrics").text)}
+        assert families["edge_event_changes_recorded"].samples[0].value >= 6
+        crossings = {s.labels["direction"] for s in families["edge_line_crossings"].samples}
+        assert crossings == {"in", "out"}
+        assert "edge_zone_longest_dwell_seconds" in families
+
+        video = server.client.get("/api/v1/streams/walkway/snapshot.jpg", params={"zones": "true"})
+        plain = server.client.get("/api/v1/streams/walkway/snapshot.jpg", params={"boxes": "false"})
+        assert video.status_code == plain.status_code == 200 and video.content != plain.content
+
+
+def test_without_events_configured_the_events_routes_say_how_to_configure_them():
+    with app_client(service_config()) as client:
+        for path in ("/api/v1/events", "/api/v1/events/x", "/api/v1/events/x/snapshot.jpg", "/api/v1/events/stream"):
+            answer = client.get(path)
+            assert answer.status_code == 404 and "events are not configured" in answer.json()["detail"], path
+        assert "events" in client.get("/api/v1/stats").json()
+        assert client.get("/api/v1/stats").json()["events"] is None

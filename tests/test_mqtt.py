@@ -1,0 +1,188 @@
+"""Events over MQTT against a real Mosquitto broker, with the service as a user runs it (`edge serve`).
+
+The people walking in vtest.avi make the events; the broker is stopped and restarted by its pid, the service is
+SIGKILLed; a consumer with a persistent session checks what arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, VTEST
+from tests.mosquitto import Broker, Subscriber, require_mosquitto
+from tests.server import Server
+
+DEVICE = "test-device"
+BASE = f"edge-inference/{DEVICE}"
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    require_mosquitto()
+    broker = Broker(tmp_path / "broker")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def service_config(tmp_path: Path) -> Path:
+    """The shipped example, made quick to observe: events end 1 s after their person is lost."""
+    config = yaml.safe_load((REPO / "deploy/events.example.yaml").read_text())
+    stream = config["streams"][0]
+    stream["source"] = str(VTEST)
+    stream["events"]["end_after_s"] = 1
+    config["mqtt"] |= {"device_id": DEVICE, "stats_interval_s": 2}
+    path = tmp_path / "events.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_service(tmp_path: Path, broker: Broker, log_name: str = "serve.log") -> Server:
+    env = {"EDGE_MQTT_URL": broker.url, "EDGE_DATA_DIR": str(tmp_path / "data")}
+    server = Server(["--config", str(service_config(tmp_path))], tmp_path / log_name, env=env)
+    server.wait_until("/health/ready", timeout=180)
+    return server
+
+
+def by_event(changes: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for change in changes:
+        grouped[change["event"]["id"]].append(change)
+    return grouped
+
+
+def api_events(server: Server) -> list[dict]:
+    events, cursor = [], None
+    while True:
+        page = server.client.get("/api/v1/events", params={"limit": 100, **({"cursor": cursor} if cursor else {})})
+        assert page.status_code == 200, page.text
+        events += page.json()["events"]
+        cursor = page.json()["next"]
+        if cursor is None:
+            return events
+
+
+def outbox_waiting(server: Server) -> int:
+    return server.client.get("/api/v1/stats").json()["events"]["outbox"]["mqtt"]["waiting"]
+
+
+def ended(subscriber: Subscriber) -> int:
+    return sum(1 for c in subscriber.event_changes() if c["type"] == "end")
+
+
+def test_people_walking_become_start_and_end_events_with_home_assistant_discovery(tmp_path, broker):
+    subscriber = Subscriber(broker, ["edge-inference/#", "homeassistant/#"])
+    server = start_service(tmp_path, broker)
+    try:
+        subscriber.wait_for(lambda: ended(subscriber) >= 3, what="three events to end")
+        assert server.client.get("/api/v1/streams/walkway/snapshot.jpg?zones=true").status_code == 200
+    finally:
+        server.stop()
+        subscriber.close()
+    events = by_event(subscriber.event_changes())
+    finished = {i: changes for i, changes in events.items() if changes[-1]["type"] == "end"}
+    assert len(finished) >= 3
+    for changes in finished.values():
+        assert changes[0]["type"] == "start" and [c["type"] for c in changes[1:-1]] == ["update"] * (len(changes) - 2)
+        assert len({c["event"]["track_id"] for c in changes}) == 1  # one person, one track id, start to end
+        end = changes[-1]["event"]
+        assert end["label"] == "person" and end["stream"] == "walkway" and end["start"] < end["end"]
+        assert end["best_score"] >= 0.5 and end["frames"] >= 3 and end["has_snapshot"]
+    assert len({changes[0]["event"]["track_id"] for changes in finished.values()}) == len(finished)
+
+    # Home Assistant discovery: one device, a binary sensor per label, counts per zone and line, the snapshot
+    configs = {m.topic: m.json() for m in subscriber.received("/config") if m.topic.startswith("homeassistant/")}
+    sensor = configs[f"homeassistant/binary_sensor/{DEVICE.replace('-', '_')}_walkway_person_detected/config"]
+    assert sensor["state_topic"] == f"{BASE}/walkway/person" and sensor["payload_on"] == "ON"
+    assert sensor["availability_mode"] == "all"
+    assert {a["topic"] for a in sensor["availability"]} == {f"{BASE}/availability", f"{BASE}/walkway/availability"}
+    components = {topic.split("/")[1] for topic in configs}
+    assert components == {"binary_sensor", "sensor", "image"}
+    assert len({json.dumps(c["device"], sort_keys=True) for c in configs.values()}) == 1  # grouped as one device
+    assert all(c["unique_id"] and c["name"] for c in configs.values())
+    image = next(c for t, c in configs.items() if t.split("/")[1] == "image")
+    assert image["image_topic"] == f"{BASE}/walkway/snapshot" and image["content_type"] == "image/jpeg"
+    zone = next(c for c in configs.values() if c.get("state_topic", "").endswith("/zones/crossing"))
+    assert zone["state_class"] == "measurement"
+    # the state those entities read
+    assert {m.payload for m in subscriber.received("/walkway/person")} == {b"ON", b"OFF"}
+    assert subscriber.received("/walkway/snapshot")[-1].payload[:2] == b"\xff\xd8"  # a JPEG
+    assert subscriber.received("/walkway/availability")[0].payload == b"online"
+    assert subscriber.received(f"{BASE}/availability")[-1].payload == b"offline"  # said on a clean stop
+    assert "outbox" in subscriber.received("/stats")[-1].json()
+
+
+def test_events_made_while_the_broker_is_down_arrive_in_order_once_it_is_back(tmp_path, broker):
+    subscriber = Subscriber(broker, [f"{BASE}/events"])
+    server = start_service(tmp_path, broker)
+    try:
+        subscriber.wait_for(lambda: len(subscriber.event_changes()) >= 1, what="a first event")
+        broker.stop()
+        down_at = time.time()
+        deadline = time.monotonic() + 120
+        while time.time() - down_at < 20 or outbox_waiting(server) < 3:  # 20 s, and people kept walking
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.5)
+        up_at = time.time()
+        broker.start()
+        subscriber.wait_for(lambda: outbox_waiting(server) == 0, what="the outbox to empty")
+        made_meanwhile = [e for e in api_events(server) if down_at <= e["start"] <= up_at]
+        wanted = {e["id"] for e in made_meanwhile}
+        subscriber.wait_for(lambda: wanted <= set(by_event(subscriber.event_changes())), what="every event")
+    finally:
+        server.stop()
+        subscriber.close()
+    assert made_meanwhile, "no event started while the broker was down"
+    changes = subscriber.event_changes()
+    events = by_event(changes)
+    for event_id in wanted:
+        kinds = [c["type"] for c in events[event_id]]
+        assert kinds[0] == "start", kinds  # start precedes everything else about the event
+        assert "end" not in kinds or kinds[-1] == "end", kinds  # and its end comes last
+    first_seen = list(dict.fromkeys((c["event"]["start"], c["event"]["id"]) for c in changes if c["type"] == "start"))
+    assert [s for s, _ in first_seen] == sorted(s for s, _ in first_seen)  # delivered in the order they happened
+    duplicates = len(changes) - len({(c["event"]["id"], c["type"], c["event"]["frames"]) for c in changes})
+    assert duplicates <= 50  # at-least-once: at most one batch in flight when the broker went away
+
+
+def test_events_shown_before_a_sigkill_are_kept_and_delivered_after_a_restart(tmp_path, broker):
+    subscriber = Subscriber(broker, [f"{BASE}/events"])
+    server = start_service(tmp_path, broker)
+    try:
+        subscriber.wait_for(lambda: len(subscriber.event_changes()) >= 1, what="a first event")
+        broker.stop()  # what follows waits in the outbox: the kill must not lose it
+        deadline = time.monotonic() + 120
+        while outbox_waiting(server) < 3:
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.2)
+        shown = {e["id"]: e for e in api_events(server)}
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(30)
+    finally:
+        server.stop()
+    broker.start()
+    server = start_service(tmp_path, broker, "serve-after-kill.log")
+    try:
+        kept = {e["id"]: e for e in api_events(server)}
+        assert set(shown) <= set(kept)
+        for event_id, event in shown.items():
+            assert kept[event_id]["start"] == event["start"] and kept[event_id]["track_id"] == event["track_id"]
+        subscriber.wait_for(lambda: set(shown) <= set(by_event(subscriber.event_changes())), what="delivery")
+        # events the kill left open are ended by the restart, and that is said too
+        left_open = {i for i, e in shown.items() if e["end"] is None}
+        subscriber.wait_for(
+            lambda: all(by_event(subscriber.event_changes())[i][-1]["type"] == "end" for i in left_open),
+            what="left-open events to end",
+        )
+    finally:
+        server.stop()
+        subscriber.close()
+    assert "ending" in server.log and "left open by a previous run" in server.log

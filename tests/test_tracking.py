@@ -1,0 +1,155 @@
+"""Tracking, zones and lines: on the real pedestrian video against counts made by eye, and on boxes we place.
+
+How the reference counts were made (vtest.avi, 795 frames at 10 fps, 768x576): the line of
+deploy/events.example.yaml runs down across the road at x = 0.28 of the width (215 px) from y = 0.25 to 0.7
+(144 to 403 px), so it cuts the road and leaves out the far path behind it and the lawn in front. Contact sheets
+of every 4th frame, cropped to 180 px either side of the line and to y 120..440 px with the line drawn and the
+frame number printed (seven sheets of 30 frames each), were looked at one by one, following each person from
+sheet to sheet. A person counts when their feet pass from one side of the line to the other while on the road.
+Right to left (the line's "out", as it is drawn from top to bottom): the woman in the white hood (about frame
+180), the man in the striped top (202), the bearded man in the brown jacket (248), a man in black who passes him
+on the line (304), the woman in red (524), a man in a dark jacket on the far side of the road (596), a man in
+dark clothes who meets him on the line (674) and the woman in the blue jacket (708): 8. Left to right ("in"):
+the bearded man coming back (306), the man in black going back (326), a second woman in red (650), the man in
+the dark jacket coming back (673), the man in dark clothes going back (710), and the blonde woman in the black
+coat who walks up from the lawn onto the road (757): 6. People who walk up to the line and turn back, the
+couple on the lawn below the line's end, and a man still on the line when the video ends are not crossings.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+
+from edge_inference.edge.config import LineConfig, StreamConfig, TrackingConfig, ZoneConfig
+from edge_inference.edge.drawing import ZONE_COLOUR, render_jpeg
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.tracking import StreamTracker
+from edge_inference.models.detection import BoxXYXY, Detection
+from tests.conftest import REPO, VTEST
+
+HAND_COUNT_IN, HAND_COUNT_OUT = 6, 8
+FPS = 10.0
+
+
+def example_stream() -> StreamConfig:
+    config = yaml.safe_load((REPO / "deploy/events.example.yaml").read_text())
+    return StreamConfig.model_validate(config["streams"][0])
+
+
+@dataclass
+class VideoRun:
+    frames_seen: Counter[int]  # track id -> frames it was seen in
+    first_seen: dict[int, int]
+    crossings: list[tuple[int, int, str]]  # frame, track id, in/out
+    crossed_in: int
+    crossed_out: int
+
+
+@pytest.fixture(scope="module")
+def vtest_run() -> VideoRun:
+    """The example stream's model, tracker and line over every frame of the video, as file mode runs it."""
+    stream = example_stream()
+    detector = load_detector(DetectorConfig(stream.model, backend="onnx", conf=stream.conf))
+    tracker = StreamTracker(stream.tracking, [], stream.lines, FPS)
+    run = VideoRun(Counter(), {}, [], 0, 0)
+    capture = cv2.VideoCapture(str(VTEST))
+    index = 0
+    try:
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                break
+            result = detector.detect(frame)
+            analysis = tracker.analyse(result.detections, result.width, result.height, index / FPS)
+            for det in analysis.detections:
+                if det.track_id is not None:
+                    run.frames_seen[det.track_id] += 1
+                    run.first_seen.setdefault(det.track_id, index)
+            (line,) = analysis.lines
+            run.crossings += [(index, t, "in") for t in line.just_in] + [(index, t, "out") for t in line.just_out]
+            run.crossed_in, run.crossed_out = line.crossed_in, line.crossed_out
+            index += 1
+    finally:
+        capture.release()
+        detector.close()
+    assert index == 795, f"read {index} frames of {VTEST}"
+    return run
+
+
+def test_line_crossings_on_the_pedestrian_video_match_the_count_made_by_eye(vtest_run: VideoRun):
+    assert abs(vtest_run.crossed_in - HAND_COUNT_IN) <= 1, vtest_run.crossings
+    assert abs(vtest_run.crossed_out - HAND_COUNT_OUT) <= 1, vtest_run.crossings
+    assert len(vtest_run.crossings) == vtest_run.crossed_in + vtest_run.crossed_out  # each told once, with its id
+
+
+def test_track_ids_stay_with_their_person_across_frames(vtest_run: VideoRun):
+    """About two dozen people cross the scene: ids are not re-issued every few frames."""
+    lifetimes = list(vtest_run.frames_seen.values())
+    assert len(lifetimes) <= 40, f"{len(lifetimes)} track ids"
+    assert statistics.median(lifetimes) >= 50, sorted(lifetimes)  # 5 s at 10 fps
+    for frame, track_id, _ in vtest_run.crossings:
+        # whoever crosses was followed under the same id on the way to the line
+        assert frame - vtest_run.first_seen[track_id] >= 20, (frame, track_id)
+
+
+def _person(x: float, y: float, score: float = 0.9, w: float = 30, h: float = 80) -> Detection:
+    return Detection(0, "person", score, BoxXYXY(x - w / 2, y - h, x + w / 2, y))  # (x, y): the feet
+
+
+def _walk(tracker: StreamTracker, steps: list[list[Detection]], dt: float = 0.1, start: float = 1000.0) -> list:
+    return [tracker.analyse(dets, 640, 480, start + i * dt) for i, dets in enumerate(steps)]
+
+
+def test_a_line_counts_each_direction_only_within_its_ends():
+    line = LineConfig(name="gate", start=(320, 100), end=(320, 300))  # pixels, drawn top to bottom
+    tracker = StreamTracker(TrackingConfig(labels=["person"]), [], [line], FPS)
+    to_the_right = [[_person(200 + 10 * i, 250), _person(200 + 10 * i, 450)] for i in range(25)]
+    results = _walk(tracker, to_the_right)
+    gate = results[-1].lines[0]
+    # the person below the line's end (feet at y=450) walks past it without counting
+    assert (gate.crossed_in, gate.crossed_out) == (1, 0)
+    assert sum(len(r.lines[0].just_in) for r in results) == 1
+    back = [[_person(440 - 10 * i, 250)] for i in range(25)]
+    gate = _walk(tracker, back, start=1010.0)[-1].lines[0]
+    assert (gate.crossed_in, gate.crossed_out) == (1, 1)
+
+
+def test_a_zone_counts_who_stands_in_it_and_for_how_long():
+    zone = ZoneConfig(name="door", polygon=[(0.5, 0.5), (1.0, 0.5), (1.0, 1.0), (0.5, 1.0)])  # 0..1 of the frame
+    tracker = StreamTracker(TrackingConfig(labels=["person"]), [zone], [], FPS)
+    # one person stands in the zone for 3 s, another walks past above it, a cat is not tracked
+    cat = Detection(15, "cat", 0.9, BoxXYXY(400, 300, 450, 400))
+    steps = [[_person(480, 400), _person(100 + 5 * i, 200), cat] for i in range(31)]
+    (door,) = _walk(tracker, steps)[-1].zones
+    assert door.objects == {"person": 1}
+    (track_id,) = door.track_ids
+    assert door.dwell_s[track_id] == pytest.approx(3.0 - 0.1, abs=0.15)  # tracked from its second frame
+    assert door.polygon == ((320, 240), (640, 240), (640, 480), (320, 480))
+    leaves = [[_person(100, 200)] for _ in range(5)]
+    (door,) = _walk(tracker, leaves, start=1003.1)[-1].zones
+    assert door.objects == {} and door.dwell_s == {}
+
+
+def test_zones_and_lines_are_drawn_on_the_snapshot_when_asked():
+    zone = ZoneConfig(name="door", polygon=[(0.5, 0.5), (1.0, 0.5), (1.0, 1.0), (0.5, 1.0)])
+    line = LineConfig(name="gate", start=(0.25, 0.0), end=(0.25, 1.0))
+    tracker = StreamTracker(TrackingConfig(), [zone], [line], FPS)
+    analysis = tracker.analyse([], 640, 480, 0.0)
+    image = np.full((480, 640, 3), 40, np.uint8)
+    plain = cv2.imdecode(np.frombuffer(render_jpeg(image, [], height=None, quality=95, boxes=True), np.uint8), 1)
+    drawn = render_jpeg(image, [], height=240, quality=95, boxes=True, zones=analysis.zones, lines=analysis.lines)
+    drawn_image = cv2.imdecode(np.frombuffer(drawn, np.uint8), 1)
+    assert drawn_image.shape[:2] == (240, 320)  # scaled with the frame
+    assert np.abs(plain.astype(int) - 40).max() < 8  # nothing drawn unless asked
+    inside = drawn_image[180, 240].astype(int)  # tinted inside the zone, towards its colour
+    assert inside[2] > 40 + 10 and inside[0] < inside[2]
+    edge = drawn_image[200, 157:164].astype(int)  # around the zone's left edge, x=160 after scaling
+    assert np.abs(edge - np.array(ZONE_COLOUR)).sum(axis=1).min() < 90
+    assert drawn_image[120, 80].astype(int)[[0, 2]].min() > 150  # the magenta line at x=80
