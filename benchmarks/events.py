@@ -76,7 +76,7 @@ def per_frame_cost(frames: int = 1000, warm: int = 50) -> tuple[list[float], lis
         t0 = time.perf_counter()
         analysis = tracker.analyse(detections, 1280, 720, now)
         t1 = time.perf_counter()
-        builder.observe(analysis.detections, tuple(analysis.zones), tuple(analysis.lines), image, now)
+        builder.observe(analysis.detections, analysis.zones, analysis.lines, image, now)
         t2 = time.perf_counter()
         if index >= warm:
             analyse_ms.append((t1 - t0) * 1e3)

@@ -435,4 +435,4 @@ class StreamPipeline:
             with self._lock:
                 self._note(f"tracking failed: {type(exc).__name__}: {exc}", clears=False)
             return detections, (), ()
-        return analysis.detections, tuple(analysis.zones), tuple(analysis.lines)
+        return analysis.detections, analysis.zones, analysis.lines

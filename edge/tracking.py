@@ -2,7 +2,8 @@
 
 - Tracker: ByteTrack from `trackers` (pinned to 2.1: later releases require OpenCV's GUI build, which must never
   sit beside the headless one). It keeps low-score boxes for association, so a person briefly half hidden keeps
-  their id, and costs about a millisecond per frame for a dozen people on this project's 2-core machine.
+  their id. It is most of this module's cost: about 2.5 ms per frame for 20 people on this project's 2-core
+  machine (`python -m benchmarks.events`).
 - Zones (`supervision.PolygonZone`) and lines (`supervision.LineZone`), both on the box's bottom centre: where
   the object stands. A line counts an object whose feet pass it within the line's extent (between the
   perpendiculars at its ends), so a line drawn across a path ignores people on another path behind it. Whole-box
@@ -50,8 +51,8 @@ class LineState:
 @dataclass(frozen=True)
 class Analysis:
     detections: list[Detection]  # every detection; tracked ones carry their track_id
-    zones: list[ZoneState] = field(default_factory=list)
-    lines: list[LineState] = field(default_factory=list)
+    zones: tuple[ZoneState, ...] = ()
+    lines: tuple[LineState, ...] = ()
 
 
 def to_pixels(points: list[Point], width: int, height: int) -> np.ndarray:
@@ -120,14 +121,15 @@ class StreamTracker:
             data={"index": np.array(chosen, np.int64)},
         )
         tracked = self._tracker.update(found)
-        tracked = tracked[tracked.tracker_id >= 0] if len(tracked) else tracked  # ids only once a track is sure
+        if len(tracked) and (tracked.tracker_id < 0).any():
+            tracked = tracked[tracked.tracker_id >= 0]  # ids only once a track is sure (selecting copies: only then)
         result = list(detections)
         for index, track_id in zip(tracked.data.get("index", []), tracked.tracker_id, strict=True):
             result[int(index)] = replace(detections[int(index)], track_id=int(track_id))
         labels = [result[int(i)].label for i in tracked.data.get("index", [])]
         return Analysis(result, self._zone_states(tracked, labels, now), self._line_states(tracked))
 
-    def _zone_states(self, tracked: Any, labels: list[str], now: float) -> list[ZoneState]:
+    def _zone_states(self, tracked: Any, labels: list[str], now: float) -> tuple[ZoneState, ...]:
         states = []
         for name, zone in self._zones:
             inside = zone.trigger(tracked) if len(tracked) else np.zeros(0, bool)
@@ -140,9 +142,9 @@ class StreamTracker:
                 del entered[gone]
             dwell = {i: round(now - entered.setdefault(i, now), 3) for i in sorted(ids)}
             states.append(ZoneState(name, counts, ids, dwell, self._outlines[name]))
-        return states
+        return tuple(states)
 
-    def _line_states(self, tracked: Any) -> list[LineState]:
+    def _line_states(self, tracked: Any) -> tuple[LineState, ...]:
         states = []
         for name, line in self._lines:
             if len(tracked):
@@ -153,7 +155,7 @@ class StreamTracker:
             else:
                 just_in = just_out = frozenset()
             states.append(LineState(name, line.in_count, line.out_count, just_in, just_out, self._ends[name]))
-        return states
+        return tuple(states)
 
 
 def _xyxy(detection: Detection) -> tuple[float, float, float, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -13,6 +14,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+
+
+def sse_data(client: httpx.Client, path: str, kind: str, count: int, timeout: float = 30) -> list[dict]:
+    """The JSON data of the first `count` Server-Sent Events of type `kind` on `path`."""
+    found: list[dict] = []
+    with client.stream("GET", path, timeout=timeout) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event = None
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event == kind:
+                found.append(json.loads(line.split(":", 1)[1]))
+                if len(found) == count:
+                    break
+    return found
 
 
 def free_port() -> int:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import cv2
-import httpx
 import numpy as np
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO, VTEST
 from tests.inprocess import app_client, service_config
-from tests.server import running_server
+from tests.server import running_server, sse_data
 
 
 def events_config(tmp_path) -> str:
@@ -28,25 +26,10 @@ def events_config(tmp_path) -> str:
     return str(path)
 
 
-def _sse_changes(base: str, count: int, timeout: float = 180) -> list[dict]:
-    changes: list[dict] = []
-    with httpx.stream("GET", f"{base}/api/v1/events/stream", timeout=timeout) as response:
-        assert response.headers["content-type"].startswith("text/event-stream")
-        kind = None
-        for line in response.iter_lines():
-            if line.startswith("event:"):
-                kind = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and kind == "event":
-                changes.append(json.loads(line.split(":", 1)[1]))
-                if len(changes) >= count:
-                    return changes
-    return changes
-
-
 def test_events_are_listed_filtered_paged_and_shown_with_their_snapshots(tmp_path):
     with running_server(["--config", events_config(tmp_path)], tmp_path / "serve.log") as server:
         server.wait_until("/health/ready", timeout=180)
-        live = _sse_changes(server.base, 4)
+        live = sse_data(server.client, "/api/v1/events/stream", "event", 4, timeout=180)
         assert live[0]["type"] in ("start", "update", "end") and live[0]["event"]["label"] == "person"
         deadline = time.monotonic() + 180
         while len(server.client.get("/api/v1/events", params={"limit": 500}).json()["events"]) < 6:

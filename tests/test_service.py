@@ -14,7 +14,7 @@ from websockets.sync.client import connect
 from edge_inference.edge.loader import DetectorConfig, load_detector
 from edge_inference.models.detection import BoxXYXY
 from tests.conftest import MEDIA, VTEST
-from tests.server import running_server
+from tests.server import running_server, sse_data
 
 
 @pytest.fixture(scope="module")
@@ -52,24 +52,8 @@ def assert_same_people(event: dict, expected) -> None:
         assert max(box.iou(s) for s in streamed) > 0.95, (event["frame"], box, streamed)
 
 
-def sse_events(server, path: str, count: int) -> list[dict]:
-    events = []
-    with server.client.stream("GET", path, timeout=30) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        kind = None
-        for line in response.iter_lines():
-            if line.startswith("event:"):
-                kind = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and kind == "detections":
-                events.append(json.loads(line.split(":", 1)[1]))
-                if len(events) == count:
-                    break
-    return events
-
-
 def test_sse_events_carry_the_models_people_and_timing(server, reference):
-    events = sse_events(server, "/api/v1/streams/cam/events", 8)
+    events = sse_data(server.client, "/api/v1/streams/cam/events", "detections", 8)
     frames = [e["frame"] for e in events]
     assert frames == sorted(frames) and len(set(frames)) == len(frames)
     for event in events:
