@@ -48,7 +48,8 @@ def parse_broker(url: str, config: MqttConfig) -> Broker:
     parts = urlsplit(url)
     if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
         raise ConfigError(
-            f"MQTT broker {mask_url(url)!r} is not understood: write mqtt://[user:pass@]host[:1883] or mqtts://...:8883"
+            f"MQTT broker {mask_url(url)!r} is not understood: write mqtt://host:1883 or mqtts://host:8883 (TLS), "
+            "with user:password@ before the host when the broker needs them"
         )
     tls = parts.scheme in ("mqtts", "ssl")
     try:
