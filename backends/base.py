@@ -6,10 +6,15 @@ It knows nothing of YOLO, SSD or HTTP.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import numpy as np
+
+
+Parallel = Literal["shared", "copies", "none"]
 
 
 class BackendError(RuntimeError):
@@ -54,10 +59,31 @@ class Backend(ABC):
     outputs: list[TensorInfo]
     metadata: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. "CUDA unavailable, fell back to CPU"
+    # How inferences may run at once (several streams on one engine): "shared": `run` may be called from several
+    # threads on this one loaded model; "copies": load the model again for each; "none": one at a time (a device).
+    parallel: ClassVar[Parallel] = "none"
 
     @abstractmethod
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
         """Run one input; returns outputs in the order of `outputs`, raw (still quantised if the tensor is)."""
+
+    def run_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
+        """Outputs and the engine's own milliseconds (a shared engine leaves out the wait for its turn)."""
+        t0 = time.perf_counter()
+        outputs = self.run(tensor)
+        return outputs, (time.perf_counter() - t0) * 1e3
+
+    @property
+    def accepts_batch(self) -> bool:
+        """The model's batch dimension is dynamic on its input and every output: inputs can run as one batch."""
+        return bool(self.inputs) and all(t.shape[:1] == (-1,) for t in [self.inputs[0], *self.outputs])
+
+    def run_batch(self, tensors: list[np.ndarray]) -> list[list[np.ndarray]]:
+        """Several inputs (each with a batch of one): as one batch where the model accepts it, else one by one."""
+        if len(tensors) == 1 or not self.accepts_batch:
+            return [self.run(tensor) for tensor in tensors]
+        outputs = self.run(np.concatenate(tensors))
+        return [[output[i : i + 1] for output in outputs] for i in range(len(tensors))]
 
     def close(self) -> None:  # noqa: B027 - engines without explicit resources need nothing here
         """Release the engine's resources."""

@@ -80,6 +80,10 @@ def _pycoral_delegate(device: str | None) -> Any | None:
     return edgetpu.load_edgetpu_delegate({"device": device} if device else None)
 
 
+class EdgeTPUBackend(TFLiteBackend):
+    parallel = "none"  # one interpreter per Edge TPU: the device runs one model at a time
+
+
 def load(path: Path, options: BackendOptions) -> TFLiteBackend:
     device = parse_device(options.device)
     if not is_edgetpu_model(path):
@@ -110,7 +114,7 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         raise BackendError(f"cannot use the Edge TPU: {diagnose(library, device)}") from None
     allocate(interpreter, path)
     inputs, outputs = describe(interpreter)
-    return TFLiteBackend(
+    return EdgeTPUBackend(
         key="edgetpu",
         model_path=str(path),
         engine=f"{engine} + {Path(library).name}",
@@ -157,4 +161,5 @@ ENGINE = Engine(
     load=load,
     rank=rank,
     listed=2,
+    distributions=("ai-edge-litert", "tflite-runtime", "pycoral"),
 )

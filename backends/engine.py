@@ -16,7 +16,7 @@ import importlib.util
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +65,18 @@ class Engine:
     rank: Callable[[Path], Offer | None]
     excludes: tuple[str, ...] = ()  # endings it does not read although a format matches (e.g. _edgetpu.tflite)
     listed: int = 100  # where `edge backends` lists it: the built-in engines first, plugins after
+    # Python distributions whose versions decide its speed: `--backend auto` measures again when one changes
+    distributions: tuple[str, ...] = ()
+
+    def versions(self) -> dict[str, str]:
+        """Installed versions of its distributions, read from their metadata (nothing imported)."""
+        found = {}
+        for name in self.distributions:
+            try:
+                found[name] = version(name)
+            except PackageNotFoundError:
+                continue
+        return found
 
     def reads(self, file_name: str) -> bool:
         name = file_name.lower()

@@ -200,4 +200,13 @@ def rank(path: Path) -> Offer | None:
     return None
 
 
-ENGINE = Engine(key="hailo", formats=(".hef",), install=INSTALL, probe=probe, load=load, rank=rank, listed=40)
+ENGINE = Engine(
+    key="hailo",
+    formats=(".hef",),
+    install=INSTALL,
+    probe=probe,
+    load=load,
+    rank=rank,
+    listed=40,
+    distributions=("hailort",),
+)

@@ -143,3 +143,20 @@ def rknpu_driver_version(root: Path | None = None) -> str | None:
         if text:
             return text.split(":")[-1].strip()
     return None
+
+
+INTEL_VENDOR = "0x8086"
+
+
+def intel_accelerators(root: Path | None = None) -> list[str]:
+    """Intel GPUs (DRM render nodes of vendor 0x8086) and NPUs (/dev/accel/accel*) that OpenVINO could use.
+
+    Read from sysfs and /dev so that `--backend auto` need not import OpenVINO (+46 MiB, +0.16 s) to learn that
+    this machine has nothing for it but the CPU.
+    """
+    found = []
+    for node in sorted(under("/sys/class/drm", root).glob("renderD*")):
+        if _read(node / "device" / "vendor") == INTEL_VENDOR:
+            found.append(f"GPU  Intel graphics at /dev/dri/{node.name}")
+    found += [f"NPU  /dev/accel/{p.name}" for p in device_nodes("accel/accel*", root)]
+    return found

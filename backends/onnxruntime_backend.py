@@ -54,6 +54,7 @@ def _tensor_info(arg: Any) -> TensorInfo:
 @dataclass
 class OnnxRuntimeBackend(Backend):
     session: Any = None
+    parallel = "shared"  # InferenceSession.run is thread-safe
 
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
         result: list[np.ndarray] = self.session.run(None, {self.inputs[0].name: tensor})
@@ -160,4 +161,5 @@ ENGINE = Engine(
     load=load,
     rank=rank,
     listed=0,
+    distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
 )

@@ -5,6 +5,7 @@ MYRIAD (Neural Compute Stick 2) left OpenVINO after 2022.3 LTS; it is used only 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import numpy as np
 
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.hardware import intel_accelerators
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO", "MYRIAD")
 DEVICE_HINTS = {
@@ -93,13 +95,17 @@ def _tensor_info(port: Any, quant: Quantization | None) -> TensorInfo:
 @dataclass
 class OpenVINOBackend(Backend):
     compiled: Any = None
+    parallel = "shared"  # one compiled model, an infer request per calling thread
 
     def __post_init__(self) -> None:
-        self._request = self.compiled.create_infer_request()
+        self._requests = threading.local()
         self._outputs = list(self.compiled.outputs)
 
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
-        results = self._request.infer({0: tensor})
+        request = getattr(self._requests, "request", None)
+        if request is None:
+            request = self._requests.request = self.compiled.create_infer_request()
+        results = request.infer({0: tensor})
         return [results[port] for port in self._outputs]  # copies: safe while the next frame runs
 
 
@@ -182,7 +188,7 @@ def rank(path: Path) -> Offer | None:
         return None
     if name.endswith(".xml"):
         return Offer(90, "AUTO", "OpenVINO IR model")
-    if name.endswith(".onnx"):
+    if name.endswith(".onnx") and intel_accelerators():  # OpenVINO is imported only where it may find one
         accelerators = [d.split()[0] for d in probe().devices if not d.startswith("CPU")]
         if accelerators:
             return Offer(80, accelerators[0], f"ONNX model, OpenVINO sees {accelerators[0]}")
@@ -198,4 +204,5 @@ ENGINE = Engine(
     load=load,
     rank=rank,
     listed=3,
+    distributions=("openvino",),
 )

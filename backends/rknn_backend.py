@@ -146,4 +146,13 @@ def rank(path: Path) -> Offer | None:
     return None
 
 
-ENGINE = Engine(key="rknn", formats=(".rknn",), install=INSTALL, probe=probe, load=load, rank=rank, listed=50)
+ENGINE = Engine(
+    key="rknn",
+    formats=(".rknn",),
+    install=INSTALL,
+    probe=probe,
+    load=load,
+    rank=rank,
+    listed=50,
+    distributions=("rknn-toolkit-lite2",),
+)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from edge_inference.backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, Parallel, Quantization, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 
 EDGETPU_OP = "edgetpu-custom-op"
@@ -72,6 +72,7 @@ def allocate(interpreter: Any, path: Path) -> None:
 @dataclass
 class TFLiteBackend(Backend):
     interpreter: Any = None
+    parallel: ClassVar[Parallel] = "copies"  # an interpreter is not thread-safe; another one on the same file is cheap
 
     def __post_init__(self) -> None:
         self._input_index = self.interpreter.get_input_details()[0]["index"]
@@ -134,4 +135,5 @@ ENGINE = Engine(
     load=load,
     rank=rank,
     listed=1,
+    distributions=("ai-edge-litert", "tflite-runtime"),
 )

@@ -14,7 +14,8 @@ from edge_inference.edge.stats import percentile
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()
 MODELS = SHARED / "models"
-VTEST = SHARED / "media" / "vtest.avi"
+MEDIA = SHARED / "media"
+VTEST = MEDIA / "vtest.avi"
 
 
 def read_frames(path: Path, count: int, step: int = 1) -> list[np.ndarray]:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from edge_inference.backends import engines
 from edge_inference.backends.engine import BackendStatus
-from edge_inference.edge.loader import runs_entry
+from edge_inference.edge.model_files import runs_entry
 from edge_inference.models.registry import REGISTRY
 
 

@@ -12,7 +12,8 @@ import psutil
 
 from edge_inference.backends import BackendError, engine_keys
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.loader import DetectorConfig, load_detector, model_for_engine
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.model_files import model_for_engine
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.sources import open_source
 from edge_inference.edge.timings import StageTimings

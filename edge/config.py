@@ -50,6 +50,18 @@ class TrackingConfig(BaseModel):
     lost_after_s: float = Field(default=2.0, gt=0)  # how long a track survives without a detection
 
 
+class MotionConfig(BaseModel):
+    """Motion gating (edge/motion.py): the detector runs on frames where something moved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(default=0.002, gt=0, le=1)  # share of the frame that must change
+    pixel_threshold: int = Field(default=25, ge=1, le=255)  # grey-level change that counts as a changed pixel
+    ignore: list[list[Point]] = Field(default_factory=list)  # polygons where changes never count (a clock overlay)
+    recheck_s: float = Field(default=1.0, gt=0)  # while objects are in view: detect at least this often
+    max_idle_s: float = Field(default=10.0, gt=0)  # on a still, empty scene: detect at least this often
+
+
 class EventsConfig(BaseModel):
     """When a tracked object becomes an event: its label, a score and a number of frames, optionally in a zone."""
 
@@ -95,6 +107,8 @@ class StreamConfig(BaseModel):
     zones: list[ZoneConfig] = Field(default_factory=list)
     lines: list[LineConfig] = Field(default_factory=list)
     events: EventsConfig | None = None
+    # Run the detector only where something moves; `motion: {}` turns it on with the defaults. Off: every frame.
+    motion: MotionConfig | None = None
 
     @field_validator("events")
     @classmethod
@@ -202,10 +216,23 @@ class WebhookConfig(BaseModel):
         return url
 
 
+class DetectorsConfig(BaseModel):
+    """How loaded engines are shared between streams (edge/detector_pool.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Streams on the same model file, engine and device share one loaded engine, served in turn.
+    share: bool = True
+    # Frames of several streams run as one batch where the model's batch dimension is dynamic. Measured on the
+    # CPU engines it does not pay (BENCHMARKS.md), so one frame per inference unless asked.
+    max_batch: int = Field(default=1, ge=1, le=64)
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     server: ServerConfig = ServerConfig()
+    detectors: DetectorsConfig = DetectorsConfig()
     streams: list[StreamConfig] = Field(min_length=1)
     storage: StorageConfig = StorageConfig()
     mqtt: MqttConfig | None = None

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edge_inference.backends import Backend, Quantization
+from edge_inference.backends import Backend
 from edge_inference.edge.timings import StageTimings
 from edge_inference.models.decoders import DecodeContext, get_decoder
+from edge_inference.models.decoders.base import dequantize
 from edge_inference.models.detection import Detection
 from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.spec import ModelSpec
@@ -51,8 +52,12 @@ class Detector:
         self.conf, self.iou, self.max_detections = conf, iou, max_detections
         tensor = backend.inputs[0]
         self._preprocess = Preprocessor(spec.preprocessing, tensor.dtype, tensor.quantization, buffers=buffers)
-        self._decode = get_decoder(spec.decoder).decode
+        decoder = get_decoder(spec.decoder)
+        self._decode = decoder.decode
         self._output_quant = [o.quantization for o in backend.outputs]
+        # a decoder that filters integer scores itself gets the outputs unconverted (int8 heads: 4 ms -> 1 ms)
+        self._raw_outputs = decoder.quantized
+        self._quant_context = tuple(self._output_quant) if decoder.quantized else ()
 
     def prepare(self, image_bgr: np.ndarray) -> Prepared:
         t0 = time.perf_counter()
@@ -62,9 +67,16 @@ class Detector:
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
         return self.backend.run(tensor)
 
+    def infer_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
+        """Outputs and inference milliseconds; on a shared engine, the wait for its turn is not inference."""
+        return self.backend.run_timed(tensor)
+
     def decode(self, raw: list[np.ndarray], transform: ImageTransform) -> list[Detection]:
-        outputs = [self._dequantize(o, q) for o, q in zip(raw, self._output_quant, strict=True)]
-        return self._decode(outputs, DecodeContext(self.spec, transform, self.conf, self.iou, self.max_detections))
+        outputs = raw if self._raw_outputs else [dequantize(o, q) for o, q in zip(raw, self._output_quant, strict=True)]
+        context = DecodeContext(
+            self.spec, transform, self.conf, self.iou, self.max_detections, quantization=self._quant_context
+        )
+        return self._decode(outputs, context)
 
     def detect(self, image_bgr: np.ndarray) -> DetectionResult:
         prepared = self.prepare(image_bgr)
@@ -76,13 +88,6 @@ class Detector:
         timings = StageTimings(prepared.preprocess_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         height, width = image_bgr.shape[:2]
         return DetectionResult(detections, timings, width, height)
-
-    @staticmethod
-    def _dequantize(output: np.ndarray, quant: Quantization | None) -> np.ndarray:
-        if quant is None or not np.issubdtype(output.dtype, np.integer):
-            return output
-        scale, zero_point = quant.scale, quant.zero_point
-        return (output.astype(np.float32) - zero_point) * np.float32(scale)
 
     def warmup(self) -> None:
         """One inference on a blank frame, so the first real frame does not pay for lazy initialisation."""

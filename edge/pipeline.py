@@ -22,6 +22,7 @@ from typing import Literal, cast
 import numpy as np
 
 from edge_inference.edge.capture import CaptureRunner, SourceState
+from edge_inference.edge.motion import MotionGate
 from edge_inference.edge.delivery import END, Delivered, Mode, delivery_for, put_unless_stopped
 from edge_inference.edge.detector import Detector, Prepared
 from edge_inference.edge.publish import Broadcaster
@@ -93,9 +94,11 @@ class StreamPipeline:
         stall_timeout_s: float | None = None,
         inference_timeout_s: float = 10.0,
         tracker: StreamTracker | None = None,
+        motion: MotionGate | None = None,
     ) -> None:
         self.stream_id = stream_id
         self.tracker = tracker
+        self.motion = motion
         self._stop = threading.Event()
         mode = mode or ("live" if source is None or source.live else "file")
         self.delivery = delivery_for(mode, self._stop, pace=pace)
@@ -333,8 +336,18 @@ class StreamPipeline:
         if self.capture is None and self._source_state == "connecting":
             self.set_source_state("running")  # fed by a group whose capture was already running
         self.stats.frame_in()
+        if self.motion is not None and not self.motion.check(frame.image, self._clock(frame)).run:
+            self.stats.frame_still()
+            return
         if self.delivery.offer(frame, detector):
             self.stats.frame_dropped()
+
+    def _clock(self, frame: Frame) -> float:
+        """Seconds on the stream's own timeline: a file's position (it may play faster than real time), else now."""
+        source = self.source
+        if self.mode == "file" and source is not None and source.fps:
+            return frame.index / source.fps
+        return frame.captured_mono
 
     # -- inference ---------------------------------------------------------------------------------------------
     def _infer_loop(self) -> None:
@@ -349,10 +362,9 @@ class StreamPipeline:
                 put_unless_stopped(self._inferred, END, self._stop)
                 return
             frame, ready = cast(Delivered, item)
-            t0 = time.perf_counter()
             self._infer_started = time.monotonic()
             try:
-                raw = detector.infer(ready.tensor)
+                raw, inference_ms = detector.infer_timed(ready.tensor)
             except Exception as exc:  # noqa: BLE001 - e.g. an accelerator unplugged mid-run: count, report, go on
                 self.stats.error()
                 with self._lock:
@@ -365,7 +377,7 @@ class StreamPipeline:
             if generation != self._infer_generation:
                 detector.close()  # the watchdog gave up on this detector while it was stuck; it is ours to free
                 return
-            inferred = (frame, ready, raw, (time.perf_counter() - t0) * 1e3, detector)
+            inferred = (frame, ready, raw, inference_ms, detector)
             put_unless_stopped(self._inferred, inferred, self._stop)
 
     # -- decode ------------------------------------------------------------------------------------------------
@@ -414,6 +426,8 @@ class StreamPipeline:
         )
         result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, zones, lines)
         self.latest = result
+        if self.motion is not None:
+            self.motion.found(bool(detections))
         if self.error is not None and self.state == "running":
             with self._lock:
                 self._note(None, clears=True)  # frames flow again: no current error (last_error is kept)

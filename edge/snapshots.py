@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from edge_inference.edge.compare import CompareSnapshot
+from edge_inference.edge.detector_pool import DetectorFigures, describe_engine
 from edge_inference.edge.pipeline import StreamPipeline
 from edge_inference.edge.stats import Percentiles, StreamFigures
 from edge_inference.edge.streams import StreamManager
@@ -81,6 +82,7 @@ class ServiceStats:
     streams: dict[str, StreamLoad]
     backends: dict[str, BackendLoad]  # by "backend/device"
     events: EventFigures | None = None  # when events or MQTT are configured
+    detectors: list[DetectorFigures] = field(default_factory=list)  # loaded engines, each serving its streams
 
 
 def stream_summary(manager: StreamManager, pipeline: StreamPipeline) -> StreamSummary:
@@ -130,7 +132,8 @@ def service_stats(manager: StreamManager) -> ServiceStats:
         load.streams.append(stream_id)
         load.fps_processed = round(load.fps_processed + figures.fps_processed, 2)
         load.inference_ms[stream_id] = figures.latency_ms["inference"]
-    return ServiceStats(streams, by_backend, event_figures(manager))
+    detectors = [describe_engine(engine) for engine in manager.detectors.engines()]
+    return ServiceStats(streams, by_backend, event_figures(manager), detectors)
 
 
 def zone_figures(pipeline: StreamPipeline) -> dict[str, ZoneFigures]:

@@ -41,6 +41,7 @@ class StreamFigures:
     frames_in: int
     frames_processed: int
     frames_dropped: int
+    frames_still: int  # skipped by motion gating: nothing moved
     errors: int
     reconnects: int
     stalls: int
@@ -80,7 +81,7 @@ class StreamStats:
         self._lock = threading.Lock()
         self._in, self._processed, self._dropped = RateWindow(window_s), RateWindow(window_s), RateWindow(window_s)
         self._recent: deque[FrameTiming] = deque(maxlen=history)
-        self.frames_in = self.frames_processed = self.frames_dropped = 0
+        self.frames_in = self.frames_processed = self.frames_dropped = self.frames_still = 0
         self.errors = self.reconnects = 0
         self.stalls = self.restarts = self.load_failures = 0
 
@@ -93,6 +94,11 @@ class StreamStats:
         with self._lock:
             self.frames_dropped += 1
             self._dropped.add(time.monotonic())
+
+    def frame_still(self) -> None:
+        """Motion gating skipped a frame: nothing moved."""
+        with self._lock:
+            self.frames_still += 1
 
     def frame_processed(self, timing: FrameTiming) -> None:
         with self._lock:
@@ -131,7 +137,7 @@ class StreamStats:
         with self._lock:
             recent = list(self._recent)
             rates = [round(window.rate(now), 2) for window in (self._in, self._processed, self._dropped)]
-            frames = (self.frames_in, self.frames_processed, self.frames_dropped)
+            frames = (self.frames_in, self.frames_processed, self.frames_dropped, self.frames_still)
             faults = (self.errors, self.reconnects, self.stalls, self.restarts, self.load_failures)
         table = np.array([[getattr(t, f"{s}_ms") for s in STAGES] for t in recent], dtype=np.float64).reshape(
             -1, len(STAGES)
@@ -143,6 +149,7 @@ class StreamStats:
             frames_in=frames[0],
             frames_processed=frames[1],
             frames_dropped=frames[2],
+            frames_still=frames[3],
             errors=faults[0],
             reconnects=faults[1],
             stalls=faults[2],

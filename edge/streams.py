@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from edge_inference.backends import engine_keys
 from edge_inference.edge.compare import CompareGroup
 from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
 from edge_inference.edge.detector import Detector
+from edge_inference.edge.detector_pool import DetectorPool
 from edge_inference.edge.event_layer import EventLayer
-from edge_inference.edge.loader import DetectorConfig, check_reference, load_detector, model_for_engine
+from edge_inference.edge.loader import DetectorConfig, check_reference, load_detector
+from edge_inference.edge.model_files import model_for_engine
+from edge_inference.edge.motion import MotionGate
 from edge_inference.edge.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.sources import FrameSource, open_source
+from edge_inference.edge.threads import EnginePlan, plan_engine
 from edge_inference.edge.tracking import StreamTracker
 from edge_inference.edge.watchdog import Watchdog
 
@@ -52,6 +57,8 @@ class StreamManager:
         self._units: list[StreamPipeline | CompareGroup] = []  # what start() and stop() drive
         self.watchdog = Watchdog(self._checked)
         self.events = EventLayer(config, self.settings)
+        self.detectors = DetectorPool(max_batch=config.detectors.max_batch, share=config.detectors.share)
+        self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
@@ -71,6 +78,7 @@ class StreamManager:
                 stall_timeout_s=stream.stall_timeout_s,
                 inference_timeout_s=stream.inference_timeout_s,
                 tracker=tracker_for(stream),
+                motion=MotionGate(stream.motion) if stream.motion else None,
             )
             self.events.attach(stream, self.pipelines[stream.id])
             self._units.append(self.pipelines[stream.id])
@@ -114,10 +122,23 @@ class StreamManager:
         self._units.append(self.groups[stream.id])
 
     def _loader(self, stream: StreamConfig) -> Any:
+        """Loads the stream's detector on a shared engine, with the thread budget's threads and lanes."""
+        key = (stream.model, stream.backend, stream.device, stream.threads)
+        self._engines.append(key)
+
         def load(buffers: int) -> Detector:
-            return load_detector(detector_config(stream, buffers), self.settings)
+            plan = self.engine_plan(key)
+            config = replace(detector_config(stream, buffers), threads=plan.threads)
+            opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes)
+            return load_detector(config, self.settings, opener=opener)
 
         return load
+
+    def engine_plan(self, key: tuple[str, str, str, int | None]) -> EnginePlan:
+        """Cores are divided among the engines the config loads; a shared engine's among its streams' lanes."""
+        if self.config.detectors.share:
+            return plan_engine(self._engines.count(key), len(set(self._engines)), threads=key[3])
+        return plan_engine(1, len(self._engines), threads=key[3])
 
     def start(self) -> None:
         self.events.start()

@@ -69,6 +69,7 @@ class Preprocessor:
         self._plane_luts = [] if self._lut is None else [np.ascontiguousarray(self._lut[:, c]) for c in range(3)]
         self._last_size: tuple[int, int] | None = None
         self._transform: ImageTransform | None = None
+        self._swap = pre.color == "RGB"
 
     def __call__(self, image_bgr: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
         self._tensor = self._ring[self._turn]
@@ -80,14 +81,17 @@ class Preprocessor:
             self._last_size = (width, height)
             self._canvas[:] = self.pre.pad_value
         t = self._transform
-        resized = cv2.resize(image_bgr, (t.resized_width, t.resized_height), interpolation=cv2.INTER_LINEAR)
-        if self.pre.color == "RGB":
-            cv2.cvtColor(resized, cv2.COLOR_BGR2RGB, dst=resized)
-        self._canvas[t.pad_y : t.pad_y + t.resized_height, t.pad_x : t.pad_x + t.resized_width] = resized
+        # Resized straight into the letterbox canvas: no intermediate image, no copy.
+        roi = self._canvas[t.pad_y : t.pad_y + t.resized_height, t.pad_x : t.pad_x + t.resized_width]
+        resized = cv2.resize(image_bgr, (t.resized_width, t.resized_height), dst=roi, interpolation=cv2.INTER_LINEAR)
+        if resized is not roi:
+            roi[...] = resized
+        if self._swap and self.pre.layout == "NHWC":
+            cv2.cvtColor(roi, cv2.COLOR_BGR2RGB, dst=roi)  # planar (NCHW) layouts swap for free, by plane order
         hwc = self._canvas
         if self._passthrough:
             if self.pre.layout == "NCHW":
-                self._tensor[0] = hwc.transpose(2, 0, 1)
+                self._tensor[0] = (hwc[..., ::-1] if self._swap else hwc).transpose(2, 0, 1)
             else:
                 self._tensor[0] = hwc
             return self._tensor, t
@@ -109,16 +113,21 @@ class Preprocessor:
         assert self._lut is not None
         out = self._tensor[0]
         if self.pre.layout == "NCHW":
-            for index, plane in enumerate(cv2.split(hwc)):
+            for index, plane in enumerate(self._planes(hwc)):
                 cv2.LUT(plane, self._plane_luts[index], dst=out[index])
         else:
             cv2.LUT(hwc, self._lut.reshape(1, 256, 3), dst=out)
+
+    def _planes(self, hwc: np.ndarray) -> list[np.ndarray]:
+        """The canvas's planes in the model's channel order (BGR split, reversed for RGB models)."""
+        planes = list(cv2.split(hwc))
+        return planes[::-1] if self._swap else planes
 
     def _affine(self, hwc: np.ndarray) -> None:
         """work = hwc * a + b per channel, in the model's layout."""
         if self.pre.layout == "NCHW":
             # Contiguous planes from cv2.split are faster to scale than a strided transpose.
-            for index, plane in enumerate(cv2.split(hwc)):
+            for index, plane in enumerate(self._planes(hwc)):
                 np.multiply(plane, self._a[index], out=self._work[index])
                 if self._has_offset:
                     self._work[index] += self._b[index]

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from edge_inference.edge.detector_pool import describe_engine
 from edge_inference.edge.health import service_health
 from edge_inference.edge.pipeline import FrameResult, StreamPipeline
 from edge_inference.edge.snapshots import event_figures
@@ -41,6 +42,9 @@ class _StreamCollector(Collector):
         counters = {
             "frames_processed": CounterMetricFamily("edge_frames_processed", "Frames processed", labels=LABELS),
             "frames_dropped": CounterMetricFamily("edge_frames_dropped", "Frames skipped (live)", labels=LABELS),
+            "frames_still": CounterMetricFamily(
+                "edge_frames_skipped_motion", "Frames not inferred: motion gating saw nothing move", labels=LABELS
+            ),
             "errors": CounterMetricFamily("edge_errors", "Inference or decoding errors", labels=LABELS),
             "reconnects": CounterMetricFamily("edge_source_reconnects", "Source failures reopened", labels=LABELS),
             "stalls": CounterMetricFamily(
@@ -83,6 +87,26 @@ class _StreamCollector(Collector):
         yield refused
         yield from _zone_metrics(self.manager)
         yield from _event_metrics(self.manager)
+        yield from _detector_metrics(self.manager)
+
+
+def _detector_metrics(manager: StreamManager) -> Iterator[Metric]:
+    """One series per loaded engine, labelled by model and device (several streams may share it)."""
+    labels = ["model", "backend", "device"]
+    speed = GaugeMetricFamily("edge_detector_inference_ms", "Median engine run time, recent runs", labels=labels)
+    wait = GaugeMetricFamily("edge_detector_queue_wait_ms", "Median wait of a frame for its turn", labels=labels)
+    rate = GaugeMetricFamily("edge_detector_fps", "Frames inferred per second, all its streams", labels=labels)
+    served = GaugeMetricFamily("edge_detector_streams", "Streams this engine serves", labels=labels)
+    frames = CounterMetricFamily("edge_detector_frames", "Frames inferred", labels=labels)
+    for engine in manager.detectors.engines():
+        figures = describe_engine(engine)
+        key = [figures.model, figures.backend, figures.device]
+        speed.add_metric(key, figures.inference_ms_p50 or 0.0)
+        wait.add_metric(key, figures.queue_wait_ms_p50 or 0.0)
+        rate.add_metric(key, figures.detection_fps)
+        served.add_metric(key, float(len(figures.streams)))
+        frames.add_metric(key, float(figures.frames))
+    yield from (speed, wait, rate, served, frames)
 
 
 def _zone_metrics(manager: StreamManager) -> Iterator[Metric]:

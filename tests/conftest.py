@@ -22,6 +22,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Registry pulls in tests come from the shared folder used as a mirror, never from the internet.
     os.environ["EDGE_MODEL_MIRROR"] = str(MODELS)
     os.environ.setdefault("EDGE_MODEL_CACHE", str(Path(config.rootpath) / ".pytest_cache" / "model-cache"))
+    # `--backend auto` measures each model once on this machine; tests share those measurements
+    os.environ.setdefault("EDGE_AUTO_CACHE", str(Path(config.rootpath) / ".pytest_cache" / "auto-backend.json"))
 
 
 def skimage_photo(name: str) -> np.ndarray:

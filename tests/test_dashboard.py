@@ -65,6 +65,8 @@ def test_dashboard_shows_video_detections_latency_and_backends(tmp_path, browser
         _wait(page, "document.querySelector('.panel .figures').textContent.includes('fps')")
         _wait(page, f"document.querySelectorAll('#backends-table tbody tr').length === {len(engines())}")
         assert "openvino" in page.inner_text("#backends-table") and page.is_hidden("#compare")
+        _wait(page, "document.querySelectorAll('#detectors-table tbody tr').length === 1")
+        assert "main" in page.inner_text("#detectors-table tbody")  # the loaded engine and the stream it serves
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
         page.close()

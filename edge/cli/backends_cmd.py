@@ -9,12 +9,25 @@ import click
 
 from edge_inference.edge.backends_report import backends_report
 from edge_inference.edge.cli.app import cli
+from edge_inference.edge.detector import Detector
+from edge_inference.edge.loader import DetectorConfig, check_reference, load_detector
+from edge_inference.edge.settings import get_settings
 
 
 @cli.command("backends")
 @click.option("--json", "as_json", is_flag=True)
-def backends(as_json: bool) -> None:
+@click.option(
+    "--bench",
+    "bench_model",
+    metavar="MODEL",
+    help="Time every engine that can run MODEL here, as --backend auto does, and keep the result for it.",
+)
+@click.option("--quiet", is_flag=True, hidden=True)  # --backend auto's own call: progress only
+def backends(as_json: bool, bench_model: str | None, quiet: bool) -> None:
     """List inference backends, devices found and the registry models each can run."""
+    if bench_model:
+        _bench(bench_model, as_json, quiet)
+        return
     reports = backends_report()
     if as_json:
         click.echo(json.dumps([asdict(r) for r in reports], indent=2))
@@ -30,3 +43,28 @@ def backends(as_json: bool) -> None:
             click.echo(f"          install: {report.install}")
         models = ", ".join(report.models) or "none in the registry: bring your own file (README, Hardware)"
         click.echo(f"          models: {models}")
+
+
+def _bench(model: str, as_json: bool, quiet: bool) -> None:
+    from edge_inference.edge.autoselect import fastest, measure
+
+    check_reference(DetectorConfig(model))
+    settings = get_settings()
+
+    def load(name: str, backend: str, device: str) -> Detector:
+        return load_detector(DetectorConfig(name, backend, device), settings)
+
+    _, results = measure(model, settings, load, say=lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps([asdict(r) | {"fps": r.fps} for r in results], indent=2))
+    if quiet or as_json:
+        return
+    best = fastest(results)
+    click.echo(f"\n{'backend':<10}{'device':<24}{'ms/frame':>10}{'fps':>8}  model")
+    for result in sorted(results, key=lambda r: r.ms_p50 or float("inf")):
+        timing = f"{result.ms_p50:>10.1f}{result.fps or 0:>8.1f}" if result.ms_p50 else f"{'-':>10}{'-':>8}"
+        mark = "  <- --backend auto" if result is best else ""
+        click.echo(f"{result.backend:<10}{result.device[:23]:<24}{timing}  {result.model}{mark}")
+        if result.error:
+            click.echo(f"{'':<10}cannot run here: {result.error}")
+    click.echo("(one frame: pre-processing, inference and decoding; median of warm runs)")

@@ -63,6 +63,11 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None) -> str:
 )
 @click.option("--loop", is_flag=True, help="File sources: start again at the end.")
 @click.option("--no-pace", is_flag=True, help="File sources: as fast as the backend allows, not at the file's fps.")
+@click.option(
+    "--motion",
+    is_flag=True,
+    help="Run the detector only on frames where something moved (still scenes cost almost nothing).",
+)
 @click.option("--host", default=None, help=f"Bind address [default: {LOOPBACK}]; other interfaces are your choice.")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="[default: 8080]")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
@@ -106,6 +111,8 @@ def _config(
     if compare:
         stream["compare"] = [item.strip() for item in compare.split(",") if item.strip()]
     stream["pace"] = not stream.pop("no_pace")
+    if stream.pop("motion"):
+        stream["motion"] = {}
     return single_stream_config(stream, server)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from edge_inference.models.decoders.nms import class_aware_nms, top_candidates
 from edge_inference.models.detection import BoxXYXY, Detection
 from edge_inference.models.labels import label_for
+from edge_inference.models.preprocess import Quantization
 from edge_inference.models.spec import ModelSpec
 from edge_inference.models.transform import ImageTransform
 
@@ -21,6 +22,14 @@ class DecodeContext:
     conf_threshold: float = 0.25
     iou_threshold: float = 0.45
     max_detections: int = 100
+    # Per output, for decoders that take integer outputs as they are (`Decoder.quantized`): real = s * (q - zp)
+    quantization: tuple[Quantization | None, ...] = ()
+
+
+def dequantize(values: np.ndarray, quant: Quantization | None) -> np.ndarray:
+    if quant is None or not np.issubdtype(values.dtype, np.integer):
+        return values
+    return (values.astype(np.float32) - np.float32(quant.zero_point)) * np.float32(quant.scale)
 
 
 DecodeFn = Callable[[Sequence[np.ndarray], DecodeContext], list[Detection]]
@@ -40,6 +49,8 @@ class Decoder:
     default_labels: str = "coco80"
     # False: never guessed from output shapes alone (they fit too much), only named by metadata or the user
     detectable: bool = True
+    # True: takes integer outputs still quantised (it filters scores before converting), with ctx.quantization
+    quantized: bool = False
 
 
 def grid_cells(width: int, height: int, strides: tuple[int, ...]) -> list[int]:

@@ -10,12 +10,14 @@ import numpy as np
 from edge_inference.models.decoders.base import (
     DecodeContext,
     Decoder,
+    dequantize,
     grid_cells,
     squeeze_batch,
     to_detections,
     xywh_to_xyxy,
 )
 from edge_inference.models.detection import Detection
+from edge_inference.models.preprocess import Quantization
 
 _ULTRALYTICS_INPUT = {"color": "RGB", "anchor": "center", "pad_value": 114, "mean": (0, 0, 0), "std": (255, 255, 255)}
 
@@ -68,11 +70,27 @@ def decode_yolov5(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Det
 
 def decode_yolov8(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Detection]:
     pred = squeeze_batch(outputs[0])  # (4 + C, N): one column per anchor point
+    quant = ctx.quantization[0] if ctx.quantization else None
+    if quant is not None and np.issubdtype(pred.dtype, np.integer):
+        return _decode_yolov8_quantized(pred, quant, ctx)
     best = pred[4:].max(axis=0)
     cols = np.flatnonzero(best > ctx.conf_threshold)
     class_ids = pred[4:, cols].argmax(axis=0)
     boxes = xywh_to_xyxy(pred[:4, cols].T)
     return to_detections(_denormalise(boxes, pred[:4].T, ctx), best[cols], class_ids, ctx)
+
+
+def _decode_yolov8_quantized(pred: np.ndarray, quant: Quantization, ctx: DecodeContext) -> list[Detection]:
+    """An int8 head: the best class score of each column is compared in the integer domain (real > conf exactly
+    when q > conf / scale + zero_point, the scale being positive), and only the few columns that pass are turned
+    into floats, instead of all 84 x 8400 values."""
+    best_q = pred[4:].max(axis=0)
+    cols = np.flatnonzero(best_q > ctx.conf_threshold / quant.scale + quant.zero_point)
+    kept = dequantize(pred[:, cols], quant)
+    class_ids = kept[4:].argmax(axis=0)
+    boxes = xywh_to_xyxy(kept[:4].T)
+    extremes = dequantize(np.array([pred[:4].min(), pred[:4].max()], dtype=pred.dtype), quant)
+    return to_detections(_denormalise(boxes, extremes, ctx), kept[4:].max(axis=0), class_ids, ctx)
 
 
 def decode_end2end(outputs: Sequence[np.ndarray], ctx: DecodeContext) -> list[Detection]:
@@ -137,6 +155,7 @@ YOLOV8 = Decoder(
     _matches_yolov8,
     decode_yolov8,
     _ULTRALYTICS_INPUT,
+    quantized=True,
 )
 END2END = Decoder(
     "yolo-end2end",

@@ -121,11 +121,26 @@ async function refreshStats() {
         `inference p50/p95 ${fmt(l.inference)} ms · end-to-end ${fmt(l.end_to_end)} ms`);
       showCounts(panel, s);
     }
+    showDetectors(stats.detectors || []);
     const health = await (await fetch("/health/ready")).json();
     const badge = document.getElementById("ready");
     badge.className = `badge ${{ ok: "ok", degraded: "bad", down: "bad" }[health.status] || "warn"}`;
     text(badge, health.status);
   } catch (err) { /* the server may be restarting; try again on the next tick */ }
+}
+
+function showDetectors(detectors) {
+  document.getElementById("detectors").hidden = detectors.length === 0;
+  const ms = (value) => (value === null ? "–" : value.toFixed(1));
+  document.querySelector("#detectors-table tbody").replaceChildren(...detectors.map((d) => {
+    const row = document.createElement("tr");
+    for (const value of [d.model, d.backend, d.device, `${d.threads ?? "–"} × ${d.lanes}`, d.streams.join(", "),
+      ms(d.inference_ms_p50), ms(d.queue_wait_ms_p50), d.detection_fps.toFixed(1), String(d.frames)]) {
+      row.appendChild(Object.assign(document.createElement("td"), { textContent: value }));
+    }
+    if (d.hung) row.className = "no";
+    return row;
+  }));
 }
 
 function showCounts(panel, figures) {

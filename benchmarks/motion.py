@@ -1,0 +1,144 @@
+"""Motion gating: CPU time of still periods, and the tracks still found, with gating vs without (issue 11).
+
+    python -m benchmarks.motion [--still-seconds 60]
+
+The test clip is built here from the shared media, never committed: the street of vtest.avi without anyone on it
+(the per-pixel median of 53 frames spread over the video: people move on, the street stays) shown for
+`--still-seconds` with sensor noise (Gaussian, sigma 2 grey levels) and a clock burnt into its top-left corner
+(ignored by the gate through `motion.ignore`), then all 795 frames of vtest.avi (people walking), then the empty
+street again. Written as MJPG at 10 fps. Each run is the service's pipeline on that file (file mode, unpaced,
+yolox-nano on ONNX Runtime, tracking on), gated and ungated, alternated.
+
+CPU time is the process's user + system time while the clip plays (decoding included: it is the same in both).
+"Still periods" are measured on a clip of the still part alone. Tracks found = tracks that lived >= 3 frames.
+Targets: still periods gated <= 0.15 of ungated; tracks found gated >= 0.98 of ungated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from benchmarks.common import MODELS, VTEST, machine
+from edge_inference.edge.config import MotionConfig, ServiceConfig, StreamConfig, TrackingConfig
+from edge_inference.edge.streams import StreamManager
+
+FPS = 10.0
+CLOCK = [(0.0, 0.0), (0.6, 0.0), (0.6, 0.1), (0.0, 0.1)]
+
+
+def vtest_frames() -> list[np.ndarray]:
+    capture = cv2.VideoCapture(str(VTEST))
+    frames = []
+    while True:
+        ok, frame = capture.read()
+        if not ok:
+            break
+        frames.append(frame)
+    capture.release()
+    return frames
+
+
+def still_frames(empty: np.ndarray, seconds: float, rng: np.random.Generator, start_s: int) -> list[np.ndarray]:
+    frames = []
+    for i in range(int(seconds * FPS)):
+        frame = np.clip(empty + rng.normal(0, 2.0, empty.shape), 0, 255).astype(np.uint8)
+        second = start_s + int(i / FPS)
+        cv2.putText(frame, f"2026-11-22 10:{second // 60 % 60:02d}:{second % 60:02d}", (10, 30), 0, 1, (255,) * 3, 2)
+        frames.append(frame)
+    return frames
+
+
+def write_clip(path: Path, frames: list[np.ndarray]) -> None:
+    height, width = frames[0].shape[:2]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), FPS, (width, height))
+    for frame in frames:
+        writer.write(frame)
+    writer.release()
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def play(clip: Path, gated: bool) -> tuple[float, int, int]:
+    """(CPU seconds, frames inferred, tracks that lived >= 3 frames)."""
+    stream = StreamConfig(
+        id="clip",
+        source=str(clip),
+        model=str(MODELS / "onnx/yolox_nano.onnx"),
+        backend="onnx",
+        mode="file",
+        pace=False,
+        tracking=TrackingConfig(),
+        motion=MotionConfig(ignore=[CLOCK]) if gated else None,
+    )
+    manager = StreamManager(ServiceConfig(streams=[stream]))
+    pipeline = manager.pipelines["clip"]
+    lives: dict[int, int] = {}
+
+    def count(result: object) -> None:
+        for detection in result.detections:  # type: ignore[attr-defined]
+            if detection.track_id is not None:
+                lives[detection.track_id] = lives.get(detection.track_id, 0) + 1
+
+    pipeline.add_listener(count)
+    manager.start()
+    while pipeline.detector is None:
+        time.sleep(0.05)
+    before = cpu_seconds()
+    while pipeline.state != "ended":
+        time.sleep(0.05)
+    spent = cpu_seconds() - before
+    manager.stop()
+    return spent, pipeline.stats.frames_processed, sum(1 for n in lives.values() if n >= 3)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--still-seconds", type=float, default=60)
+    args = parser.parse_args()
+    walking = vtest_frames()
+    empty = np.median(np.stack(walking[::15]), axis=0).astype(np.uint8)
+    rng = np.random.default_rng(0)
+    still_a = still_frames(empty, args.still_seconds, rng, 0)
+    still_b = still_frames(empty, args.still_seconds, rng, int(args.still_seconds) + 80)
+    with tempfile.TemporaryDirectory() as folder:
+        full, still = Path(folder) / "clip.avi", Path(folder) / "still.avi"
+        write_clip(full, still_a + walking + still_b)
+        write_clip(still, still_a)
+        minutes_full = (len(still_a) + len(walking) + len(still_b)) / FPS / 60
+        minutes_still = len(still_a) / FPS / 60
+        print(
+            f"# clip: {args.still_seconds:g} s still + {len(walking) / FPS:g} s of vtest.avi + {args.still_seconds:g} s"
+        )
+        print(f"# {machine()}")
+        runs: dict[tuple[str, bool], list[tuple[float, int, int]]] = {}
+        for _ in range(2):
+            for gated in (False, True):
+                runs.setdefault(("still", gated), []).append(play(still, gated))
+                runs.setdefault(("full", gated), []).append(play(full, gated))
+    for (clip, gated), results in sorted(runs.items()):
+        cpu = min(r[0] for r in results)
+        minutes = minutes_still if clip == "still" else minutes_full
+        print(
+            f"{clip:<6}{'gated' if gated else 'ungated':<9} CPU {cpu / minutes:7.2f} s per minute of video, "
+            f"{results[0][1]} frames inferred, {results[0][2]} tracks found"
+        )
+    still_ratio = min(r[0] for r in runs[("still", True)]) / min(r[0] for r in runs[("still", False)])
+    tracks_ratio = runs[("full", True)][0][2] / max(1, runs[("full", False)][0][2])
+    still_ok, tracks_ok = still_ratio <= 0.15, tracks_ratio >= 0.98
+    print(f"still periods, gated / ungated CPU  {still_ratio:.3f}  target <= 0.15: {'met' if still_ok else 'MISSED'}")
+    print(f"tracks found, gated / ungated       {tracks_ratio:.3f}  target >= 0.98: {'met' if tracks_ok else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""Per-frame overhead, `--backend auto` against naming its pick, and auto's pick against the fastest (issue 11).
+
+    python -m benchmarks.overhead [--frames 200]
+
+(a) (pre-processing + inference + decoding) / inference, paired per frame (each frame's own three timings), median
+    over vtest.avi frames. Targets: <= 1.03 on yolox-nano, <= 1.01 on the int8 models.
+(b) `edge detect --backend auto` vs `--backend <what auto picks>` on one photo, in fresh processes, alternated
+    5 times: wall time to the answer and peak RSS. The measurement auto keeps is made first (not timed here).
+    Target: equal (ratio within noise, 1.00 +- 0.05).
+(c) For every registry family: auto's pick and the fps of every engine that can run it here, timed on 60 frames
+    of vtest.avi each, in one run. Target: auto's pick >= 0.95 of the fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks.common import MEDIA, MODELS, VTEST, machine, read_frames
+from edge_inference.edge.autoselect import auto_choice, candidates
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.settings import get_settings
+from edge_inference.models.registry import REGISTRY
+
+CASES = {
+    "yolox-nano (onnx)": (str(MODELS / "onnx/yolox_nano.onnx"), "onnx", 1.03),
+    "yolov8n int8 (onnx)": (str(MODELS / "onnx/yolov8n_int8.onnx"), "onnx", 1.01),
+    "yolov8n int8 (tflite)": (str(MODELS / "tflite/yolov8n_full_integer_quant.tflite"), "tflite", 1.01),
+}
+
+
+def overhead(frames: list) -> None:
+    print("\n## (a) per-frame (pre + inference + post) / inference, paired per frame")
+    for name, (model, backend, target) in CASES.items():
+        detector = load_detector(DetectorConfig(model, backend=backend))
+        for frame in frames[:5]:
+            detector.detect(frame)
+        ratios, pre, post, infer = [], [], [], []
+        for frame in frames:
+            t = detector.detect(frame).timings
+            ratios.append((t.preprocess_ms + t.inference_ms + t.postprocess_ms) / t.inference_ms)
+            pre.append(t.preprocess_ms)
+            post.append(t.postprocess_ms)
+            infer.append(t.inference_ms)
+        detector.close()
+        ratio = statistics.median(ratios)
+        print(
+            f"{name:<24} pre {statistics.median(pre):5.2f} ms  inference {statistics.median(infer):6.2f} ms  "
+            f"post {statistics.median(post):5.2f} ms  ratio {ratio:.3f}  target <= {target}: "
+            f"{'met' if ratio <= target else 'MISSED'}"
+        )
+
+
+def detect_run(backend: str) -> tuple[float, float]:
+    """(seconds to the answer, peak RSS MiB) of one `edge detect` in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edge_inference",
+            "detect",
+            "-m",
+            "yolox-nano",
+            "-b",
+            backend,
+            str(MEDIA / "cat_720p.jpg"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ,
+    )
+    elapsed = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return elapsed, max(after, before) / 1024  # ru_maxrss of children: the largest child so far
+
+
+def auto_vs_named() -> None:
+    pick = auto_choice("yolox-nano")
+    print(f"\n## (b) --backend auto vs --backend {pick.backend} (auto's pick: {pick.reason})")
+    times: dict[str, list[float]] = {"auto": [], pick.backend: []}
+    rss: dict[str, float] = {}
+    for _ in range(5):
+        for backend in times:
+            elapsed, _ = detect_run(backend)
+            times[backend].append(elapsed)
+    for backend in times:  # peak RSS one at a time: RUSAGE_CHILDREN keeps the largest child ever
+        code = (
+            "import resource, sys; from edge_inference.edge.loader import DetectorConfig, load_detector; "
+            f"d = load_detector(DetectorConfig('yolox-nano', backend='{backend}')); d.warmup(); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        rss[backend] = float(out.stdout.split()[-1])
+    auto_s, named_s = statistics.median(times["auto"]), statistics.median(times[pick.backend])
+    named = pick.backend
+    print(f"start-up to first detection: auto {auto_s:.2f} s, {named} {named_s:.2f} s, ratio {auto_s / named_s:.3f}")
+    ratio = rss["auto"] / rss[pick.backend]
+    print(f"peak RSS after load + warm-up: auto {rss['auto']:.0f} MiB, {named} {rss[named]:.0f} MiB, ratio {ratio:.3f}")
+
+
+def pick_vs_fastest(frames: list) -> None:
+    print("\n## (c) auto's pick vs the fastest engine, per registry family (fps on 60 vtest.avi frames)")
+    settings = get_settings()
+    families = sorted({entry.family_name for entry in REGISTRY.values() if not entry.agpl})
+    for family in families:
+        found = candidates(family, settings)
+        if len(found) < 2:
+            print(f"{family:<22} one engine here ({found[0].backend if found else 'none'}): nothing to choose")
+            continue
+        pick = auto_choice(family, settings)
+        fps = {}
+        for candidate in found:
+            detector = load_detector(DetectorConfig(candidate.model, candidate.backend, candidate.device), settings)
+            detector.warmup()
+            t0 = time.perf_counter()
+            for frame in frames:
+                detector.detect(frame)
+            fps[candidate.backend] = len(frames) / (time.perf_counter() - t0)
+            detector.close()
+        best = max(fps.values())
+        ratio = fps[pick.backend] / best
+        row = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fps.items(), key=lambda kv: -kv[1]))
+        print(
+            f"{family:<22} auto: {pick.backend:<9} {row}  pick/fastest {ratio:.3f}  target >= 0.95: "
+            f"{'met' if ratio >= 0.95 else 'MISSED'}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=int, default=200)
+    args = parser.parse_args()
+    frames = read_frames(VTEST, args.frames)
+    print(f"# {machine()}")
+    overhead(frames)
+    auto_vs_named()
+    pick_vs_fastest(frames[:60])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

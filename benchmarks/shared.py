@@ -1,0 +1,153 @@
+"""Four cameras on one model: one shared engine vs four separate engines vs one bare engine loop (issue 11).
+
+    python -m benchmarks.shared [--seconds 30] [--model yolox-nano] [--backend onnx] [--streams 4]
+
+Each setup runs in its own process (so its memory is its own), one after another, twice, alternating:
+- bare:     one thread: decode a vtest.avi frame, pre-process, infer, decode boxes; frames per second
+- shared:   `edge` with 4 streams of vtest.avi (file mode, unpaced, looping), `detectors.share: true`
+- separate: the same with `detectors.share: false` (every stream loads its own engine)
+Each reports aggregate processed fps over the measured window (after every stream delivered its first frames),
+each stream's fps, and the process's peak RSS. Targets: shared >= 0.95 of bare and above separate; per-stream fps
+within +-10% of their mean; threads: the default budget in both setups (edge/threads.py).
+Batching is not measured: none of the shared models has a dynamic batch dimension (their exports fix the
+batch inside the graph), so the scheduler runs them one frame at a time whatever `detectors.max_batch` says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks.common import VTEST, machine
+from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.streams import StreamManager
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
+    import cv2
+
+    detector = load_detector(DetectorConfig(model, backend=backend))
+    detector.warmup()
+    capture = cv2.VideoCapture(str(VTEST))
+    frames, deadline = 0, None
+    while True:
+        ok, image = capture.read()
+        if not ok:
+            capture.release()
+            capture = cv2.VideoCapture(str(VTEST))
+            continue
+        detector.detect(image)
+        if deadline is None:  # the first frame pays for lazy start-up: start the clock after it
+            deadline, started = time.monotonic() + seconds, time.monotonic()
+            continue
+        frames += 1
+        if time.monotonic() >= deadline:
+            break
+    return {"fps": frames / (time.monotonic() - started), "per_stream": [], "rss_mib": peak_rss_mib()}
+
+
+def run_service(model: str, backend: str, seconds: float, streams: int, share: bool, batch: int) -> dict[str, object]:
+    config = ServiceConfig(
+        detectors=DetectorsConfig(share=share, max_batch=batch),
+        streams=[
+            StreamConfig(
+                id=f"cam{i}", source=str(VTEST), model=model, backend=backend, mode="file", pace=False, loop=True
+            )
+            for i in range(streams)
+        ],
+    )
+    manager = StreamManager(config)
+    manager.start()
+    try:
+        deadline = time.monotonic() + 300
+        while any(p.stats.frames_processed < 5 for p in manager.pipelines.values()):
+            if time.monotonic() > deadline:
+                raise SystemExit("streams did not start within 300 s")
+            time.sleep(0.1)
+        before = [p.stats.frames_processed for p in manager.pipelines.values()]
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        after = [p.stats.frames_processed for p in manager.pipelines.values()]
+        elapsed = time.monotonic() - t0
+        per_stream = [(b - a) / elapsed for a, b in zip(before, after, strict=True)]
+        engines = len(manager.detectors.engines())
+    finally:
+        manager.stop()
+    return {"fps": sum(per_stream), "per_stream": per_stream, "rss_mib": peak_rss_mib(), "engines": engines}
+
+
+def child(args: argparse.Namespace) -> int:
+    if args.setup == "bare":
+        result = run_bare(args.model, args.backend, args.seconds)
+    else:
+        result = run_service(args.model, args.backend, args.seconds, args.streams, args.setup != "separate", args.batch)
+    print("RESULT " + json.dumps(result))
+    return 0
+
+
+def launch(setup: str, args: argparse.Namespace, model: str, batch: int = 1) -> dict[str, object]:
+    command = [sys.executable, "-m", "benchmarks.shared", "--child", setup, "--model", model]
+    command += ["--backend", args.backend, "--seconds", str(args.seconds), "--streams", str(args.streams)]
+    command += ["--batch", str(batch)]
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"{setup} failed:\n{out.stderr[-2000:]}")
+    return json.loads(line[7:])  # type: ignore[no-any-return]
+
+
+def report(name: str, runs: list[dict[str, object]]) -> float:
+    fps = statistics.median(float(r["fps"]) for r in runs)  # type: ignore[arg-type]
+    rss = max(float(r["rss_mib"]) for r in runs)  # type: ignore[arg-type]
+    streams = runs[-1]["per_stream"]
+    spread = ""
+    if streams:
+        values = [float(v) for v in streams]  # type: ignore[attr-defined]
+        mean = statistics.mean(values)
+        worst = max(abs(v - mean) / mean for v in values) if mean else 0.0
+        spread = f"  per stream {', '.join(f'{v:.2f}' for v in values)} (max deviation {worst:.1%})"
+    print(f"{name:<22}{fps:8.2f} fps  peak RSS {rss:6.0f} MiB{spread}")
+    return fps
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--model", default="yolox-nano")
+    parser.add_argument("--backend", default="onnx")
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--child", choices=["bare", "shared", "separate"], dest="setup")
+    args = parser.parse_args()
+    if args.setup:
+        return child(args)
+    print(f"# {args.streams} streams of vtest.avi, {args.model} on {args.backend}, {args.seconds:g} s per run")
+    print(f"# {machine()}")
+    runs: dict[str, list[dict[str, object]]] = {"bare": [], "shared": [], "separate": []}
+    for _ in range(2):
+        for setup in runs:
+            runs[setup].append(launch(setup, args, args.model))
+    bare = report("bare engine loop", runs["bare"])
+    shared = report(f"shared ({args.streams} streams)", runs["shared"])
+    separate = report(f"separate ({args.streams} engines)", runs["separate"])
+    values = [float(v) for v in runs["shared"][-1]["per_stream"]]  # type: ignore[attr-defined]
+    mean = statistics.mean(values)
+    fair = max(abs(v - mean) / mean for v in values) <= 0.10
+    print(f"shared / bare      {shared / bare:.3f}  target >= 0.95: {'met' if shared / bare >= 0.95 else 'MISSED'}")
+    print(f"shared / separate  {shared / separate:.3f}  target > 1: {'met' if shared > separate else 'MISSED'}")
+    print(f"per-stream fps within +-10%: {'met' if fair else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""Side by side with Ultralytics' predict loop, on the same int8 YOLOv8n files, in one run (issue 11).
+
+    python -m benchmarks.vs_ultralytics --ultralytics-python /path/to/venv/bin/python [--frames 200]
+
+Ultralytics is never a dependency of this project: it runs in its own virtual environment (pip install
+ultralytics onnxruntime ai-edge-litert there), named by --ultralytics-python. Every figure comes from a fresh
+process, ours and theirs alternated:
+(a) per-frame overhead: (pre-processing + inference + post-processing) / inference, paired per frame (each
+    frame's own three timings: Ultralytics' `Results.speed`, ours `DetectionResult.timings`), median over vtest.avi
+    frames, on yolov8n_int8.onnx (ONNX Runtime) and yolov8n_full_integer_quant.tflite (LiteRT)
+(b) streaming the whole of vtest.avi (795 frames, unpaced): ours through the pipeline (file mode), theirs through
+    `predict(source=..., stream=True)`, each as a share of a bare loop (OpenCV decode + the engine's run on a
+    prepared tensor, no pre- or post-processing) timed in the same run; and the process's peak RSS
+(c) start-up to the first detection on one photo: `edge detect -b onnx` vs `YOLO(file).predict(photo)`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks.common import MEDIA, MODELS, VTEST, machine
+
+FILES = {
+    "yolov8n_int8.onnx": ("onnx", MODELS / "onnx/yolov8n_int8.onnx"),
+    "yolov8n int8 .tflite": ("tflite", MODELS / "tflite/yolov8n_full_integer_quant.tflite"),
+}
+
+THEIRS = r"""
+import json, resource, statistics, sys, time
+t0 = time.perf_counter()
+import cv2
+from ultralytics import YOLO
+mode, path, video, frames = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+model = YOLO(path, task="detect")
+if mode == "startup":
+    result = model.predict(cv2.imread(video), verbose=False)[0]
+    print("RESULT", json.dumps({"seconds": time.perf_counter() - t0, "boxes": len(result.boxes)}))
+elif mode == "frames":
+    capture, ratios = cv2.VideoCapture(video), []
+    for index in range(frames + 5):
+        ok, image = capture.read()
+        speed = model.predict(image, verbose=False)[0].speed
+        if index >= 5:
+            ratios.append((speed["preprocess"] + speed["inference"] + speed["postprocess"]) / speed["inference"])
+    print("RESULT", json.dumps({"ratio": statistics.median(ratios)}))
+else:
+    model.predict(cv2.imread("__PHOTO__"), verbose=False)
+    count, start = 0, time.perf_counter()
+    for _ in model.predict(source=video, stream=True, verbose=False):
+        count += 1
+    fps = count / (time.perf_counter() - start)
+    print("RESULT", json.dumps({"fps": fps, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def ours_frames(backend: str, path: str, frames: int) -> dict[str, float]:
+    import cv2
+
+    from edge_inference.edge.loader import DetectorConfig, load_detector
+
+    detector = load_detector(DetectorConfig(path, backend=backend))
+    capture, ratios = cv2.VideoCapture(str(VTEST)), []
+    for index in range(frames + 5):
+        _, image = capture.read()
+        t = detector.detect(image).timings
+        if index >= 5:
+            ratios.append((t.preprocess_ms + t.inference_ms + t.postprocess_ms) / t.inference_ms)
+    return {"ratio": statistics.median(ratios)}
+
+
+def ours_stream(backend: str, path: str) -> dict[str, float]:
+    from edge_inference.edge.config import ServiceConfig, StreamConfig
+    from edge_inference.edge.streams import StreamManager
+
+    stream = StreamConfig(id="v", source=str(VTEST), model=path, backend=backend, mode="file", pace=False)
+    manager = StreamManager(ServiceConfig(streams=[stream]))
+    pipeline = manager.pipelines["v"]
+    manager.start()
+    while pipeline.stats.frames_processed < 1:
+        time.sleep(0.01)
+    start, first = time.perf_counter(), pipeline.stats.frames_processed
+    while pipeline.state != "ended":
+        time.sleep(0.01)
+    fps = (pipeline.stats.frames_processed - first) / (time.perf_counter() - start)
+    manager.stop()
+    return {"fps": fps, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bare_loop(backend: str, path: str) -> dict[str, float]:
+    """OpenCV decode + the engine's run on one prepared tensor: what any loop must pay, with nothing else."""
+    import cv2
+
+    from edge_inference.edge.loader import DetectorConfig, load_detector
+
+    detector = load_detector(DetectorConfig(path, backend=backend))
+    capture = cv2.VideoCapture(str(VTEST))
+    _, image = capture.read()
+    tensor = detector.prepare(image).tensor
+    detector.infer(tensor)
+    count, start = 0, time.perf_counter()
+    while True:
+        ok, image = capture.read()
+        if not ok:
+            break
+        detector.infer(tensor)
+        count += 1
+    return {"fps": count / (time.perf_counter() - start)}
+
+
+def child(args: argparse.Namespace) -> int:
+    backend, path = args.backend, args.path
+    if args.child == "frames":
+        result = ours_frames(backend, path, args.frames)
+    elif args.child == "stream":
+        result = ours_stream(backend, path)
+    else:
+        result = bare_loop(backend, path)
+    print("RESULT " + json.dumps(result))
+    return 0
+
+
+def result_of(command: list[str]) -> dict[str, float]:
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"{' '.join(command[:4])} failed:\n{out.stderr[-3000:]}")
+    return json.loads(line[7:])  # type: ignore[no-any-return]
+
+
+def ours(kind: str, backend: str, path: str, frames: int) -> dict[str, float]:
+    command = [sys.executable, "-m", "benchmarks.vs_ultralytics", "--child", kind, "--backend", backend]
+    return result_of([*command, "--path", path, "--frames", str(frames)])
+
+
+def theirs(python: str, mode: str, path: str, target: str, frames: int) -> dict[str, float]:
+    script = THEIRS.replace("__PHOTO__", str(MEDIA / "cat_720p.jpg"))
+    return result_of([python, "-c", script, mode, path, target, str(frames)])
+
+
+def startup_ours(path: str) -> float:
+    t0 = time.perf_counter()
+    command = [sys.executable, "-m", "edge_inference", "detect", "-m", path, "-b", "onnx", str(MEDIA / "cat_720p.jpg")]
+    subprocess.run(command, capture_output=True, check=True)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ultralytics-python", default=None)
+    parser.add_argument("--frames", type=int, default=200)
+    parser.add_argument("--child", choices=["frames", "stream", "bare"])
+    parser.add_argument("--backend", default="onnx")
+    parser.add_argument("--path", default="")
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    if not args.ultralytics_python:
+        parser.error("--ultralytics-python: the python of a virtual environment with ultralytics installed")
+    python = args.ultralytics_python
+    version = subprocess.run(
+        [python, "-c", "import ultralytics; print(ultralytics.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
+    print(f"# edge vs Ultralytics {version}, {args.frames} frames of vtest.avi for (a); {machine()}")
+    print("\n## (a) per-frame (pre + inference + post) / inference, paired per frame, median")
+    for name, (backend, path) in FILES.items():
+        mine = ours("frames", backend, str(path), args.frames)["ratio"]
+        theirs_ratio = theirs(python, "frames", str(path), str(VTEST), args.frames)["ratio"]
+        print(f"{name:<24} edge {mine:.3f}   Ultralytics {theirs_ratio:.3f}")
+    print("\n## (b) streaming all of vtest.avi, unpaced: fps as a share of a bare decode + inference loop")
+    for name, (backend, path) in FILES.items():
+        bare = statistics.median(ours("bare", backend, str(path), 0)["fps"] for _ in range(2))
+        mine = ours("stream", backend, str(path), 0)
+        other = theirs(python, "stream", str(path), str(VTEST), 0)
+        print(
+            f"{name:<24} bare {bare:6.2f} fps   edge {mine['fps'] / bare:.3f} (peak RSS {mine['rss_mib']:.0f} MiB)"
+            f"   Ultralytics {other['fps'] / bare:.3f} (peak RSS {other['rss_mib']:.0f} MiB)"
+        )
+    print("\n## (c) start-up to the first detection on one photo (median of 3, fresh processes)")
+    path = str(MODELS / "onnx/yolov8n_int8.onnx")
+    mine_s, theirs_s = [], []
+    for _ in range(3):
+        mine_s.append(startup_ours(path))
+        t0 = time.perf_counter()
+        theirs(python, "startup", path, str(MEDIA / "cat_720p.jpg"), 0)
+        theirs_s.append(time.perf_counter() - t0)
+    edge_s, ultralytics_s = statistics.median(mine_s), statistics.median(theirs_s)
+    print(f"yolov8n_int8.onnx        edge {edge_s:.2f} s   Ultralytics {ultralytics_s:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

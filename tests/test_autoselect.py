@@ -1,0 +1,105 @@
+"""`--backend auto` by measurement: timed once per model, engines and machine, then read without importing
+engines it does not use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edge_inference.backends.hardware import intel_accelerators
+from edge_inference.edge.autoselect import auto_choice, cache_key, cache_path, candidates
+from edge_inference.edge.settings import Settings
+from tests.conftest import MODELS, REPO
+from tests.fake_devices import usb_device, write
+from tests.helpers import run_edge
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("EDGE_MODEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EDGE_AUTO_CACHE", str(tmp_path / "auto.json"))
+    return Settings(model_cache=tmp_path / "cache", model_mirror=str(MODELS), auto_cache=tmp_path / "auto.json")
+
+
+def test_bench_times_every_engine_that_runs_the_model_and_keeps_the_result(settings: Settings):
+    env = {"EDGE_MODEL_CACHE": str(settings.model_cache), "EDGE_AUTO_CACHE": str(settings.auto_cache)}
+    result = run_edge("backends", "--bench", "yolox-nano", env=env)
+    assert result.returncode == 0, result.stderr
+    engines = ("onnx", "openvino", "tflite")
+    rows = {
+        line.split()[0]: line for line in result.stdout.splitlines() if line.split()[:1] and line.split()[0] in engines
+    }
+    assert set(rows) == {"onnx", "openvino", "tflite"}  # each engine with its own file of the same weights
+    assert "yolox-nano-tflite" in rows["tflite"] and "yolox-nano-openvino" in rows["openvino"]
+    timings = {key: float(row.split()[2]) for key, row in rows.items()}
+    chosen = next(key for key, row in rows.items() if "<- --backend auto" in row)
+    assert timings[chosen] == min(timings.values())
+    stored = json.loads(cache_path(settings).read_text())
+    assert list(stored) == [cache_key(candidates("yolox-nano", settings), settings)]
+
+
+def _store(settings: Settings, model: str, timings: dict[str, float]) -> None:
+    """A measurement as the cache keeps it, with made-up timings that decide the choice."""
+    found = candidates(model, settings)
+    results = [
+        {"backend": c.backend, "device": c.device, "model": c.model, "ms_p50": timings[c.backend], "error": None}
+        for c in found
+    ]
+    key = cache_key(found, settings)
+    cache_path(settings).parent.mkdir(parents=True, exist_ok=True)
+    cache_path(settings).write_text(json.dumps({key: {"model": model, "results": results}}))
+
+
+def test_auto_reads_the_stored_measurement_instead_of_measuring_again(settings: Settings):
+    _store(settings, "yolox-nano", {"onnx": 30.0, "openvino": 20.0, "tflite": 10.0})
+    choice = auto_choice("yolox-nano", settings)
+    assert (choice.backend, choice.model) == ("tflite", "yolox-nano-tflite")
+    assert "fastest here when measured (10.0 ms" in choice.reason
+
+
+def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
+    """Naming the engine or letting auto pick it from the cache loads the same modules: OpenVINO (+46 MiB) is
+    not imported to look for accelerators a machine without Intel GPU or NPU nodes cannot have."""
+    _store(settings, "yolox-nano", {"onnx": 10.0, "openvino": 20.0, "tflite": 30.0})
+    code = (
+        "import sys\n"
+        "from edge_inference.edge.loader import DetectorConfig, load_detector\n"
+        "d = load_detector(DetectorConfig('yolox-nano'))\n"
+        "print(d.backend.key, 'openvino' in sys.modules, 'ai_edge_litert' in sys.modules)\n"
+    )
+    env = {
+        **os.environ,
+        "EDGE_MODEL_CACHE": str(settings.model_cache),
+        "EDGE_AUTO_CACHE": str(settings.auto_cache),
+        "EDGE_MODEL_MIRROR": str(MODELS),
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert out.stdout.split() == ["onnx", "False", "False"], out.stderr
+
+
+def test_a_different_machine_or_engine_set_measures_again(settings: Settings, tmp_path: Path, monkeypatch):
+    found = candidates("yolox-nano", settings)
+    before = cache_key(found, settings)
+    assert cache_key(found[:2], settings) != before
+    root = tmp_path / "root"
+    usb_device(root, "2-1", "18d1", "9302", "5000")  # a Coral USB Accelerator plugged in
+    monkeypatch.setenv("EDGE_SYSROOT", str(root))
+    assert cache_key(found, settings) != before
+
+
+def test_one_candidate_needs_no_measurement(settings: Settings):
+    choice = auto_choice(str(MODELS / "openvino/yolox_nano.xml"), settings)  # only OpenVINO reads IR
+    assert choice.backend == "openvino" and "the only engine here that runs it" in choice.reason
+    assert not cache_path(settings).exists()
+
+
+def test_intel_gpu_and_npu_nodes_are_found_without_openvino(tmp_path: Path, monkeypatch):
+    write(tmp_path, "sys/class/drm/renderD128/device/vendor", "0x8086\n")
+    write(tmp_path, "sys/class/drm/renderD129/device/vendor", "0x10de\n")  # an NVIDIA card: not OpenVINO's
+    write(tmp_path, "dev/accel/accel0")
+    assert intel_accelerators(tmp_path) == ["GPU  Intel graphics at /dev/dri/renderD128", "NPU  /dev/accel/accel0"]

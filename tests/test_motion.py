@@ -1,0 +1,131 @@
+"""Motion gating: a still scene skips the detector, movement runs it, objects in view keep being checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from edge_inference.edge.cli.serve import _config
+from edge_inference.edge.config import MotionConfig, ServiceConfig, StreamConfig
+from edge_inference.edge.motion import MotionGate
+from edge_inference.edge.streams import StreamManager
+from tests.conftest import MODELS, VTEST
+from tests.test_watchdogs import wait_for
+
+FPS = 10.0
+
+
+def vtest_frames(count: int, start: int = 0) -> list[np.ndarray]:
+    capture = cv2.VideoCapture(str(VTEST))
+    capture.set(cv2.CAP_PROP_POS_FRAMES, start)
+    frames = []
+    while len(frames) < count:
+        ok, frame = capture.read()
+        assert ok
+        frames.append(frame)
+    capture.release()
+    return frames
+
+
+@pytest.fixture(scope="module")
+def empty_scene() -> np.ndarray:
+    """The street without anyone on it: the per-pixel median of frames spread over the video (people move on)."""
+    frames = vtest_frames(795)[::15]
+    return np.median(np.stack(frames), axis=0).astype(np.uint8)
+
+
+def noisy(image: np.ndarray, rng: np.random.Generator, sigma: float = 2.0) -> np.ndarray:
+    """A camera's sensor noise on a still scene."""
+    return np.clip(image + rng.normal(0, sigma, image.shape), 0, 255).astype(np.uint8)
+
+
+def with_clock(image: np.ndarray, second: int) -> np.ndarray:
+    stamped = image.copy()
+    cv2.putText(stamped, f"10:{second // 60:02d}:{second % 60:02d}", (10, 50), 0, 2, (255, 255, 255), 4)
+    return stamped
+
+
+def test_a_still_scene_skips_and_people_walking_run_the_detector(empty_scene: np.ndarray):
+    rng = np.random.default_rng(1)
+    gate = MotionGate(MotionConfig(max_idle_s=1000))
+    verdicts = [gate.check(noisy(empty_scene, rng), t / FPS) for t in range(50)]
+    assert verdicts[0].reason == "first"
+    assert not any(v.run for v in verdicts[1:]), [v.moving for v in verdicts]
+    walking = [gate.check(frame, (50 + t) / FPS) for t, frame in enumerate(vtest_frames(20, start=100))]
+    assert sum(v.run for v in walking) >= 19, [v.moving for v in walking]
+
+
+def test_changes_inside_an_ignored_region_do_not_count(empty_scene: np.ndarray):
+    """A clock burnt into the picture changes every second; ignored, it never wakes the detector."""
+    rng = np.random.default_rng(2)
+    ignored = MotionGate(MotionConfig(ignore=[[(0.0, 0.0), (0.6, 0.0), (0.6, 0.1), (0.0, 0.1)]], max_idle_s=1000))
+    counted = MotionGate(MotionConfig(max_idle_s=1000))
+    frames = [noisy(with_clock(empty_scene, t), rng) for t in range(40)]
+    ran_ignored = [ignored.check(frame, t).run for t, frame in enumerate(frames)]
+    ran_counted = [counted.check(frame, t).run for t, frame in enumerate(frames)]
+    assert not any(ran_ignored[1:])
+    assert any(ran_counted[1:])  # the same clock, not ignored, is motion
+
+
+def test_objects_in_view_are_rechecked_and_an_empty_scene_gets_a_heartbeat(empty_scene: np.ndarray):
+    rng = np.random.default_rng(3)
+    gate = MotionGate(MotionConfig(recheck_s=1.0, max_idle_s=5.0))
+    gate.check(noisy(empty_scene, rng), 0.0)
+    gate.found(True)  # a parked car, say: it does not move but it is there
+    runs = [t / FPS for t in range(1, 31) if gate.check(noisy(empty_scene, rng), t / FPS).run]
+    assert runs == [1.0, 2.0, 3.0]
+    gate.found(False)
+    runs = [t / FPS for t in range(31, 120) if gate.check(noisy(empty_scene, rng), t / FPS).run]
+    assert runs == [8.0]  # five seconds after the last run
+
+
+def test_a_gated_stream_skips_still_frames_and_detects_the_walkers(tmp_path: Path, empty_scene: np.ndarray):
+    """A clip of 40 still frames then 40 of people walking: the still part is skipped (counted), the walking
+    part is all detected."""
+    rng = np.random.default_rng(4)
+    clip = tmp_path / "still-then-walk.avi"
+    height, width = empty_scene.shape[:2]
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), FPS, (width, height))
+    for _ in range(40):
+        writer.write(noisy(empty_scene, rng))
+    for frame in vtest_frames(40, start=200):
+        writer.write(frame)
+    writer.release()
+    stream = StreamConfig(
+        id="gated",
+        source=str(clip),
+        model=str(MODELS / "onnx/yolox_nano.onnx"),
+        backend="onnx",
+        mode="file",
+        pace=False,
+        motion=MotionConfig(),
+    )
+    manager = StreamManager(ServiceConfig(streams=[stream]))
+    people: list[int] = []
+    pipeline = manager.pipelines["gated"]
+    pipeline.add_listener(lambda r: people.append(r.index) if any(d.label == "person" for d in r.detections) else None)
+    manager.start()
+    try:
+        wait_for(lambda: pipeline.state == "ended", "the clip to end")
+    finally:
+        manager.stop()
+    figures = pipeline.stats.snapshot()
+    assert figures.frames_still >= 35  # the first frame and the heartbeat may run
+    assert figures.frames_processed + figures.frames_still == 80
+    assert len([i for i in people if i >= 40]) >= 38
+
+
+def test_motion_is_off_unless_asked_and_the_flag_turns_it_on():
+    assert StreamConfig(id="a", source="0").motion is None
+    flags = {
+        "compare": None,
+        "stream_id": "main",
+        "no_pace": False,
+        "motion": True,
+        "model": "yolox-nano",
+    }
+    config = _config(None, "0", {}, flags)
+    assert config.streams[0].motion == MotionConfig()

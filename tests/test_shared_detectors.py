@@ -1,0 +1,276 @@
+"""Several streams on one loaded engine: loaded once, each stream gets its own frames' results, served in turn."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from edge_inference.backends import BackendOptions, open_backend
+from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
+from edge_inference.edge.detector_pool import DetectorPool, describe_engine
+from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.scheduler import InferenceScheduler
+from edge_inference.edge.snapshots import service_stats
+from edge_inference.edge.streams import StreamManager
+from edge_inference.edge.threads import cgroup_cpu_limit, plan_engine, usable_cores
+from tests.conftest import MEDIA, MODELS, VTEST
+from tests.test_watchdogs import wait_for
+
+YOLOX = MODELS / "onnx/yolox_nano.onnx"
+
+
+def _labels(pipeline) -> set[str]:
+    return {d.label for d in pipeline.latest.detections} if pipeline.latest else set()
+
+
+def test_streams_on_one_model_share_one_engine_and_each_gets_its_own_results(tmp_path: Path):
+    """A cat photo and the pedestrian video on one shared engine: one engine loaded, serving both; the photo's
+    stream finds the cat and the video's stream finds people and never the cat (no frame's outputs are handed to
+    the wrong stream)."""
+    cat = tmp_path / "cat.jpg"
+    cv2.imwrite(str(cat), cv2.imread(str(MEDIA / "cat_720p.jpg")))
+    config = ServiceConfig(
+        streams=[
+            StreamConfig(id="walk", source=str(VTEST), model=str(YOLOX), backend="onnx", mode="file", pace=False),
+            StreamConfig(
+                id="cat", source=str(cat), model=str(YOLOX), backend="onnx", mode="file", pace=False, loop=True
+            ),
+        ]
+    )
+    manager = StreamManager(config)
+    seen: dict[str, set[str]] = {"walk": set(), "cat": set()}
+    for stream_id, pipeline in manager.pipelines.items():
+        pipeline.add_listener(lambda r, s=stream_id: seen[s].update(d.label for d in r.detections))
+    manager.start()
+    try:
+        wait_for(lambda: all(p.stats.frames_processed >= 30 for p in manager.pipelines.values()), "frames on both")
+        engines = manager.detectors.engines()
+        assert len(engines) == 1
+        figures = describe_engine(engines[0])
+        assert figures.streams == ["cat", "walk"]
+        assert figures.frames_per_stream["cat"] >= 30 and figures.frames_per_stream["walk"] >= 30
+        assert figures.inference_ms_p50 and figures.inference_ms_p50 > 0
+        stats = service_stats(manager)
+        assert [d.streams for d in stats.detectors] == [["cat", "walk"]]
+    finally:
+        manager.stop()
+    assert "cat" in seen["cat"]
+    assert "person" in seen["walk"] and "cat" not in seen["walk"]
+
+
+def test_streams_do_not_share_when_sharing_is_off():
+    config = ServiceConfig(
+        detectors=DetectorsConfig(share=False),
+        streams=[
+            StreamConfig(id=f"s{i}", source=str(VTEST), model=str(YOLOX), backend="onnx", mode="file", pace=False)
+            for i in range(2)
+        ],
+    )
+    manager = StreamManager(config)
+    manager.start()
+    try:
+        wait_for(lambda: all(p.stats.frames_processed >= 3 for p in manager.pipelines.values()), "frames")
+        assert sorted(describe_engine(e).streams[0] for e in manager.detectors.engines()) == ["s0", "s1"]
+    finally:
+        manager.stop()
+    assert manager.detectors.engines() == []  # released with their streams
+
+
+def test_a_quiet_stream_is_never_starved_by_busy_ones():
+    """Two streams submit frames back to back while a third submits now and then: each of its frames is served
+    after at most the frames already waiting (one per other stream), never behind a busy stream's next ones."""
+    backend = open_backend("onnx", YOLOX, BackendOptions(threads=1))
+    scheduler = InferenceScheduler([backend])
+    tensor = np.zeros(backend.inputs[0].shape, dtype=np.float32)
+    stop = threading.Event()
+
+    def busy(name: str) -> None:
+        while not stop.is_set():
+            scheduler.run(name, tensor)
+
+    workers = [threading.Thread(target=busy, args=(name,), daemon=True) for name in ("a", "b")]
+    for worker in workers:
+        worker.start()
+    wait_for(lambda: scheduler.stats.per_stream.get("b", 0) >= 2, "both busy streams to run")
+    served_after = []
+    try:
+        for _ in range(10):
+            before = scheduler.stats.batches
+            scheduler.run("quiet", tensor)
+            served_after.append(scheduler.stats.batches - before)
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(10)
+        backend.close()
+    # its own inference, plus at most the one running and the one queued when it arrived
+    assert max(served_after) <= 3, served_after
+
+
+@pytest.fixture(scope="module")
+def batchable_model(tmp_path_factory) -> Path:
+    """A real ONNX graph with a dynamic batch dimension (none of the shared detectors has one: their exports fix
+    the batch in reshapes): each sample's per-channel mean, so every output row belongs to one input."""
+    from onnx import TensorProto, helper, save
+
+    node = helper.make_node("ReduceMean", ["images"], ["means"], axes=[2, 3], keepdims=0)
+    graph = helper.make_graph(
+        [node],
+        "per_sample_means",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["batch", 3, 32, 32])],
+        [helper.make_tensor_value_info("means", TensorProto.FLOAT, ["batch", 3])],
+    )
+    path = tmp_path_factory.mktemp("batch") / "means.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_batched_frames_of_several_streams_get_their_own_outputs(batchable_model: Path):
+    """Frames that queue while the engine is busy run next as one batch; each stream gets its own frame's rows."""
+    backend = open_backend("onnx", batchable_model, BackendOptions(threads=1))
+    assert backend.accepts_batch
+    release, batches = threading.Event(), []
+    run_batch = backend.run_batch
+
+    def held_first(tensors: list[np.ndarray]) -> list[list[np.ndarray]]:
+        release.wait(60)  # the engine is busy with the first frame until the others have queued
+        batches.append(len(tensors))
+        return run_batch(tensors)
+
+    backend.run_batch = held_first  # type: ignore[method-assign]
+    scheduler = InferenceScheduler([backend], max_batch=4)
+    base = np.arange(3, dtype=np.float32)[None, :, None, None]
+    tensors = [np.full((1, 3, 32, 32), float(i), dtype=np.float32) + base for i in range(4)]
+    results: dict[int, np.ndarray] = {}
+
+    def submit(index: int) -> None:
+        results[index] = scheduler.run(f"s{index}", tensors[index])[0][0]
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(4)]
+    threads[0].start()
+    wait_for(lambda: scheduler.busy_for() > 0, "the first frame to take the engine", timeout=30)
+    for thread in threads[1:]:
+        thread.start()
+    wait_for(lambda: scheduler.waiting == 3, "three frames to queue", timeout=30)
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    backend.close()
+    assert batches == [1, 3]
+    for index in range(4):
+        np.testing.assert_allclose(results[index], [[index, index + 1, index + 2]])  # a batch of one, its own
+
+
+def test_a_model_with_a_fixed_batch_runs_one_frame_at_a_time():
+    backend = open_backend("onnx", YOLOX, BackendOptions(threads=1))
+    try:
+        assert not backend.accepts_batch  # its export fixes the batch inside the graph
+        assert InferenceScheduler([backend], max_batch=8).max_batch == 1
+    finally:
+        backend.close()
+
+
+def test_thread_budget_divides_the_cores_among_engines_and_lanes():
+    one = plan_engine(streams=1, engines=1, cores=4)
+    assert (one.threads, one.lanes) == (4, 1)
+    four_on_two = plan_engine(streams=4, engines=1, cores=2)
+    assert (four_on_two.threads, four_on_two.lanes) == (1, 2)
+    separate = plan_engine(streams=1, engines=4, cores=2)
+    assert (separate.threads, separate.lanes) == (1, 1)
+    configured = plan_engine(streams=4, engines=1, cores=4, threads=2)
+    assert (configured.threads, configured.lanes) == (2, 2)
+
+
+def test_container_cpu_quota_caps_the_cores(tmp_path: Path):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_limit(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_limit(tmp_path) is None
+
+
+def test_engines_default_to_every_usable_core():
+    """LiteRT's own default is one thread; ONNX Runtime's is every core per session. Both now get the budget."""
+    detector = load_detector(DetectorConfig(str(YOLOX), backend="onnx"))
+    try:
+        options = detector.backend.session.get_session_options()  # type: ignore[attr-defined]
+        assert options.intra_op_num_threads == usable_cores()
+    finally:
+        detector.close()
+
+
+def test_a_shared_litert_engine_gets_an_interpreter_per_lane():
+    """An interpreter is not thread-safe: two lanes of a shared LiteRT engine are two interpreters on one file."""
+    pool = DetectorPool()
+    path = MODELS / "tflite/ssd_mobilenet_v2_coco_quant_postprocess.tflite"
+    first = pool.acquire("a", "tflite", path, BackendOptions(threads=1), lanes=2)
+    second = pool.acquire("b", "tflite", path, BackendOptions(threads=1), lanes=2)
+    try:
+        assert first.shared is second.shared
+        assert first.shared is not None and first.shared.scheduler.lanes == 2 and len(first.shared.copies) == 1
+    finally:
+        first.close()
+        second.close()
+    assert pool.engines() == []
+
+
+def test_a_hung_shared_engine_is_replaced_for_the_streams_that_reload():
+    """An engine whose inference never returns is left to its thread; the next stream to load gets a fresh one,
+    and the hung one is closed once its call finally returns and its last stream lets go."""
+    unblock, closed, opened = threading.Event(), [], []
+
+    def opener(engine: str, path: Path, options: BackendOptions):
+        backend = open_backend(engine, path, options)
+        if not opened:  # the first engine wedges on its first run, like an unplugged USB accelerator
+            run = backend.run
+
+            def hanging_run(tensor: np.ndarray) -> list[np.ndarray]:
+                unblock.wait(120)
+                return run(tensor)
+
+            backend.run = hanging_run  # type: ignore[method-assign]
+            close = backend.close
+            backend.close = lambda: (closed.append("first"), close())  # type: ignore[method-assign]
+        opened.append(backend)
+        return backend
+
+    pool = DetectorPool(opener=opener)
+    options = BackendOptions(threads=1)
+    first = pool.acquire("a", "onnx", YOLOX, options, stuck_after_s=0.5)
+    tensor = np.zeros(first.inputs[0].shape, dtype=np.float32)
+    stuck = threading.Thread(target=first.run, args=(tensor,), daemon=True)
+    stuck.start()
+    assert first.shared is not None
+    wait_for(lambda: first.shared.scheduler.busy_for() > 0.5, "the first engine to hang")
+    second = pool.acquire("a", "onnx", YOLOX, options, stuck_after_s=0.5)
+    try:
+        assert second.shared is not first.shared and describe_engine(first.shared).hung
+        assert second.run(tensor)[0].shape == (1, 3549, 85)  # the fresh engine works
+        first.close()  # the stream let go of the hung one while its inference is still running
+        assert closed == []
+        unblock.set()
+        stuck.join(60)
+        assert closed == ["first"]  # freed by its own thread, once its call returned
+    finally:
+        second.close()
+    assert pool.engines() == []
+
+
+def test_the_api_and_metrics_report_each_shared_engine():
+    from tests.inprocess import SSD_ONNX, app_client, service_config, wait_ready
+
+    config = service_config(backend="onnx", model=SSD_ONNX)
+    streams = [config.streams[0], config.streams[0].model_copy(update={"id": "second"})]
+    with app_client(config.model_copy(update={"streams": streams})) as client:
+        wait_ready(client)
+        wait_for(lambda: client.get("/api/v1/stats").json()["detectors"][0]["frames"] >= 10, "frames on the engine")
+        detectors = client.get("/api/v1/stats").json()["detectors"]
+        metrics = client.get("/metrics").text
+    assert len(detectors) == 1 and detectors[0]["streams"] == ["main", "second"]
+    assert detectors[0]["backend"] == "onnx" and detectors[0]["inference_ms_p50"] > 0
+    assert 'edge_detector_streams{backend="onnx"' in metrics and "edge_detector_queue_wait_ms" in metrics
