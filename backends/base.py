@@ -13,7 +13,6 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-
 Parallel = Literal["shared", "copies", "none"]
 
 

@@ -2,10 +2,10 @@
 
 A fixed rule cannot know: on one day OpenVINO ran yolox-nano 1.45x faster than ONNX Runtime here, on another 0.9x.
 On first use of a model, every engine (and device) that can run it here is timed on a few warm inferences, the
-fastest wins, and the result is kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key made of the model files'
-hashes, the engines' versions and the machine (CPU, cores, accelerators found). Later runs read the choice without
-importing any engine they will not use. The measurement runs in a child process, so the engines it tried and
-dropped leave nothing behind in the service's memory. `edge backends --bench MODEL` shows the table;
+fastest wins, and the result is kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key
+made of the model files' hashes, the engines' versions and the machine (CPU, cores, accelerators found). Later
+runs read the choice without importing any engine they will not use. The measurement runs in a child process, so
+the engines it tried and dropped leave nothing behind in the service's memory. `edge backends --bench MODEL` shows the table;
 EDGE_AUTO_MEASURE=0 chooses by the engines' fixed ranking instead.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from edge_inference.backends import BackendError, engines
+from edge_inference.backends import engines
 from edge_inference.backends.discovery import choose_backend
 from edge_inference.backends.hardware import (
     coral_pcie_devices,
@@ -34,10 +34,10 @@ from edge_inference.backends.hardware import (
     nvidia_gpus,
     rockchip_soc,
 )
-from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.detector import Detector
-from edge_inference.edge.model_files import locate_model, model_for_engine
+from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.machine import describe_machine
+from edge_inference.edge.model_files import locate_model, model_for_engine
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
@@ -88,7 +88,7 @@ def candidates(model: str, settings: Settings) -> list[Candidate]:
             _, path = locate_model(name, settings)
         except ChecksumMismatchError:
             raise  # a swapped or corrupted cached file is the user's to know about, not a missing candidate
-        except Exception:  # noqa: BLE001 - a family member that cannot be fetched here is not a candidate
+        except Exception:  # noqa: BLE001, S112 - a family member that cannot be fetched here is not a candidate
             continue
         offer = engine.rank(path)
         if offer is not None:

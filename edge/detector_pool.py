@@ -139,10 +139,7 @@ class DetectorPool:
                     copy.close()
                 backend.close()
                 raise
-        if backend.parallel == "shared":
-            lane_backends = [backend] * max(1, lanes)
-        else:
-            lane_backends = [backend, *copies]
+        lane_backends = [backend] * max(1, lanes) if backend.parallel == "shared" else [backend, *copies]
         return SharedEngine(key, backend, InferenceScheduler(lane_backends, self.max_batch), copies=copies)
 
     def _live_engine(self, key: EngineKey, stuck_after_s: float) -> SharedEngine | None:

@@ -22,9 +22,9 @@ from typing import Literal, cast
 import numpy as np
 
 from edge_inference.edge.capture import CaptureRunner, SourceState
-from edge_inference.edge.motion import MotionGate
 from edge_inference.edge.delivery import END, Delivered, Mode, delivery_for, put_unless_stopped
 from edge_inference.edge.detector import Detector, Prepared
+from edge_inference.edge.motion import MotionGate
 from edge_inference.edge.publish import Broadcaster
 from edge_inference.edge.sources import Frame, FrameSource
 from edge_inference.edge.stats import StreamStats

@@ -38,7 +38,11 @@ def detector_options(func: F) -> F:
             help="Device for the engine, e.g. cpu, cuda:0, tensorrt (onnx); CPU, GPU, NPU, AUTO (openvino).",
         ),
         click.option("--fallback", is_flag=True, help="If the device is unavailable, run on the CPU and say so."),
-        click.option("--threads", type=click.IntRange(min=1), help="Engine threads (default: the machine's usable cores, shared among the engines loaded)."),
+        click.option(
+            "--threads",
+            type=click.IntRange(min=1),
+            help="Engine threads (default: the machine's usable cores, shared among the engines loaded).",
+        ),
         click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True, help="Minimum score."),
         click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True, help="NMS IoU threshold."),
         click.option(
