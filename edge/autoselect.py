@@ -5,8 +5,8 @@ On first use of a model, every engine (and device) that can run it here is timed
 fastest wins, and the result is kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key
 made of the model files' hashes, the engines' versions and the machine (CPU, cores, accelerators found). Later
 runs read the choice without importing any engine they will not use. The measurement runs in a child process, so
-the engines it tried and dropped leave nothing behind in the service's memory. `edge backends --bench MODEL` shows the table;
-EDGE_AUTO_MEASURE=0 chooses by the engines' fixed ranking instead.
+the engines it tried and dropped leave nothing behind in the service's memory. `edge backends --bench MODEL`
+shows the table; EDGE_AUTO_MEASURE=0 chooses by the engines' fixed ranking instead.
 """
 
 from __future__ import annotations
