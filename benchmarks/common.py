@@ -27,3 +27,12 @@ pct = percentile  # the benchmarks' short name for the one percentile helper
 
 def machine() -> str:
     return describe_machine()
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM). Not `ru_maxrss`: that one keeps the high-water mark of the
+    parent a child was forked from, so a child of a big benchmark process would report the parent's size."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

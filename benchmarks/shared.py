@@ -17,20 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
 import time
 
-from benchmarks.common import VTEST, machine
+from benchmarks.common import VTEST, machine, peak_rss_mib
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.loader import DetectorConfig, load_detector
 from edge_inference.edge.streams import StreamManager
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
@@ -56,12 +51,21 @@ def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
     return {"fps": frames / (time.monotonic() - started), "per_stream": [], "rss_mib": peak_rss_mib()}
 
 
-def run_service(model: str, backend: str, seconds: float, streams: int, share: bool, batch: int) -> dict[str, object]:
+def run_service(
+    model: str, backend: str, seconds: float, streams: int, share: bool, batch: int, threads: int | None = None
+) -> dict[str, object]:
     config = ServiceConfig(
         detectors=DetectorsConfig(share=share, max_batch=batch),
         streams=[
             StreamConfig(
-                id=f"cam{i}", source=str(VTEST), model=model, backend=backend, mode="file", pace=False, loop=True
+                id=f"cam{i}",
+                source=str(VTEST),
+                model=model,
+                backend=backend,
+                mode="file",
+                pace=False,
+                loop=True,
+                threads=threads,
             )
             for i in range(streams)
         ],

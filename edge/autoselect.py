@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -43,6 +44,7 @@ from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
 
 WARM_RUNS, TIMED_RUNS, MAX_SECONDS = 2, 10, 3.0
+_MEASURING = threading.Lock()
 Say = Callable[[str], None]
 # (model, backend, device) -> a loaded detector; the loader's, passed in (the loader itself asks this module)
 Load = Callable[[str, str, str], Detector]
@@ -209,8 +211,9 @@ def auto_choice(model: str, settings: Settings | None = None) -> AutoChoice:
     if len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
         return _by_rule(model, settings, found)
     key = cache_key(found, settings)
-    if key not in read_cache(settings):
-        _measure_in_child(model)
+    with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
+        if key not in read_cache(settings):
+            _measure_in_child(model)
     entry = read_cache(settings).get(key)
     results = [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
     best = fastest(results)

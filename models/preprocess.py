@@ -64,6 +64,7 @@ class Preprocessor:
         self._a = a.astype(np.float32)
         self._b = b.astype(np.float32)
         self._has_offset = bool(np.any(self._b != 0))
+        self._identity = bool(np.all(self._a == 1)) and not self._has_offset
         # Pixels are uint8, so normalisation + quantisation is a 256-entry table per channel: one pass, any dtype.
         self._lut = self._table(a, b) if self.dtype in _LUT_DTYPES else None
         self._plane_luts = [] if self._lut is None else [np.ascontiguousarray(self._lut[:, c]) for c in range(3)]
@@ -112,6 +113,16 @@ class Preprocessor:
     def _apply_table(self, hwc: np.ndarray) -> None:
         assert self._lut is not None
         out = self._tensor[0]
+        if self.pre.layout == "NCHW" and self.dtype == np.float32:
+            # float planes straight from a transposed view: one pass, twice as fast as split + three tables
+            planar = (hwc[..., ::-1] if self._swap else hwc).transpose(2, 0, 1)
+            if self._identity:
+                np.copyto(out, planar, casting="unsafe")
+                return
+            np.multiply(planar, self._a[:, None, None], out=out)
+            if self._has_offset:
+                out += self._b[:, None, None]
+            return
         if self.pre.layout == "NCHW":
             for index, plane in enumerate(self._planes(hwc)):
                 cv2.LUT(plane, self._plane_luts[index], dst=out[index])
