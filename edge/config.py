@@ -223,8 +223,8 @@ class DetectorsConfig(BaseModel):
 
     # Streams on the same model file, engine and device share one loaded engine, served in turn.
     share: bool = True
-    # Frames of several streams run as one batch where the model's batch dimension is dynamic. Measured on the
-    # CPU engines it does not pay (BENCHMARKS.md), so one frame per inference unless asked.
+    # Frames of several streams waiting together run as one batch where the model's batch dimension is dynamic.
+    # None of the registry's files has one (their exports fix the batch), so it is unmeasured here and off.
     max_batch: int = Field(default=1, ge=1, le=64)
 
 
