@@ -204,18 +204,26 @@ def fastest(results: list[Measurement]) -> Measurement | None:
     return min(timed, key=lambda r: r.ms_p50 or 0.0) if timed else None
 
 
-def auto_choice(model: str, settings: Settings | None = None) -> AutoChoice:
-    """The engine `--backend auto` runs `model` on, measured once per model, engines and machine."""
-    settings = settings or get_settings()
-    found = candidates(model, settings)
-    if len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
-        return _by_rule(model, settings, found)
-    key = cache_key(found, settings)
+def stored_results(key: str, model: str, settings: Settings) -> list[Measurement]:
+    """The measurement kept under `key`, made now (in a child process) when there is none; [] if that failed."""
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
         if key not in read_cache(settings):
             _measure_in_child(model)
     entry = read_cache(settings).get(key)
-    results = [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
+    try:
+        return [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
+    except (TypeError, KeyError):  # a hand-edited or older file: measure again next time
+        return []
+
+
+def auto_choice(model: str, settings: Settings | None = None, *, measure: bool = True) -> AutoChoice:
+    """The engine `--backend auto` runs `model` on, measured once per model, engines and machine; by the engines'
+    ranking when `measure` is off (a device the user named: only the ranking knows which engine has it)."""
+    settings = settings or get_settings()
+    found = candidates(model, settings)
+    if not measure or len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
+        return _by_rule(model, settings, found)
+    results = stored_results(cache_key(found, settings), model, settings)
     best = fastest(results)
     if best is None:
         return _by_rule(model, settings, found, "measuring the engines failed")

@@ -54,6 +54,19 @@ def engine_model(config: DetectorConfig) -> str:
     return model
 
 
+def resolve_auto(config: DetectorConfig, settings: Settings) -> tuple[DetectorConfig, str]:
+    """`--backend auto` made concrete (engine, device, that engine's file of the model), and the note saying why."""
+    from edge_inference.edge.autoselect import auto_choice  # it loads detectors itself to time them
+
+    choice = auto_choice(config.model, settings, measure=config.device == "auto")
+    if config.device == "auto":
+        note = f"--backend auto chose {choice.backend} on {choice.device}: {choice.reason}"
+    else:  # the device was the user's: the choice's own device reasoning would contradict what runs
+        note = f"--backend auto chose {choice.backend} for {config.model}"
+    device = choice.device if config.device == "auto" else config.device
+    return replace(config, model=choice.model, backend=choice.backend, device=device), note
+
+
 def load_detector(
     config: DetectorConfig,
     settings: Settings | None = None,
@@ -64,15 +77,7 @@ def load_detector(
     settings = settings or get_settings()
     note = None
     if config.backend == "auto":
-        from edge_inference.edge.autoselect import auto_choice  # it loads detectors itself to time them
-
-        choice = auto_choice(config.model, settings)
-        if config.device == "auto":
-            note = f"--backend auto chose {choice.backend} on {choice.device}: {choice.reason}"
-        else:  # the device was the user's: the choice's own device reasoning would contradict what runs
-            note = f"--backend auto chose {choice.backend} for {config.model}"
-        device = choice.device if config.device == "auto" else config.device
-        config = replace(config, model=choice.model, backend=choice.backend, device=device)
+        config, note = resolve_auto(config, settings)
     name, path = locate_model(engine_model(config), settings, progress)
     key, device = config.backend, config.device
     sidecar = sidecar_path(path)

@@ -41,7 +41,9 @@ def test_json_lines_contract(photo_files):
     for record, name in zip(records, sorted(PHOTO_OBJECTS), strict=True):
         assert set(record) == KEYS
         assert set(record["timings_ms"]) == {"preprocess", "inference", "postprocess"}
-        assert record["backend"] == "onnx/CPUExecutionProvider" and record["model"] == "yolox-nano"
+        # auto runs the engine measured fastest here, with that engine's file of the same weights
+        engine, _, device = record["backend"].partition("/")
+        assert engine in ("onnx", "openvino", "tflite") and device and record["model"].startswith("yolox-nano")
         labels = [d["label"] for d in record["detections"]]
         assert PHOTO_OBJECTS[name][0] in labels
         for d in record["detections"]:

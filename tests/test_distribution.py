@@ -85,7 +85,8 @@ def test_edge_detect_from_a_folder_with_its_own_models_and_service(fresh_venv, t
         )
         assert proc.returncode == 0, proc.stderr
         (record,) = [json.loads(line) for line in proc.stdout.splitlines()]
-        assert record["model"] == "yolox-nano"  # the default model, resolved through the mirror the suite sets
+        # the default model (the measured engine's file of it), resolved through the mirror the suite sets
+        assert record["model"].startswith("yolox-nano")
         assert "cat" in [d["label"] for d in record["detections"]]
 
     where = subprocess.run(
