@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -47,6 +53,35 @@ def is_edgetpu_model(path: Path) -> bool:
         return False
 
 
+XNNPACK_NOTICE = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n"
+_STDERR_SWAP = threading.Lock()
+
+
+@contextlib.contextmanager
+def without_xnnpack_notice() -> Iterator[None]:
+    """LiteRT's C++ side prints one INFO line on the process's stderr when it applies XNNPACK, in the middle of
+    `edge detect` output and service logs, and no setting turns it off. Whatever reaches stderr meanwhile (from any
+    thread) is held and written after, without that line: nothing is lost."""
+    with _STDERR_SWAP, tempfile.TemporaryFile() as held:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(held.fileno(), 2)
+        except (OSError, ValueError):  # no real stderr (embedded, closed): nothing to hide
+            yield
+            return
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            rest = held.read().replace(XNNPACK_NOTICE, b"")
+            if rest:
+                os.write(2, rest)
+
+
 def create_interpreter(path: Path, threads: int | None, delegates: list[Any] | None = None) -> tuple[Any, str]:
     interpreter_cls, _, engine = import_litert()
     try:
@@ -59,7 +94,8 @@ def create_interpreter(path: Path, threads: int | None, delegates: list[Any] | N
 
 def allocate(interpreter: Any, path: Path) -> None:
     try:
-        interpreter.allocate_tensors()
+        with without_xnnpack_notice():  # XNNPACK is applied (and announced) here
+            interpreter.allocate_tensors()
     except RuntimeError as exc:
         if EDGETPU_OP in str(exc):
             raise BackendError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes.util
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +219,16 @@ def test_auto_picks_an_engine_and_says_why():
     assert choose_backend(TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite").backend == "edgetpu"
     detector = load_detector(DetectorConfig(str(MODELS / "openvino/yolox_nano.xml")))
     assert detector.backend.key == "openvino" and detector.backend.notes[0].startswith("--backend auto chose openvino")
+
+
+def test_litert_notice_is_hidden_and_nothing_else_written_meanwhile_is_lost(capfd):
+    """LiteRT prints an INFO line on stderr when it applies XNNPACK; it is dropped, other output is kept."""
+    from edge_inference.backends.tflite_backend import XNNPACK_NOTICE, without_xnnpack_notice
+
+    with without_xnnpack_notice():
+        os.write(2, b"a log line from another thread\n" + XNNPACK_NOTICE)
+    assert capfd.readouterr().err == "a log line from another thread\n"
+    detector = load_detector(DetectorConfig(str(TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess.tflite"), "tflite"))
+    detector.warmup()
+    detector.close()
+    assert "XNNPACK" not in capfd.readouterr().err
