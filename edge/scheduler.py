@@ -64,7 +64,8 @@ class InferenceScheduler:
 
     def busy_for(self, now: float | None = None) -> float:
         """Seconds the oldest inference now running has taken (0 when idle): a stuck engine shows here."""
-        started = min(self._running.values(), default=None)
+        with self._cond:
+            started = min(self._running.values(), default=None)
         return 0.0 if started is None else (now or time.monotonic()) - started
 
     @property
