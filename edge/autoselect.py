@@ -45,6 +45,7 @@ from edge_inference.models.registry import get_entry, is_registry_name
 
 WARM_RUNS, TIMED_RUNS, MAX_SECONDS = 2, 10, 3.0
 _MEASURING = threading.Lock()
+_FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
 Say = Callable[[str], None]
 # (model, backend, device) -> a loaded detector; the loader's, passed in (the loader itself asks this module)
 Load = Callable[[str, str, str], Detector]
@@ -152,10 +153,16 @@ def write_cache(settings: Settings, key: str, model: str, results: list[Measurem
         "results": [asdict(r) for r in results],
     }
     path = cache_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data, indent=1))
-    temporary.replace(path)  # two services starting together never read half a file
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(data, indent=1))
+        temporary.replace(path)  # two services starting together never read half a file
+    except OSError as exc:
+        raise EdgeError(
+            f"cannot keep the measurement in {path}: {exc.strerror}; set EDGE_AUTO_CACHE to a file this user may "
+            "write, or name the engine with --backend"
+        ) from None
 
 
 def measure_one(candidate: Candidate, load: Load) -> Measurement:
@@ -207,9 +214,11 @@ def fastest(results: list[Measurement]) -> Measurement | None:
 def stored_results(key: str, model: str, settings: Settings) -> list[Measurement]:
     """The measurement kept under `key`, made now (in a child process) when there is none; [] if that failed."""
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
-        if key not in read_cache(settings):
+        if key not in read_cache(settings) and key not in _FAILED:
             _measure_in_child(model)
     entry = read_cache(settings).get(key)
+    if entry is None:
+        _FAILED.add(key)  # not again in this process: every stream and reload would wait for it
     try:
         return [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
     except (TypeError, KeyError):  # a hand-edited or older file: measure again next time
@@ -245,7 +254,11 @@ def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = 
 
 
 def _measure_in_child(model: str) -> None:
-    """Measure in a child process: the engines tried leave no memory or threads in this one."""
+    """Measure in a child process: the engines tried leave no memory or threads in this one. The child says what
+    went wrong itself (one `error:` line); this process then falls back to the ranking."""
     command = [sys.executable, "-m", "edge_inference", "backends", "--bench", model, "--quiet"]
     print(f"--backend auto: timing the engines that can run {model} on this machine (once)...", file=sys.stderr)
-    subprocess.run(command, check=False, stdout=subprocess.DEVNULL, timeout=600)
+    try:
+        subprocess.run(command, check=False, stdout=subprocess.DEVNULL, timeout=600)
+    except subprocess.TimeoutExpired:
+        print(f"--backend auto: timing the engines for {model} took over 600 s; choosing by ranking", file=sys.stderr)

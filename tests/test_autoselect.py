@@ -103,3 +103,19 @@ def test_intel_gpu_and_npu_nodes_are_found_without_openvino(tmp_path: Path, monk
     write(tmp_path, "sys/class/drm/renderD129/device/vendor", "0x10de\n")  # an NVIDIA card: not OpenVINO's
     write(tmp_path, "dev/accel/accel0")
     assert intel_accelerators(tmp_path) == ["GPU  Intel graphics at /dev/dri/renderD128", "NPU  /dev/accel/accel0"]
+
+
+def test_a_measurement_that_cannot_be_kept_is_one_clear_line_and_detection_goes_on(tmp_path: Path):
+    """EDGE_AUTO_CACHE under a file (not a folder): the measurement cannot be stored; auto says so in one line and
+    chooses by ranking instead of failing."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {"EDGE_AUTO_CACHE": str(blocker / "auto.json"), "EDGE_MODEL_CACHE": str(tmp_path / "cache")}
+    photo = MODELS.parent / "media" / "cat_720p.jpg"
+    result = run_edge("detect", str(photo), "-m", "yolox-nano", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "EDGE_AUTO_CACHE" in errors[0]
+    assert "measuring the engines failed" in result.stderr  # the note on what auto did instead
+    assert "cat" in [d["label"] for d in json.loads(result.stdout)["detections"]]
