@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from edge_inference.edge.bench import read_frames as bench_read_frames
+from edge_inference.edge.detector import Detector
 from edge_inference.edge.machine import describe_machine
 from edge_inference.edge.stats import percentile
+from edge_inference.edge.timings import StageTimings
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()
@@ -36,3 +38,15 @@ def peak_rss_mib() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def stage_timings(detector: Detector, frames: list[np.ndarray], warm: int = 5) -> list[StageTimings]:
+    """Each frame's own pre-processing, inference and decoding times, after `warm` untimed frames."""
+    for frame in frames[:warm]:
+        detector.detect(frame)
+    return [detector.detect(frame).timings for frame in frames]
+
+
+def overhead_ratio(timings: StageTimings) -> float:
+    """(pre + inference + post) / inference of one frame."""
+    return (timings.preprocess_ms + timings.inference_ms + timings.postprocess_ms) / timings.inference_ms

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import MEDIA, MODELS, VTEST, machine, read_frames
+from benchmarks.common import MEDIA, MODELS, VTEST, machine, overhead_ratio, read_frames, stage_timings
 from edge_inference.edge.autoselect import auto_choice, candidates
 from edge_inference.edge.loader import DetectorConfig, load_detector
 from edge_inference.edge.settings import get_settings
@@ -37,20 +37,15 @@ def overhead(frames: list) -> None:
     print("\n## (a) per-frame (pre + inference + post) / inference, paired per frame")
     for name, (model, backend, target) in CASES.items():
         detector = load_detector(DetectorConfig(model, backend=backend))
-        for frame in frames[:5]:
-            detector.detect(frame)
-        ratios, pre, post, infer = [], [], [], []
-        for frame in frames:
-            t = detector.detect(frame).timings
-            ratios.append((t.preprocess_ms + t.inference_ms + t.postprocess_ms) / t.inference_ms)
-            pre.append(t.preprocess_ms)
-            post.append(t.postprocess_ms)
-            infer.append(t.inference_ms)
+        timings = stage_timings(detector, frames)
         detector.close()
-        ratio = statistics.median(ratios)
+        ratio = statistics.median(overhead_ratio(t) for t in timings)
+        pre = statistics.median(t.preprocess_ms for t in timings)
+        infer = statistics.median(t.inference_ms for t in timings)
+        post = statistics.median(t.postprocess_ms for t in timings)
         print(
-            f"{name:<24} pre {statistics.median(pre):5.2f} ms  inference {statistics.median(infer):6.2f} ms  "
-            f"post {statistics.median(post):5.2f} ms  ratio {ratio:.3f}  target <= {target}: "
+            f"{name:<24} pre {pre:5.2f} ms  inference {infer:6.2f} ms  "
+            f"post {post:5.2f} ms  ratio {ratio:.3f}  target <= {target}: "
             f"{'met' if ratio <= target else 'MISSED'}"
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.common import MODELS, VTEST, machine, pct, read_frames
+from benchmarks.common import MODELS, VTEST, machine, pct, read_frames, stage_timings
 from edge_inference.edge.loader import DetectorConfig, load_detector
 
 CASES = {
@@ -32,16 +32,11 @@ def main() -> int:
     failed = False
     for name, path in CASES.items():
         detector = load_detector(DetectorConfig(str(path), backend="onnx"))
-        for frame in frames[:5]:
-            detector.detect(frame)
-        pre, post, infer, both = [], [], [], []
-        for frame in frames:
-            t = detector.detect(frame).timings
-            pre.append(t.preprocess_ms)
-            post.append(t.postprocess_ms)
-            infer.append(t.inference_ms)
-            both.append(t.preprocess_ms + t.postprocess_ms)
+        timings = stage_timings(detector, frames)
         detector.close()
+        pre, post = [t.preprocess_ms for t in timings], [t.postprocess_ms for t in timings]
+        infer = [t.inference_ms for t in timings]
+        both = [a + b for a, b in zip(pre, post, strict=True)]
         overhead = pct(both, 50)
         ok = overhead <= 2.0
         failed |= not ok

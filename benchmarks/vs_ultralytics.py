@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import MEDIA, MODELS, VTEST, machine, peak_rss_mib
+from benchmarks.common import MEDIA, MODELS, VTEST, machine, overhead_ratio, peak_rss_mib, read_frames, stage_timings
 
 FILES = {
     "yolov8n_int8.onnx": ("onnx", MODELS / "onnx/yolov8n_int8.onnx"),
@@ -60,18 +60,12 @@ else:
 
 
 def ours_frames(backend: str, path: str, frames: int) -> dict[str, float]:
-    import cv2
-
     from edge_inference.edge.loader import DetectorConfig, load_detector
 
     detector = load_detector(DetectorConfig(path, backend=backend))
-    capture, ratios = cv2.VideoCapture(str(VTEST)), []
-    for index in range(frames + 5):
-        _, image = capture.read()
-        t = detector.detect(image).timings
-        if index >= 5:
-            ratios.append((t.preprocess_ms + t.inference_ms + t.postprocess_ms) / t.inference_ms)
-    return {"ratio": statistics.median(ratios)}
+    images = read_frames(VTEST, frames + 5)
+    timings = stage_timings(detector, images)[5:]  # the frames Ultralytics' side times: after 5 warm ones
+    return {"ratio": statistics.median(overhead_ratio(t) for t in timings)}
 
 
 def ours_stream(backend: str, path: str) -> dict[str, float]:

@@ -84,8 +84,8 @@ def candidates(model: str, settings: Settings) -> list[Candidate]:
     engine's own file of the same weights."""
     found = []
     for key, engine in engines().items():
-        name, _ = model_for_engine(model, key) if is_registry_name(model) else (model, None)
-        if name is None or not engine.reads(_file_name(name)):
+        name, _ = model_for_engine(model, key)  # its own file of a registry family, or the file if it reads it
+        if name is None:
             continue
         try:
             _, path = locate_model(name, settings)
@@ -99,11 +99,7 @@ def candidates(model: str, settings: Settings) -> list[Candidate]:
     return found
 
 
-def _file_name(model: str) -> str:
-    return get_entry(model).model_file.path if is_registry_name(model) else Path(model).name
-
-
-def _model_hash(candidate: Candidate, settings: Settings) -> str:
+def _model_hash(candidate: Candidate) -> str:
     if is_registry_name(candidate.model):
         return get_entry(candidate.model).model_file.sha256
     return sha256_of(Path(candidate.model))
@@ -123,9 +119,9 @@ def machine_fingerprint() -> str:
     return "; ".join([cpu, *[f for f in found if f]])
 
 
-def cache_key(found: list[Candidate], settings: Settings) -> str:
+def cache_key(found: list[Candidate]) -> str:
     parts = {
-        "candidates": sorted(f"{c.backend}:{c.device}:{_model_hash(c, settings)}" for c in found),
+        "candidates": sorted(f"{c.backend}:{c.device}:{_model_hash(c)}" for c in found),
         "engines": {c.backend: engines()[c.backend].versions() for c in found},
         "machine": machine_fingerprint(),
     }
@@ -201,7 +197,7 @@ def measure(model: str, settings: Settings, load: Load, say: Say | None = None) 
         if say:
             say(f"  {result.ms_p50:.1f} ms per frame" if result.ms_p50 else f"  cannot run: {result.error}")
         results.append(result)
-    key = cache_key(found, settings)
+    key = cache_key(found)
     write_cache(settings, key, model, results)
     return key, results
 
@@ -232,7 +228,7 @@ def auto_choice(model: str, settings: Settings | None = None, *, measure: bool =
     found = candidates(model, settings)
     if not measure or len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
         return _by_rule(model, settings, found)
-    results = stored_results(cache_key(found, settings), model, settings)
+    results = stored_results(cache_key(found), model, settings)
     best = fastest(results)
     if best is None:
         return _by_rule(model, settings, found, "measuring the engines failed")

@@ -15,7 +15,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -154,19 +154,8 @@ class DetectorPool:
 
     def _handle(self, shared: SharedEngine, stream: str) -> SharedBackend:
         inner = shared.backend
-        handle = SharedBackend(
-            key=inner.key,
-            model_path=inner.model_path,
-            engine=inner.engine,
-            device=inner.device,
-            inputs=inner.inputs,
-            outputs=inner.outputs,
-            metadata=inner.metadata,
-            notes=list(inner.notes),
-            shared=shared,
-            stream=stream,
-            pool=self,
-        )
+        described = {f.name: getattr(inner, f.name) for f in fields(Backend)}  # what the engine says of itself
+        handle = SharedBackend(**described | {"notes": list(inner.notes)}, shared=shared, stream=stream, pool=self)
         with self._lock:
             shared.holders[id(handle)] = stream
             if len(shared.streams) > 1:

@@ -23,8 +23,8 @@ class Quantization(Protocol):
 
 
 _INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
-# Depths cv2.LUT writes: every integer input goes through a table; only other float depths (float16) need arithmetic.
-_LUT_DTYPES = {np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.float32)}
+# Depths written straight into the tensor; others (float16) are computed in a float32 scratch first.
+_DIRECT_DTYPES = {np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.float32)}
 
 
 class Preprocessor:
@@ -58,15 +58,17 @@ class Preprocessor:
         self._ring = [np.empty(shape, dtype=self.dtype) for _ in range(max(1, buffers))]
         self._turn = 0
         self._tensor = self._ring[0]
-        # float32 and integer inputs are written in place (by a table); other depths are computed in float32 first
-        self._scratch = None if self.dtype in _LUT_DTYPES else np.empty(shape[1:], dtype=np.float32)
+        self._scratch = None if self.dtype in _DIRECT_DTYPES else np.empty(shape[1:], dtype=np.float32)
         self._work = self._tensor[0]
         self._a = a.astype(np.float32)
         self._b = b.astype(np.float32)
         self._has_offset = bool(np.any(self._b != 0))
         self._identity = bool(np.all(self._a == 1)) and not self._has_offset
-        # Pixels are uint8, so normalisation + quantisation is a 256-entry table per channel: one pass, any dtype.
-        self._lut = self._table(a, b) if self.dtype in _LUT_DTYPES else None
+        # Pixels are uint8, so normalisation + quantisation is a 256-entry table per channel: one pass, with the
+        # rounding and clipping integer inputs need. Float planes (NCHW) are faster as one affine over a transposed
+        # view of the canvas (`_affine`); float NHWC takes the table (one cv2.LUT call).
+        uses_table = self.dtype in _INTEGER_RANGES or (self.dtype == np.float32 and pre.layout == "NHWC")
+        self._lut = self._table(a, b) if uses_table else None
         self._plane_luts = [] if self._lut is None else [np.ascontiguousarray(self._lut[:, c]) for c in range(3)]
         self._last_size: tuple[int, int] | None = None
         self._transform: ImageTransform | None = None
@@ -113,16 +115,6 @@ class Preprocessor:
     def _apply_table(self, hwc: np.ndarray) -> None:
         assert self._lut is not None
         out = self._tensor[0]
-        if self.pre.layout == "NCHW" and self.dtype == np.float32:
-            # float planes straight from a transposed view: one pass, twice as fast as split + three tables
-            planar = (hwc[..., ::-1] if self._swap else hwc).transpose(2, 0, 1)
-            if self._identity:
-                np.copyto(out, planar, casting="unsafe")
-                return
-            np.multiply(planar, self._a[:, None, None], out=out)
-            if self._has_offset:
-                out += self._b[:, None, None]
-            return
         if self.pre.layout == "NCHW":
             for index, plane in enumerate(self._planes(hwc)):
                 cv2.LUT(plane, self._plane_luts[index], dst=out[index])
@@ -137,11 +129,14 @@ class Preprocessor:
     def _affine(self, hwc: np.ndarray) -> None:
         """work = hwc * a + b per channel, in the model's layout."""
         if self.pre.layout == "NCHW":
-            # Contiguous planes from cv2.split are faster to scale than a strided transpose.
-            for index, plane in enumerate(self._planes(hwc)):
-                np.multiply(plane, self._a[index], out=self._work[index])
-                if self._has_offset:
-                    self._work[index] += self._b[index]
+            # One pass over a transposed view (the colour swap free in it): 3x faster than a split + three planes.
+            planar = (hwc[..., ::-1] if self._swap else hwc).transpose(2, 0, 1)
+            if self._identity:
+                np.copyto(self._work, planar, casting="unsafe")
+                return
+            np.multiply(planar, self._a[:, None, None], out=self._work)
+            if self._has_offset:
+                self._work += self._b[:, None, None]
             return
         np.multiply(hwc, self._a, out=self._work)
         if self._has_offset:

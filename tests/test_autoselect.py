@@ -40,7 +40,7 @@ def test_bench_times_every_engine_that_runs_the_model_and_keeps_the_result(setti
     chosen = next(key for key, row in rows.items() if "<- --backend auto" in row)
     assert timings[chosen] == min(timings.values())
     stored = json.loads(cache_path(settings).read_text())
-    assert list(stored) == [cache_key(candidates("yolox-nano", settings), settings)]
+    assert list(stored) == [cache_key(candidates("yolox-nano", settings))]
 
 
 def _store(settings: Settings, model: str, timings: dict[str, float]) -> None:
@@ -50,7 +50,7 @@ def _store(settings: Settings, model: str, timings: dict[str, float]) -> None:
         {"backend": c.backend, "device": c.device, "model": c.model, "ms_p50": timings[c.backend], "error": None}
         for c in found
     ]
-    key = cache_key(found, settings)
+    key = cache_key(found)
     cache_path(settings).parent.mkdir(parents=True, exist_ok=True)
     cache_path(settings).write_text(json.dumps({key: {"model": model, "results": results}}))
 
@@ -84,12 +84,12 @@ def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
 
 def test_a_different_machine_or_engine_set_measures_again(settings: Settings, tmp_path: Path, monkeypatch):
     found = candidates("yolox-nano", settings)
-    before = cache_key(found, settings)
-    assert cache_key(found[:2], settings) != before
+    before = cache_key(found)
+    assert cache_key(found[:2]) != before
     root = tmp_path / "root"
     usb_device(root, "2-1", "18d1", "9302", "5000")  # a Coral USB Accelerator plugged in
     monkeypatch.setenv("EDGE_SYSROOT", str(root))
-    assert cache_key(found, settings) != before
+    assert cache_key(found) != before
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):

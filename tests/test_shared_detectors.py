@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import cv2
@@ -82,35 +81,47 @@ def test_streams_do_not_share_when_sharing_is_off():
 
 
 def test_a_quiet_stream_is_never_starved_by_busy_ones():
-    """Two streams submit frames back to back while a third submits now and then: each of its frames is served
-    after at most the frames already waiting (one per other stream), never behind a busy stream's next ones."""
+    """Two streams submit frames back to back while a third submits one now and then: its frame is served after
+    the frames already waiting when it came (one per other stream), never behind a busy stream's next ones. The
+    engine is held on its first frame until the others have queued, so the order does not depend on timing."""
     backend = open_backend("onnx", YOLOX, BackendOptions(threads=1))
+    tensors = {name: np.zeros(backend.inputs[0].shape, dtype=np.float32) for name in ("a", "b", "quiet")}
+    names = {id(tensor): name for name, tensor in tensors.items()}
+    release, order = threading.Event(), []
+    run_batch = backend.run_batch
+
+    def logged(batch: list[np.ndarray]) -> list[list[np.ndarray]]:
+        release.wait(60)  # holds the engine on the first frame until the quiet one has queued
+        order.append(names[id(batch[0])])
+        return run_batch(batch)
+
+    backend.run_batch = logged  # type: ignore[method-assign]
     scheduler = InferenceScheduler([backend])
-    tensor = np.zeros(backend.inputs[0].shape, dtype=np.float32)
     stop = threading.Event()
 
     def busy(name: str) -> None:
         while not stop.is_set():
-            scheduler.run(name, tensor)
+            scheduler.run(name, tensors[name])
 
     workers = [threading.Thread(target=busy, args=(name,), daemon=True) for name in ("a", "b")]
-    for worker in workers:
-        worker.start()
-    wait_for(lambda: scheduler.stats.per_stream.get("b", 0) >= 2, "both busy streams to run")
-    served_after = []
+    quiet = threading.Thread(target=scheduler.run, args=("quiet", tensors["quiet"]), daemon=True)
     try:
-        for _ in range(10):
-            before = scheduler.stats.batches
-            scheduler.run("quiet", tensor)
-            served_after.append(scheduler.stats.batches - before)
-            time.sleep(0.01)
+        workers[0].start()
+        wait_for(lambda: scheduler.busy_for() > 0, "the first busy stream to take the engine", timeout=30)
+        workers[1].start()
+        wait_for(lambda: scheduler.waiting == 1, "the second busy stream to queue", timeout=30)
+        quiet.start()
+        wait_for(lambda: scheduler.waiting == 2, "the quiet stream to queue", timeout=30)
+        release.set()
+        quiet.join(60)
     finally:
+        release.set()
         stop.set()
         for worker in workers:
             worker.join(10)
         backend.close()
-    # its own inference, plus at most the one running and the one queued when it arrived
-    assert max(served_after) <= 3, served_after
+    # its own inference comes right after the one running and the one queued when it arrived
+    assert order[:3] == ["a", "b", "quiet"], order
 
 
 @pytest.fixture(scope="module")
