@@ -27,6 +27,19 @@ _INTEGER_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 _DIRECT_DTYPES = {np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.float32)}
 
 
+def affine_terms(pre: Preprocessing, dtype: np.dtype, quantization: Quantization | None) -> tuple[np.ndarray, ...]:
+    """(a, b) per channel such that the model's input value is pixel * a + b: normalisation and quantisation."""
+    mean = np.asarray(pre.mean, dtype=np.float64)
+    std = np.asarray(pre.std, dtype=np.float64)
+    a, b = 1.0 / std, -mean / std
+    if dtype not in _INTEGER_RANGES:
+        return a, b
+    if quantization is None or quantization.scale == 0:
+        # An integer input with no quantisation takes raw pixels; its normalisation is inside the graph.
+        return np.ones(3), np.zeros(3)
+    return a / quantization.scale, b / quantization.scale + quantization.zero_point
+
+
 class Preprocessor:
     """Turns BGR uint8 images into the model's input tensor.
 
@@ -41,15 +54,7 @@ class Preprocessor:
         self.pre = pre
         self.dtype = np.dtype(dtype)
         self._canvas = np.full((pre.height, pre.width, 3), pre.pad_value, dtype=np.uint8)
-        mean = np.asarray(pre.mean, dtype=np.float64)
-        std = np.asarray(pre.std, dtype=np.float64)
-        a, b = 1.0 / std, -mean / std
-        if self.dtype in _INTEGER_RANGES:
-            if quantization is None or quantization.scale == 0:
-                # An integer input with no quantisation takes raw pixels; its normalisation is inside the graph.
-                a, b = np.ones(3), np.zeros(3)
-            else:
-                a, b = a / quantization.scale, b / quantization.scale + quantization.zero_point
+        a, b = affine_terms(pre, self.dtype, quantization)
         self._passthrough = self.dtype == np.uint8 and bool(
             np.all(np.abs(a - 1.0) * 255 < 1.0) and np.all(np.abs(b) < 0.5)
         )
