@@ -1,12 +1,13 @@
 # edge-inference service image: CPU engines only (ONNX Runtime; EXTRAS=tflite,openvino,events adds more).
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
+COPY cli ./cli
 COPY edge ./edge
 COPY backends ./backends
 COPY models ./models
 COPY service ./service
-# the one import name: links to the four folders above (see edge_inference/__init__.py)
+# the one import name: links to the five folders above (see edge_inference/__init__.py)
 COPY edge_inference ./edge_inference
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_inference.edge.bench import read_frames as bench_read_frames
-from edge_inference.edge.detector import Detector
-from edge_inference.edge.machine import describe_machine
-from edge_inference.edge.stats import percentile
-from edge_inference.edge.timings import StageTimings
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.machine import describe_machine
+from edge_inference.edge.detection.timings import StageTimings, percentile
+from edge_inference.edge.tools.bench import read_frames as bench_read_frames
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()

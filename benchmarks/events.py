@@ -27,10 +27,10 @@ from edge_inference.edge.config import (
     TrackingConfig,
     ZoneConfig,
 )
-from edge_inference.edge.events import EventBuilder
+from edge_inference.edge.events.builder import EventBuilder
+from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.settings import Settings
-from edge_inference.edge.streams import StreamManager
-from edge_inference.edge.tracking import StreamTracker
+from edge_inference.edge.stream.tracking import StreamTracker
 from edge_inference.models.detection import BoxXYXY, Detection
 from tests.mosquitto import Broker
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from benchmarks.common import MODELS, VTEST, machine
 from edge_inference.edge.config import MotionConfig, ServiceConfig, StreamConfig, TrackingConfig
-from edge_inference.edge.streams import StreamManager
+from edge_inference.edge.runtime.streams import StreamManager
 
 FPS = 10.0
 CLOCK = [(0.0, 0.0), (0.6, 0.0), (0.6, 0.1), (0.0, 0.1)]
@@ -61,7 +61,7 @@ def still_frames(empty: np.ndarray, seconds: float, rng: np.random.Generator, st
 
 def write_clip(path: Path, frames: list[np.ndarray], fps: float = FPS) -> None:
     height, width = frames[0].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), fps, (width, height))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"MJPG"), fps, (width, height))
     for frame in frames:
         writer.write(frame)
     writer.release()
@@ -153,8 +153,8 @@ def intervals(walking: list[np.ndarray], steps: list[int]) -> int:
     the count made by eye (in 6, out 8: tests/test_tracking.py)."""
     import yaml
 
-    from edge_inference.edge.loader import DetectorConfig, load_detector
-    from edge_inference.edge.tracking import StreamTracker
+    from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+    from edge_inference.edge.stream.tracking import StreamTracker
 
     example = StreamConfig.model_validate(yaml.safe_load(Path("deploy/events.example.yaml").read_text())["streams"][0])
     detector = load_detector(DetectorConfig(example.model, backend="onnx", conf=example.conf))

@@ -21,8 +21,8 @@ import sys
 import time
 
 from benchmarks.common import MEDIA, MODELS, VTEST, machine, overhead_ratio, read_frames, stage_timings
-from edge_inference.edge.autoselect import auto_choice, candidates
-from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.autoselect import auto_choice, candidates
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.settings import get_settings
 from edge_inference.models.registry import REGISTRY
 
@@ -87,7 +87,7 @@ def auto_vs_named() -> None:
     for backend in times:
         code = (
             "from benchmarks.common import peak_rss_mib; "
-            "from edge_inference.edge.loader import DetectorConfig, load_detector; "
+            "from edge_inference.edge.detection.loader import DetectorConfig, load_detector; "
             f"d = load_detector(DetectorConfig('yolox-nano', backend='{backend}')); d.warmup(); print(peak_rss_mib())"
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

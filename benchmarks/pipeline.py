@@ -26,9 +26,9 @@ import numpy as np
 import psutil
 
 from benchmarks.common import MODELS, VTEST, machine, pct
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.pipeline import FrameResult, StreamPipeline
-from edge_inference.edge.sources import CaptureSource
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
+from edge_inference.edge.stream.sources import CaptureSource
 from tests.server import running_server
 
 MODEL = str(MODELS / "onnx/yolox_nano.onnx")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks.common import MODELS, VTEST, machine, pct, read_frames, stage_timings
-from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 
 CASES = {
     "yolox_nano.onnx": MODELS / "onnx/yolox_nano.onnx",

@@ -8,7 +8,7 @@ Each setup runs in its own process (so its memory is its own), one after another
 - separate: the same with `detectors.share: false` (every stream loads its own engine)
 Each reports aggregate processed fps over the measured window (after every stream delivered its first frames),
 each stream's fps, and the process's peak RSS. Targets: shared >= 0.95 of bare and above separate; per-stream fps
-within +-10% of their mean; threads: the default budget in both setups (edge/threads.py).
+within +-10% of their mean; threads: the default budget in both setups (edge/detection/threads.py).
 Batching is not measured: none of the shared models has a dynamic batch dimension (their exports fix the
 batch inside the graph), so the scheduler runs them one frame at a time whatever `detectors.max_batch` says.
 """
@@ -24,8 +24,8 @@ import time
 
 from benchmarks.common import VTEST, machine, peak_rss_mib
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.streams import StreamManager
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.runtime.streams import StreamManager
 
 
 def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
@@ -107,7 +107,8 @@ def launch(setup: str, args: argparse.Namespace, model: str, batch: int = 1) -> 
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         raise SystemExit(f"{setup} failed:\n{out.stderr[-2000:]}")
-    return json.loads(line[7:])  # type: ignore[no-any-return]
+    result: dict[str, object] = json.loads(line[7:])
+    return result
 
 
 def report(name: str, runs: list[dict[str, object]]) -> float:

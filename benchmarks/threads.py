@@ -3,9 +3,9 @@
     python -m benchmarks.threads [--seconds 10]
 
 1 stream: a detect loop over vtest.avi frames (pre-processing, inference, decoding) with the default threads
-(the budget: edge/threads.py) and with each count from 1 to the machine's cores. 4 streams: the service with four
-vtest.avi streams on one shared engine (file mode, unpaced), default vs each `threads:` setting (which also sets
-how many lanes the shared engine gets). Settings are alternated; target: default >= 0.95 of the best setting.
+(the budget: edge/detection/threads.py) and with each count from 1 to the machine's cores. 4 streams: the service
+with four vtest.avi streams on one shared engine (file mode, unpaced), default vs each `threads:` setting (which
+also sets how many lanes the shared engine gets). Settings are alternated; target: default >= 0.95 of the best setting.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 
 from benchmarks.common import MODELS, VTEST, machine, read_frames
 from benchmarks.shared import run_service
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.threads import usable_cores
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.threads import usable_cores
 
 ENGINES = {
     "onnx": str(MODELS / "onnx/yolox_nano.onnx"),

@@ -60,7 +60,7 @@ else:
 
 
 def ours_frames(backend: str, path: str, frames: int) -> dict[str, float]:
-    from edge_inference.edge.loader import DetectorConfig, load_detector
+    from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 
     detector = load_detector(DetectorConfig(path, backend=backend))
     images = read_frames(VTEST, frames + 5)
@@ -70,7 +70,7 @@ def ours_frames(backend: str, path: str, frames: int) -> dict[str, float]:
 
 def ours_stream(backend: str, path: str) -> dict[str, float]:
     from edge_inference.edge.config import ServiceConfig, StreamConfig
-    from edge_inference.edge.streams import StreamManager
+    from edge_inference.edge.runtime.streams import StreamManager
 
     stream = StreamConfig(id="v", source=str(VTEST), model=path, backend=backend, mode="file", pace=False)
     manager = StreamManager(ServiceConfig(streams=[stream]))
@@ -90,7 +90,7 @@ def bare_loop(backend: str, path: str) -> dict[str, float]:
     """OpenCV decode + the engine's run on one prepared tensor: what any loop must pay, with nothing else."""
     import cv2
 
-    from edge_inference.edge.loader import DetectorConfig, load_detector
+    from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 
     detector = load_detector(DetectorConfig(path, backend=backend))
     capture = cv2.VideoCapture(str(VTEST))
@@ -124,7 +124,8 @@ def result_of(command: list[str]) -> dict[str, float]:
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         raise SystemExit(f"{' '.join(command[:4])} failed:\n{out.stderr[-3000:]}")
-    return json.loads(line[7:])  # type: ignore[no-any-return]
+    result: dict[str, float] = json.loads(line[7:])
+    return result
 
 
 def ours(kind: str, backend: str, path: str, frames: int) -> dict[str, float]:
@@ -169,19 +170,20 @@ def main() -> int:
     print("\n## (b) streaming all of vtest.avi, unpaced: fps as a share of a bare decode + inference loop")
     for name, (backend, path) in FILES.items():
         bare = statistics.median(ours("bare", backend, str(path), 0)["fps"] for _ in range(2))
-        mine = ours("stream", backend, str(path), 0)
+        streamed = ours("stream", backend, str(path), 0)
         other = theirs(python, "stream", str(path), str(VTEST), 0)
         print(
-            f"{name:<24} bare {bare:6.2f} fps   edge {mine['fps'] / bare:.3f} (peak RSS {mine['rss_mib']:.0f} MiB)"
+            f"{name:<24} bare {bare:6.2f} fps   edge {streamed['fps'] / bare:.3f} "
+            f"(peak RSS {streamed['rss_mib']:.0f} MiB)"
             f"   Ultralytics {other['fps'] / bare:.3f} (peak RSS {other['rss_mib']:.0f} MiB)"
         )
     print("\n## (c) start-up to the first detection on one photo (median of 3, fresh processes)")
-    path = str(MODELS / "onnx/yolov8n_int8.onnx")
+    int8_onnx = str(MODELS / "onnx/yolov8n_int8.onnx")
     mine_s, theirs_s = [], []
     for _ in range(3):
-        mine_s.append(startup_ours(path))
+        mine_s.append(startup_ours(int8_onnx))
         t0 = time.perf_counter()
-        theirs(python, "startup", path, str(MEDIA / "cat_720p.jpg"), 0)
+        theirs(python, "startup", int8_onnx, str(MEDIA / "cat_720p.jpg"), 0)
         theirs_s.append(time.perf_counter() - t0)
     edge_s, ultralytics_s = statistics.median(mine_s), statistics.median(theirs_s)
     print(f"yolov8n_int8.onnx        edge {edge_s:.2f} s   Ultralytics {ultralytics_s:.2f} s")

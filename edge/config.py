@@ -51,7 +51,7 @@ class TrackingConfig(BaseModel):
 
 
 class MotionConfig(BaseModel):
-    """Motion gating (edge/motion.py): the detector runs on frames where something moved."""
+    """Motion gating (edge/stream/motion.py): the detector runs on frames where something moved."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -217,7 +217,7 @@ class WebhookConfig(BaseModel):
 
 
 class DetectorsConfig(BaseModel):
-    """How loaded engines are shared between streams (edge/detector_pool.py)."""
+    """How loaded engines are shared between streams (edge/detection/detector_pool.py)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -13,7 +13,8 @@ class Settings(BaseSettings):
 
     # Where registry models are kept once pulled.
     model_cache: Path = Path.home() / ".cache" / "edge-inference" / "models"
-    # `--backend auto`'s measurements of the engines, per model, engine versions and machine (edge/autoselect.py)
+    # `--backend auto`'s measurements of the engines, per model, engine versions and machine
+    # (edge/detection/autoselect.py)
     auto_cache: Path = Path.home() / ".cache" / "edge-inference" / "auto-backend.json"
     # A folder or URL laid out like the registry paths (onnx/..., tflite/...), for machines without internet.
     model_mirror: str | None = None

@@ -1,9 +1,9 @@
 """edge-inference: real-time object detection on edge devices.
 
 The one import name this distribution installs. Its parts keep their folders at the repository's top level
-(``edge/``, ``backends/``, ``models/``, ``service/``, see ARCHITECTURE.md); ``edge_inference/`` links to them, so
-the wheel, an editable install and the tools all see one package, ``edge_inference``, and nothing else lands in
-site-packages.
+(``cli/``, ``service/``, ``edge/``, ``backends/``, ``models/``, see ARCHITECTURE.md); ``edge_inference/`` links to
+them, so the wheel, an editable install and the tools all see one package, ``edge_inference``, and nothing else
+lands in site-packages.
 """
 
 from importlib.metadata import PackageNotFoundError, version

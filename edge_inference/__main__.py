@@ -1,5 +1,5 @@
 """`python -m edge_inference` is the `edge` command."""
 
-from edge_inference.edge.cli import main
+from edge_inference.cli import main
 
 main()

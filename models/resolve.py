@@ -40,6 +40,11 @@ def _input_geometry(shape: tuple[int, ...]) -> tuple[str, int, int]:
     )
 
 
+def _metadata_facts(metadata: dict[str, str]) -> dict[str, Any]:
+    """What a file's metadata says of the model: an exporter's own keys, then what the engine reports."""
+    return {**_ultralytics(metadata), **_engine_output_format(metadata)}
+
+
 def _ultralytics(metadata: dict[str, str]) -> dict[str, Any]:
     """Ultralytics exports embed imgsz, class names and whether the head is end-to-end."""
     found: dict[str, Any] = {}
@@ -54,15 +59,20 @@ def _ultralytics(metadata: dict[str, str]) -> dict[str, Any]:
         pass  # malformed metadata is ignored: shapes and flags still describe the model
     if metadata.get("end2end", "").lower() == "true":
         found["decoder"] = "yolo-end2end"
-    # What an engine says of its output format (HailoRT: the .hef's NMS layer); engines name formats, not decoders.
-    if metadata.get("output_format") == "hailo_nms_by_class":
-        found["decoder"] = "hailo-nms"
     return found
+
+
+def _engine_output_format(metadata: dict[str, str]) -> dict[str, Any]:
+    """What an engine says of its output format (HailoRT: the .hef's NMS layer); engines name formats, not decoders,
+    so the decoder for each format is chosen here."""
+    if metadata.get("output_format") == "hailo_nms_by_class":
+        return {"decoder": "hailo-nms"}
+    return {}
 
 
 def resolve_spec(name: str, io: ModelIO, overrides: SpecOverrides) -> ModelSpec:
     sources: dict[str, str] = {}
-    meta = _ultralytics(io.metadata)
+    meta = _metadata_facts(io.metadata)
     layout, width, height = _geometry(io, overrides, meta, sources)
     strides = overrides.strides or (8, 16, 32)
     decoder = _decoder(io, overrides, meta, (width, height), strides, sources)

@@ -13,29 +13,26 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
-from starlette.datastructures import Headers
 
-from edge_inference.edge.backends_report import BackendReport, backends_report
-from edge_inference.edge.compare import CompareSnapshot
-from edge_inference.edge.drawing import render_jpeg
-from edge_inference.edge.health import is_live, service_health
-from edge_inference.edge.images import ImageError, ImageTooLargeError, decode_image
-from edge_inference.edge.pipeline import FrameResult, StreamPipeline
-from edge_inference.edge.report import result_record
-from edge_inference.edge.snapshots import (
+from edge_inference.edge.runtime.compare import CompareSnapshot
+from edge_inference.edge.runtime.health import is_live, service_health
+from edge_inference.edge.runtime.snapshots import (
     ServiceStats,
     StreamSummary,
     compare_snapshots,
     service_stats,
     stream_summaries,
 )
-from edge_inference.edge.streams import StreamManager
+from edge_inference.edge.runtime.streams import StreamManager
+from edge_inference.edge.stream.drawing import render_jpeg
+from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
+from edge_inference.edge.tools.backends_report import BackendReport, backends_report
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.errors import quoted
 from edge_inference.service.limits import ClientSlots, UploadGate, busy
 from edge_inference.service.schemas import DetectResponse, Health, LatestDetections
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
-from edge_inference.service.uploads import UploadDetectors, UploadModelUnavailableError
+from edge_inference.service.uploads import UploadDetectors, file_part, read_body
 
 router = APIRouter()
 BOUNDARY = "frame"
@@ -273,50 +270,6 @@ async def mjpeg(
     )
 
 
-async def _read_limited(request: Request, limit: int, timeout_s: float) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
-    body = bytearray()
-
-    async def read() -> None:
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > limit:
-                raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
-
-    try:
-        await asyncio.wait_for(read(), timeout_s)
-    except TimeoutError:
-        raise HTTPException(408, f"the upload did not arrive within {timeout_s:g} s") from None
-    return bytes(body)
-
-
-def _file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:
-    """The first file field of a multipart body; runs in a worker thread (parsing is CPU work), on its own loop."""
-    from starlette.formparsers import MultiPartParser
-
-    async def replay() -> AsyncGenerator[bytes, None]:
-        yield body
-
-    async def parse() -> tuple[bytes, str]:
-        try:
-            form = await MultiPartParser(headers, replay(), max_part_size=limit).parse()
-        except Exception as exc:  # noqa: BLE001 - malformed multipart bodies come in many shapes
-            raise HTTPException(400, f"malformed multipart body: {str(exc)[:200]}") from None
-        try:
-            for value in form.values():
-                if not isinstance(value, str):
-                    return await value.read(), (value.filename or "upload")[:200]
-        finally:
-            await form.close()
-        raise HTTPException(
-            400, "multipart body has no file part; send the image as a file field, e.g. -F image=@x.jpg"
-        )
-
-    return asyncio.run(parse())
-
-
 @router.post(
     "/detect",
     response_model=DetectResponse,
@@ -342,22 +295,11 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
 
     def run(body: bytes) -> dict[str, Any]:
-        data, name = _file_part(body, request.headers, limit) if multipart else (body, "upload")
-        try:
-            image = decode_image(data, name, max_pixels=max_pixels)
-        except ImageTooLargeError as exc:
-            raise HTTPException(413, str(exc)) from None
-        except ImageError as exc:
-            raise HTTPException(415 if data else 400, str(exc)) from None
-        with uploads.lock(stream_id):
-            try:
-                detector = uploads.get(stream_id)
-            except UploadModelUnavailableError as exc:
-                raise busy(f"{exc}; try again later") from None
-            return result_record(name, detector.detect(image), detector)
+        data, name = file_part(body, request.headers, limit) if multipart else (body, "upload")
+        return uploads.detect(stream_id, data, name, max_pixels)
 
     async with gate.slot():  # bounded: beyond the workers and the queue, 503 with Retry-After at once
-        body = await _read_limited(request, limit, server.send_timeout_s)
+        body = await read_body(request, limit, server.send_timeout_s)
         return await asyncio.to_thread(run, body)  # decoding and inference never run on the event loop
 
 

@@ -16,8 +16,8 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from edge_inference import __version__
 from edge_inference.edge.config import ServiceConfig
+from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.settings import Settings, get_settings
-from edge_inference.edge.streams import StreamManager
 from edge_inference.service import api, errors, events_api
 from edge_inference.service.access import AccessMiddleware, AccessPolicy
 from edge_inference.service.encodings import EncodingCache

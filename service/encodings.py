@@ -11,7 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
-from edge_inference.edge.pipeline import FrameResult
+from edge_inference.edge.stream.pipeline import FrameResult
 
 CAPACITY = 384  # a few frames x (JSON + SSE + a few JPEG settings) x streams
 

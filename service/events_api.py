@@ -12,8 +12,8 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 from sse_starlette.sse import EventSourceResponse
 
-from edge_inference.edge.event_store import EventQuery, EventStore
-from edge_inference.edge.recorder import EventRecorder
+from edge_inference.edge.events.recorder import EventRecorder
+from edge_inference.edge.events.store import EventQuery, EventStore
 from edge_inference.service.api import EVENT_STREAM, manager_of, media
 from edge_inference.service.errors import quoted
 from edge_inference.service.schemas import EventOut, EventPage

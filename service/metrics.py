@@ -8,12 +8,12 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from edge_inference.edge.detector_pool import describe_engine
-from edge_inference.edge.health import service_health
-from edge_inference.edge.pipeline import FrameResult, StreamPipeline
-from edge_inference.edge.snapshots import event_figures
-from edge_inference.edge.streams import StreamManager
-from edge_inference.edge.timings import STAGES
+from edge_inference.edge.detection.detector_pool import describe_engine
+from edge_inference.edge.detection.timings import STAGES
+from edge_inference.edge.runtime.health import service_health
+from edge_inference.edge.runtime.snapshots import event_figures
+from edge_inference.edge.runtime.streams import StreamManager
+from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
 from edge_inference.service.limits import UploadGate
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)

@@ -1,11 +1,12 @@
-"""Response models the service adds to edge's own typed snapshots (`edge/snapshots.py`, `edge/compare.py`,
-`edge/health.py`, `edge/backends_report.py`), which routes declare directly: the keys live in one place."""
+"""Response models the service adds to edge's own typed snapshots (`edge/runtime/snapshots.py`,
+`edge/runtime/compare.py`, `edge/runtime/health.py`, `edge/tools/backends_report.py`), which routes declare directly:
+the keys live in one place."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from edge_inference.edge.health import StreamHealth
+from edge_inference.edge.runtime.health import StreamHealth
 
 
 class DetectionOut(BaseModel):

@@ -1,19 +1,75 @@
-"""Detectors for POST /detect: one per stream configuration, separate from the stream's own, loaded on first use.
+"""POST /detect's uploads: the body read within its size and time limits, the file taken out of a multipart form,
+the image decoded within the pixel limit, and run on the stream's upload detector.
 
-A detector that fails to load is not retried on every request: the failure is remembered for a while and answered
+Upload detectors: one per stream configuration, separate from the stream's own, loaded on first use. A detector that
+fails to load is not retried on every request: the failure is remembered for a while and answered
 with 503, while the stream's own retries (with backoff) say in /health/ready when the model is back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import AsyncGenerator
+from typing import Any
 
-from edge_inference.edge.detector import Detector
-from edge_inference.edge.loader import load_detector
-from edge_inference.edge.streams import StreamManager, detector_config
+from fastapi import HTTPException, Request
+from starlette.datastructures import Headers
+
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.loader import load_detector
+from edge_inference.edge.detection.report import result_record
+from edge_inference.edge.runtime.streams import StreamManager, detector_config
+from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
+from edge_inference.service.limits import busy
 
 RETRY_LOAD_AFTER_S = 10.0
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The raw body, refused with 413 past `limit` bytes (declared or read) and 408 past `timeout_s`."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
+    body = bytearray()
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except TimeoutError:
+        raise HTTPException(408, f"the upload did not arrive within {timeout_s:g} s") from None
+    return bytes(body)
+
+
+def file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:
+    """The first file field of a multipart body; runs in a worker thread (parsing is CPU work), on its own loop."""
+    from starlette.formparsers import MultiPartParser
+
+    async def replay() -> AsyncGenerator[bytes, None]:
+        yield body
+
+    async def parse() -> tuple[bytes, str]:
+        try:
+            form = await MultiPartParser(headers, replay(), max_part_size=limit).parse()
+        except Exception as exc:  # noqa: BLE001 - malformed multipart bodies come in many shapes
+            raise HTTPException(400, f"malformed multipart body: {str(exc)[:200]}") from None
+        try:
+            for value in form.values():
+                if not isinstance(value, str):
+                    return await value.read(), (value.filename or "upload")[:200]
+        finally:
+            await form.close()
+        raise HTTPException(
+            400, "multipart body has no file part; send the image as a file field, e.g. -F image=@x.jpg"
+        )
+
+    return asyncio.run(parse())
 
 
 class UploadModelUnavailableError(Exception):
@@ -54,3 +110,18 @@ class UploadDetectors:
     def close(self) -> None:
         for detector in self._detectors.values():
             detector.close()
+
+    def detect(self, stream_id: str, data: bytes, name: str, max_pixels: int) -> dict[str, Any]:
+        """Decode and detect; runs in a worker thread. The answer is `edge detect --json`'s record."""
+        try:
+            image = decode_image(data, name, max_pixels=max_pixels)
+        except ImageTooLargeError as exc:
+            raise HTTPException(413, str(exc)) from None
+        except ImageError as exc:
+            raise HTTPException(415 if data else 400, str(exc)) from None
+        with self.lock(stream_id):
+            try:
+                detector = self.get(stream_id)
+            except UploadModelUnavailableError as exc:
+                raise busy(f"{exc}; try again later") from None
+            return result_record(name, detector.detect(image), detector)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,3 +49,17 @@ def write_onnx_model(path: Path, input_shape: list[int], output_shape: list[int]
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def wedge_after_warmup(backend: Any, unblock: threading.Event) -> None:
+    """The real engine hangs in its run call after the warm-up one, until `unblock` is set: a wedged USB accelerator,
+    which cannot be made here."""
+    run, calls = backend.run, []
+
+    def hanging_run(tensor: np.ndarray) -> Any:
+        calls.append(1)
+        if len(calls) > 1:
+            unblock.wait(120)
+        return run(tensor)
+
+    backend.run = hanging_run

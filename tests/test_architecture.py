@@ -1,24 +1,92 @@
-"""The map in ARCHITECTURE.md holds: dependencies point one way and no package's modules import each other in a ring."""
+"""The map in ARCHITECTURE.md holds: dependencies point one way, sub-packages keep their order, no import rings."""
 
 from __future__ import annotations
 
 import ast
 import shutil
 import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
 MAX_COMPLEXITY = 15
-PARTS = ("edge", "backends", "models", "service")
+PARTS = ("cli", "edge", "backends", "models", "service")
+EDGE_SUBPACKAGES = ("detection", "stream", "events", "runtime", "tools")
+EDGE_SHARED_MODULES = {"__init__.py", "config.py", "errors.py", "secrets.py", "settings.py"}
+MAX_MODULES_PER_SUBPACKAGE = 12
+CONTRACTS = 3
+LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+
+
+def lint_imports(cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """import-linter on the contracts in `cwd`'s pyproject.toml, run by this interpreter (not whatever is on PATH)."""
+    return subprocess.run(
+        [sys.executable, "-c", LINT_IMPORTS], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def test_dependencies_point_one_way_without_cycles():
-    """service -> edge -> backends | models (independent of each other), checked by import-linter (pyproject)."""
-    linter = shutil.which("lint-imports")
-    assert linter, "import-linter is part of the test extras: pip install -e '.[test]'"
-    proc = subprocess.run([linter], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    """cli -> service -> edge -> backends | models, and inside edge tools | runtime -> events -> stream ->
+    detection -> the shared modules, with no exception listed anywhere."""
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert "ignore_imports" not in pyproject, "a contract with exceptions does not say where the layers are"
+    proc = lint_imports(REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 kept, 0 broken" in proc.stdout
+    assert f"{CONTRACTS} kept, 0 broken" in proc.stdout
+
+
+def _copy_of_the_package(tmp_path: Path) -> Path:
+    """The package as the wheel lays it out (links followed) with the contracts, in a folder of its own."""
+    package = tmp_path / "edge_inference"
+    package.mkdir()
+    shutil.copy2(REPO / "edge_inference" / "__init__.py", package)
+    for part in PARTS:
+        shutil.copytree(REPO / part, package / part, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    shutil.copy2(REPO / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+WRONG_IMPORTS = {
+    # file in the copy: (the import added, the contract it breaks)
+    "edge/stream/pipeline.py": ("edge_inference.edge.events.builder", "inside edge"),
+    "edge/detection/detector.py": ("edge_inference.edge.stream.sources", "inside edge"),
+    "edge/tools/doctor.py": ("edge_inference.edge.runtime.health", "inside edge"),
+    "service/limits.py": ("edge_inference.cli.app", "cli -> service"),
+    "backends/base.py": ("edge_inference.models.spec", "cli -> service"),
+}
+
+
+def test_a_wrong_import_breaks_the_contracts(tmp_path):
+    """The contracts are not vacuous: in a copy of the package, each import against the map is reported."""
+    root = _copy_of_the_package(tmp_path)
+    for relative, (module, _) in WRONG_IMPORTS.items():
+        path = root / "edge_inference" / relative
+        path.write_text(path.read_text(encoding="utf-8") + f"\nimport {module}  # deliberately wrong\n")
+    proc = lint_imports(root, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "HOME": str(tmp_path)})
+    report = proc.stdout + proc.stderr
+    assert proc.returncode == 1, report
+    assert f"Contracts: 0 kept, {CONTRACTS} broken" in report, report  # the rings they make break the third
+    for relative, (module, contract) in WRONG_IMPORTS.items():
+        importer = "edge_inference." + relative.removesuffix(".py").replace("/", ".")
+        assert f"{importer} -> {module}" in report, (importer, module, report)
+        assert contract in report
+
+
+def test_edge_is_sub_packages_and_a_few_shared_modules():
+    """A newcomer finds "events" or "a frame's path" as one folder: no loose module in edge/ beyond the shared ones,
+    no folder too big to take in, and each says what it holds and what it may import."""
+    loose = {p.name for p in (REPO / "edge").glob("*.py")}
+    assert loose == EDGE_SHARED_MODULES
+    folders = {p.name for p in (REPO / "edge").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(EDGE_SUBPACKAGES)
+    for name in EDGE_SUBPACKAGES:
+        modules = [p for p in (REPO / "edge" / name).glob("*.py") if p.name != "__init__.py"]
+        assert len(modules) <= MAX_MODULES_PER_SUBPACKAGE, (name, len(modules))
+        doc = ast.get_docstring(ast.parse((REPO / "edge" / name / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and "import" in doc, f"edge/{name}/__init__.py must say what it holds and what it may import"
 
 
 def test_no_function_is_too_tangled_to_read():
@@ -34,15 +102,15 @@ def test_no_function_is_too_tangled_to_read():
     assert not too_complex, too_complex
 
 
-def test_every_import_goes_through_the_one_package_name():
+@pytest.mark.parametrize("folder", [*PARTS, "tests", "benchmarks"])
+def test_every_import_goes_through_the_one_package_name(folder):
     """`edge_inference.edge`, never a bare `edge`: a bare name imports a second copy of the module from a checkout
     and, once installed, whatever folder of that name the user has on sys.path."""
     bare = []
-    for folder in (*PARTS, "tests", "benchmarks"):
-        for path in sorted((REPO / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                bare += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in PARTS]
+    for path in sorted((REPO / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            bare += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in PARTS]
     assert not bare, bare

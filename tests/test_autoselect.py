@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from edge_inference.backends.hardware import intel_accelerators
-from edge_inference.edge.autoselect import auto_choice, cache_key, cache_path, candidates
+from edge_inference.edge.detection.autoselect import auto_choice, cache_key, cache_path, candidates
 from edge_inference.edge.settings import Settings
 from tests.conftest import MODELS, REPO
 from tests.fake_devices import usb_device, write
@@ -68,7 +68,7 @@ def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
     _store(settings, "yolox-nano", {"onnx": 10.0, "openvino": 20.0, "tflite": 30.0})
     code = (
         "import sys\n"
-        "from edge_inference.edge.loader import DetectorConfig, load_detector\n"
+        "from edge_inference.edge.detection.loader import DetectorConfig, load_detector\n"
         "d = load_detector(DetectorConfig('yolox-nano'))\n"
         "print(d.backend.key, 'openvino' in sys.modules, 'ai_edge_litert' in sys.modules)\n"
     )

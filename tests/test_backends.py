@@ -15,7 +15,7 @@ from edge_inference.backends.discovery import choose_backend, probe_all
 from edge_inference.backends.edgetpu_backend import NO_DEVICE, diagnose, parse_device
 from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices, nvidia_gpus
 from edge_inference.backends.tflite_backend import create_interpreter, is_edgetpu_model
-from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.resolve import ModelIO, resolve_spec
 from tests.conftest import MODELS

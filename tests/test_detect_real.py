@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.models.detection import BoxXYXY
 from tests.conftest import MODELS
 from tests.expectations import PHOTO_OBJECTS, VTEST_PEOPLE

@@ -60,13 +60,13 @@ def test_the_wheel_installs_one_top_level_package(wheel):
         entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert top_level == {"edge_inference"}
     assert "edge_inference/service/static/index.html" in names  # the dashboard ships with it
-    assert "edge = edge_inference.edge.cli:main" in entry_points
+    assert "edge = edge_inference.cli:main" in entry_points
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)  # ready to publish
 
 
 def test_edge_detect_from_a_folder_with_its_own_models_and_service(fresh_venv, tmp_path):
     workdir = tmp_path / "project"
-    for name in ("models", "service", "edge", "backends"):
+    for name in ("models", "service", "edge", "backends", "cli"):
         (workdir / name).mkdir(parents=True)
         (workdir / name / "__init__.py").write_text(DECOY.format(name=name))
     cv2.imwrite(str(workdir / "cat.png"), skimage_photo("chelsea"))

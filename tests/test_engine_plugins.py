@@ -11,9 +11,9 @@ import pytest
 from edge_inference.backends import engine_keys, engines
 from edge_inference.backends.discovery import choose_backend, probe_all
 from edge_inference.edge.config import ServiceConfig
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.model_files import model_for_engine
-from edge_inference.edge.streams import StreamManager
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.model_files import model_for_engine
+from edge_inference.edge.runtime.streams import StreamManager
 from tests.conftest import MEDIA, MODELS
 from tests.helpers import run_edge
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from edge_inference.edge.config import EventsConfig, StorageConfig, WebhookConfig
-from edge_inference.edge.event_store import EventQuery, EventStore
-from edge_inference.edge.events import EventBuilder, EventChange
-from edge_inference.edge.outbox import OutboxSender
-from edge_inference.edge.recorder import EventRecorder
-from edge_inference.edge.tracking import LineState, ZoneState
-from edge_inference.edge.webhooks import Webhook
+from edge_inference.edge.events.builder import EventBuilder, EventChange
+from edge_inference.edge.events.outbox import OutboxSender
+from edge_inference.edge.events.recorder import EventRecorder
+from edge_inference.edge.events.store import EventQuery, EventStore
+from edge_inference.edge.events.webhooks import Webhook
+from edge_inference.edge.stream.tracking import LineState, ZoneState
 from edge_inference.models.detection import BoxXYXY, Detection
 
 IMAGE = np.zeros((120, 160, 3), np.uint8)
@@ -209,7 +209,7 @@ def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
 
 def test_broker_urls_are_parsed_and_their_passwords_never_shown():
     from edge_inference.edge.config import ConfigError, MqttConfig
-    from edge_inference.edge.mqtt import parse_broker
+    from edge_inference.edge.events.mqtt import parse_broker
 
     broker = parse_broker("mqtts://home:s3cr%40t@broker.local", MqttConfig())
     assert (broker.host, broker.port, broker.tls, broker.username, broker.password) == (

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from benchmarks.hostile import jpeg_claiming, png_bomb
-from edge_inference.edge.images import ImageTooLargeError, decode_image
+from edge_inference.edge.stream.images import ImageTooLargeError, decode_image
 from tests.conftest import VTEST
 from tests.inprocess import app_client, service_config, wait_ready
 

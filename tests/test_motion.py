@@ -8,10 +8,10 @@ import cv2
 import numpy as np
 import pytest
 
-from edge_inference.edge.cli.serve import _config
+from edge_inference.cli.serve import _config
 from edge_inference.edge.config import MotionConfig, ServiceConfig, StreamConfig
-from edge_inference.edge.motion import MotionGate
-from edge_inference.edge.streams import StreamManager
+from edge_inference.edge.runtime.streams import StreamManager
+from edge_inference.edge.stream.motion import MotionGate
 from tests.conftest import MODELS, VTEST
 from tests.test_watchdogs import wait_for
 
@@ -88,7 +88,7 @@ def test_a_gated_stream_skips_still_frames_and_detects_the_walkers(tmp_path: Pat
     rng = np.random.default_rng(4)
     clip = tmp_path / "still-then-walk.avi"
     height, width = empty_scene.shape[:2]
-    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), FPS, (width, height))
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"MJPG"), FPS, (width, height))
     for _ in range(40):
         writer.write(noisy(empty_scene, rng))
     for frame in vtest_frames(40, start=200):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_inference.edge.bench import Pair, read_frames, run_pair, score_against_reference
+from edge_inference.edge.tools.bench import Pair, read_frames, run_pair, score_against_reference
 from edge_inference.models.agreement import agreement
 from tests.conftest import MODELS, VTEST, skimage_photo
 

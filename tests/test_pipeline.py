@@ -9,10 +9,10 @@ import time
 import cv2
 import pytest
 
-from edge_inference.edge.delivery import END, FileDelivery, LiveDelivery
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.pipeline import StreamPipeline
-from edge_inference.edge.sources import CaptureSource, Frame, SourceError, open_source
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.stream.delivery import END, FileDelivery, LiveDelivery
+from edge_inference.edge.stream.pipeline import StreamPipeline
+from edge_inference.edge.stream.sources import CaptureSource, Frame, SourceError, open_source
 from tests.conftest import MODELS, VTEST, video_frame
 
 

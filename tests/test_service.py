@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from edge_inference.edge.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.models.detection import BoxXYXY
 from tests.conftest import MEDIA, VTEST
 from tests.server import running_server, sse_data
@@ -188,8 +188,8 @@ def test_each_frame_is_encoded_once_for_every_client():
 
     import numpy as np
 
-    from edge_inference.edge.pipeline import FrameResult
-    from edge_inference.edge.timings import STAGES, FrameTiming
+    from edge_inference.edge.detection.timings import STAGES, FrameTiming
+    from edge_inference.edge.stream.pipeline import FrameResult
     from edge_inference.service.encodings import EncodingCache
 
     timing = FrameTiming(0, 0, 0, captured_at=1.0, capture_ms=0, queue_wait_ms=0, end_to_end_ms=0)

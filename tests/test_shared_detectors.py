@@ -11,12 +11,12 @@ import pytest
 
 from edge_inference.backends import BackendOptions, open_backend
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
-from edge_inference.edge.detector_pool import DetectorPool, describe_engine
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.scheduler import InferenceScheduler
-from edge_inference.edge.snapshots import service_stats
-from edge_inference.edge.streams import StreamManager
-from edge_inference.edge.threads import cgroup_cpu_limit, plan_engine, usable_cores
+from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.scheduler import InferenceScheduler
+from edge_inference.edge.detection.threads import cgroup_cpu_limit, plan_engine, usable_cores
+from edge_inference.edge.runtime.snapshots import service_stats
+from edge_inference.edge.runtime.streams import StreamManager
 from tests.conftest import MEDIA, MODELS, VTEST
 from tests.test_watchdogs import wait_for
 

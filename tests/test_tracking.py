@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from edge_inference.edge.config import LineConfig, StreamConfig, TrackingConfig, ZoneConfig
-from edge_inference.edge.drawing import ZONE_COLOUR, render_jpeg
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.tracking import StreamTracker
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.stream.drawing import ZONE_COLOUR, render_jpeg
+from edge_inference.edge.stream.tracking import StreamTracker
 from edge_inference.models.detection import BoxXYXY, Detection
 from tests.conftest import REPO, VTEST
 

@@ -13,11 +13,12 @@ import time
 import pytest
 
 from benchmarks.hostile import serve_stalling_camera
-from edge_inference.edge.loader import DetectorConfig, load_detector
-from edge_inference.edge.pipeline import StreamPipeline
-from edge_inference.edge.sources import open_source
-from edge_inference.edge.watchdog import Watchdog
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.runtime.watchdog import Watchdog
+from edge_inference.edge.stream.pipeline import StreamPipeline
+from edge_inference.edge.stream.sources import open_source
 from tests.conftest import MODELS, VTEST
+from tests.helpers import wedge_after_warmup
 from tests.inprocess import SSD_ONNX
 from tests.server import running_server
 
@@ -45,7 +46,7 @@ def test_a_camera_that_goes_silent_is_declared_stalled_reopened_and_reported(tmp
     config = tmp_path / "streams.yaml"
     config.write_text(
         f"streams:\n  - id: door\n    source: http://viewer:s3cr3tpw@{address}/cam.avi\n    stall_timeout_s: 2\n"
-        f"    model: {SSD_ONNX}\n"
+        f"    model: {SSD_ONNX}\n    backend: onnx\n"  # named: this is not about which engine `auto` measures fastest
     )
     with running_server(["--config", str(config)], tmp_path / "log") as server:
         server.wait_until("/health/live")
@@ -119,15 +120,7 @@ def test_a_stuck_inference_gets_the_detector_reloaded():
     def loader(buffers: int):
         detector = load_detector(DetectorConfig(SSD_ONNX, buffers=buffers))
         if not loaded:  # the first detector hangs on its first frame after warm-up, like a wedged USB device
-            run, calls = detector.backend.run, []
-
-            def hanging_run(tensor):
-                calls.append(1)
-                if len(calls) > 1:
-                    unblock.wait(120)
-                return run(tensor)
-
-            detector.backend.run = hanging_run  # type: ignore[method-assign]
+            wedge_after_warmup(detector.backend, unblock)
             detector.backend.close = functools.partial(closed.append, "first")  # type: ignore[method-assign]
         loaded.append(detector)
         return detector

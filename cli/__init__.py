@@ -1,0 +1,31 @@
+"""`edge` command line: one group (app.py), one module per sub-command; importing them registers them.
+
+The composition root of the program: it may import the service, the runtime and everything under them; nothing
+imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    from edge_inference.cli import (  # noqa: F401 - importing registers the commands
+        backends_cmd,
+        bench_cmd,
+        detect,
+        doctor_cmd,
+        models_cmd,
+        serve,
+    )
+    from edge_inference.cli.app import cli
+    from edge_inference.edge.secrets import install_log_masking
+
+    install_log_masking()  # no log line of any library shows a password from a URL
+    try:
+        cli.main(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+__all__ = ["main"]

@@ -1,0 +1,68 @@
+"""`edge detect IMAGE...`: detections for still images as a table or JSON lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import cv2
+
+from edge_inference.cli.app import cli
+from edge_inference.cli.options import detector_config, detector_options
+from edge_inference.edge.detection.loader import load_detector
+from edge_inference.edge.detection.report import result_record, result_table
+from edge_inference.edge.stream.drawing import draw_detections
+from edge_inference.edge.stream.images import ImageError, read_image
+from edge_inference.edge.stream.sources import IMAGE_SUFFIXES
+
+
+def _save_path(save: Path, image: Path, many: bool) -> Path:
+    if many or save.is_dir() or save.suffix.lower() not in IMAGE_SUFFIXES:
+        save.mkdir(parents=True, exist_ok=True)
+        return save / f"{image.stem}.jpg"
+    save.parent.mkdir(parents=True, exist_ok=True)
+    return save
+
+
+def _exists(path: Path) -> bool:
+    if path.is_file():
+        return True
+    click.echo(f"error: {path}: {'is a folder, not an image' if path.is_dir() else 'no such file'}", err=True)
+    return False
+
+
+@cli.command()
+@click.argument("images", nargs=-1, required=True, type=click.Path(path_type=Path))
+@detector_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line per image.")
+@click.option(
+    "--save", type=click.Path(path_type=Path), help="Write the image with labelled boxes (a folder for several)."
+)
+def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:
+    """Detect objects in IMAGES."""
+    readable = [path for path in images if _exists(path)]  # inputs first: nothing is loaded for a typo
+    failures = len(images) - len(readable)
+    if not readable:
+        raise SystemExit(1)
+    detector = load_detector(detector_config(kwargs))
+    for note in detector.backend.notes:
+        click.echo(f"note: {note}", err=True)
+    for path in readable:
+        try:
+            image = read_image(path)
+        except ImageError as exc:
+            click.echo(f"error: {exc}", err=True)
+            failures += 1
+            continue
+        result = detector.detect(image)
+        record = result_record(str(path), result, detector)
+        click.echo(json.dumps(record) if as_json else result_table(record))
+        if save is not None:
+            target = _save_path(save, path, len(images) > 1)
+            if not cv2.imwrite(str(target), draw_detections(image, result.detections)):
+                raise ImageError(f"cannot write {target}; use a .jpg or .png name in a writable folder")
+    detector.close()
+    if failures:
+        raise SystemExit(1)

@@ -1,0 +1,118 @@
+"""`edge models list|pull|verify|describe`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from edge_inference.cli.app import cli
+from edge_inference.cli.options import detector_config, detector_options
+from edge_inference.edge.detection.loader import load_detector
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings
+from edge_inference.models.download import is_cached, pull, verify
+from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry
+
+
+def _settings(cache: str | None, mirror: str | None) -> Settings:
+    """Flags win over EDGE_* variables; Settings validates both."""
+    overrides: dict[str, Any] = {}
+    if cache:
+        overrides["model_cache"] = cache
+    if mirror is not None:
+        overrides["model_mirror"] = mirror or None
+    return Settings(**overrides)
+
+
+cache_option = click.option("--cache", envvar="EDGE_MODEL_CACHE", help="Cache folder [env EDGE_MODEL_CACHE].")
+mirror_option = click.option(
+    "--mirror",
+    envvar="EDGE_MODEL_MIRROR",
+    help="Folder or URL to pull from instead of upstream [env EDGE_MODEL_MIRROR].",
+)
+
+
+@cli.group()
+def models() -> None:
+    """The model registry: list, pull, verify, describe."""
+
+
+@models.command("list")
+@cache_option
+@click.option("--json", "as_json", is_flag=True)
+def list_models(cache: str | None, as_json: bool) -> None:
+    """Registry models, their licence and whether they are cached."""
+    settings = _settings(cache, None)
+    rows = [
+        {
+            "name": e.name,
+            "license": e.license,
+            "cached": is_cached(e, settings.model_cache),
+            "default": e.name == DEFAULT_MODEL,
+            "description": e.description,
+            "upstream": e.model_file.url or "(converted locally; mirror only)",
+        }
+        for e in REGISTRY.values()
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'name':<26}{'licence':<12}{'cached':<8}description")
+    for r in rows:
+        mark = " (default)" if r["default"] else ""
+        click.echo(f"{r['name']:<26}{r['license']:<12}{'yes' if r['cached'] else 'no':<8}{r['description']}{mark}")
+    click.echo(f"\ncache: {settings.model_cache}")
+
+
+@models.command("pull")
+@click.argument("names", nargs=-1, required=True)
+@cache_option
+@mirror_option
+def pull_models(names: tuple[str, ...], cache: str | None, mirror: str | None) -> None:
+    """Download NAMES into the cache, checking each file's sha256."""
+    settings = _settings(cache, mirror)
+    for name in names:
+        entry = get_entry(name)
+        if entry.agpl:
+            click.echo(f"note: {name} is {entry.license}; using it may oblige you to publish your source", err=True)
+        path = pull(entry, settings.model_cache, settings.model_mirror)
+        click.echo(f"{name}: {path}")
+
+
+@models.command("verify")
+@click.argument("names", nargs=-1)
+@cache_option
+def verify_models(names: tuple[str, ...], cache: str | None) -> None:
+    """Check cached files against the registry's sha256 (all cached models when no NAMES)."""
+    settings = _settings(cache, None)
+    entries = [get_entry(n) for n in names] or [e for e in REGISTRY.values() if is_cached(e, settings.model_cache)]
+    bad = 0
+    for entry in entries:
+        problems = verify(entry, settings.model_cache)
+        click.echo(f"{entry.name}: {'ok' if not problems else '; '.join(problems)}")
+        bad += bool(problems)
+    if not entries:
+        click.echo("nothing cached yet; `edge models pull NAME` fetches a model")
+    if bad:
+        raise EdgeError(f"{bad} model(s) failed verification")
+
+
+@models.command("describe")
+@detector_options
+def describe(**kwargs: Any) -> None:
+    """How a model file is read: tensors, decoder, pre-processing, and where each setting came from."""
+    detector = load_detector(detector_config(kwargs))
+    backend, spec = detector.backend, detector.spec
+    info = {
+        **detector.description,
+        "inputs": [f"{t.name} {list(t.shape)} {t.dtype} q={t.quantization}" for t in backend.inputs],
+        "outputs": [f"{t.name} {list(t.shape)} {t.dtype} q={t.quantization}" for t in backend.outputs],
+        "preprocessing": asdict(spec.preprocessing),
+        "classes": len(spec.labels),
+        "sources": spec.sources,
+    }
+    click.echo(json.dumps(info, indent=2, default=str))
+    detector.close()

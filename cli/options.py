@@ -1,0 +1,77 @@
+"""Options shared by every command that loads a detector."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from edge_inference.edge.detection.loader import DetectorConfig
+from edge_inference.models.overrides import SpecOverrides
+from edge_inference.models.registry import DEFAULT_MODEL
+
+F = Callable[..., Any]
+
+
+def detector_options(func: F) -> F:
+    options = [
+        click.option(
+            "--model",
+            "-m",
+            default=DEFAULT_MODEL,
+            show_default=True,
+            help="Registry name (see `edge models list`) or model file.",
+        ),
+        click.option(
+            "--backend",
+            "-b",
+            default="auto",
+            show_default=True,
+            help="Engine: onnx, tflite, edgetpu, openvino; auto: the fastest one measured on this machine.",
+        ),
+        click.option(
+            "--device",
+            "-d",
+            default="auto",
+            show_default=True,
+            help="Device for the engine, e.g. cpu, cuda:0, tensorrt (onnx); CPU, GPU, NPU, AUTO (openvino).",
+        ),
+        click.option("--fallback", is_flag=True, help="If the device is unavailable, run on the CPU and say so."),
+        click.option(
+            "--threads",
+            type=click.IntRange(min=1),
+            help="Engine threads (default: the machine's usable cores, shared among the engines loaded).",
+        ),
+        click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True, help="Minimum score."),
+        click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True, help="NMS IoU threshold."),
+        click.option(
+            "--decoder",
+            help="Output decoder if the layout is not recognised: yolox, yolov5, yolov8, yolo-end2end, ssd, nanodet.",
+        ),
+        click.option("--color", type=click.Choice(["RGB", "BGR"]), help="Channel order the model expects."),
+        click.option("--resize", type=click.Choice(["letterbox", "stretch"]), help="Resize mode."),
+        click.option("--labels", type=click.Path(dir_okay=False), help="Label file: one name per line, or 'id name'."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
+    overrides = SpecOverrides(
+        decoder=kwargs.pop("decoder"),
+        color=kwargs.pop("color"),
+        resize=kwargs.pop("resize"),
+        labels=kwargs.pop("labels"),
+    )
+    return DetectorConfig(
+        model=kwargs.pop("model"),
+        backend=kwargs.pop("backend"),
+        device=kwargs.pop("device"),
+        conf=kwargs.pop("conf"),
+        iou=kwargs.pop("iou"),
+        threads=kwargs.pop("threads"),
+        allow_fallback=kwargs.pop("fallback"),
+        overrides=overrides,
+    )

@@ -1,0 +1,136 @@
+"""`edge serve`: run streams and the HTTP API with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+
+from edge_inference.cli.app import cli
+from edge_inference.edge.config import LOOPBACK, ServiceConfig, compare_member_ids, load_config, single_stream_config
+from edge_inference.edge.errors import EdgeError
+from edge_inference.models.registry import DEFAULT_MODEL
+
+
+def _urls(config: ServiceConfig, port: int, generated_token: str | None) -> str:
+    host = config.server.host
+    shown = "localhost" if host in (LOOPBACK, "localhost", "::1") else host
+    base = f"http://{shown}:{port}"
+    lines = [f"edge: serving on {base}  (API docs {base}/docs)"]
+    if generated_token:
+        lines.append(f"  dashboard {base}/?token={generated_token}")
+        lines.append(
+            "  (a token was made for this run because the service listens beyond loopback: give it to clients as "
+            "'Authorization: Bearer <token>'; set server.token or EDGE_TOKEN to keep one)"
+        )
+    else:
+        lines.append(f"  dashboard {base}/")
+    for stream in config.streams:
+        for stream_id in compare_member_ids(stream.id, stream.compare) or [stream.id]:
+            api = f"{base}/api/v1/streams/{stream_id}"
+            lines.append(f"  stream {stream_id}: video {api}/video.mjpg  events {api}/events")
+        if stream.compare:
+            lines.append(f"  comparison of {', '.join(stream.compare)}: {base}/api/v1/compare")
+    lines.append(f"  metrics {base}/metrics  stats {base}/api/v1/stats  ready {base}/health/ready")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="YAML file with several streams.")
+@click.option("--source", "-s", help="Camera index, /dev/videoN, video file, RTSP/HTTP URL, image, folder or glob.")
+@click.option("--model", "-m", default=DEFAULT_MODEL, show_default=True, help="Registry name or model file.")
+@click.option("--backend", "-b", default="auto", show_default=True)
+@click.option("--device", "-d", default="auto", show_default=True)
+@click.option("--fallback", is_flag=True, help="Run on the CPU if the device is unavailable, and say so.")
+@click.option("--threads", type=click.IntRange(min=1))
+@click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)
+@click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True)
+@click.option("--id", "stream_id", default="main", show_default=True, help="Stream id in the API.")
+@click.option(
+    "--compare",
+    help="Run the source through several backends at once, e.g. onnx,openvino,tflite "
+    "(backend[:device]); the first is the agreement reference.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["auto", "live", "file"]),
+    default="auto",
+    show_default=True,
+    help="live: newest frame only; file: every frame in order.",
+)
+@click.option("--loop", is_flag=True, help="File sources: start again at the end.")
+@click.option("--no-pace", is_flag=True, help="File sources: as fast as the backend allows, not at the file's fps.")
+@click.option(
+    "--motion",
+    is_flag=True,
+    help="Run the detector only on frames where something moved (still scenes cost almost nothing).",
+)
+@click.option("--host", default=None, help=f"Bind address [default: {LOOPBACK}]; other interfaces are your choice.")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="[default: 8080]")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+def serve(
+    config_path: Path | None, source: str | None, host: str | None, port: int | None, log_level: str, **kwargs: Any
+) -> None:
+    """Run detection on live sources and serve detections, video and metrics over HTTP."""
+    from edge_inference.service.access import is_loopback
+    from edge_inference.service.app import create_app
+    from edge_inference.service.server import make_server
+
+    server = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    config = _config(config_path, source, server, kwargs)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(config)  # checks every source, model name and token file before anything starts
+    listener = _bind(config.server.host, config.server.port)
+    access = app.state.access
+    if access.token is None and not is_loopback(config.server.host):
+        click.echo(
+            f"note: listening on {config.server.host} with no token (allow_no_token): anyone who reaches this "
+            "machine can use the service",
+            err=True,
+        )
+    click.echo(_urls(config, listener.getsockname()[1], access.token if access.generated else None), err=True)
+    make_server(app, config, log_level).run(sockets=[listener])
+
+
+def _config(
+    config_path: Path | None, source: str | None, server: dict[str, Any], flags: dict[str, Any]
+) -> ServiceConfig:
+    """From --config (with --host/--port on top) or from --source and the stream flags."""
+    if config_path is not None:
+        if source is not None:
+            raise click.UsageError("give either --config or --source, not both")
+        config = load_config(config_path)
+        return config.model_copy(update={"server": config.server.model_copy(update=server)}) if server else config
+    if source is None:
+        raise click.UsageError("give --source (e.g. --source 0 or --source video.mp4) or --config streams.yaml")
+    compare = flags.pop("compare")
+    stream = {"id": flags.pop("stream_id"), "source": source, **flags}
+    if compare:
+        stream["compare"] = [item.strip() for item in compare.split(",") if item.strip()]
+    stream["pace"] = not stream.pop("no_pace")
+    if stream.pop("motion"):
+        stream["motion"] = {}
+    return single_stream_config(stream, server)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, made before anything is announced: a port in use is one clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only for sockets that say TCP, and
+    # without it Nagle and delayed ACKs add about 40 ms to every keep-alive answer.
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise EdgeError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; choose another port with --port "
+            "(or server.port in the config), or stop the program using it"
+        ) from None
+    listener.listen(2048)
+    listener.set_inheritable(True)
+    return listener

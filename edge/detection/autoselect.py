@@ -1,0 +1,260 @@
+"""`--backend auto` by measurement: the engine that is fastest for this model on this machine.
+
+A fixed rule cannot know: on one day OpenVINO ran yolox-nano 1.45x faster than ONNX Runtime here, on another 0.9x.
+On first use of a model, every engine (and device) that can run it here is timed on a few warm inferences, the
+fastest wins, and the result is kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key
+made of the model files' hashes, the engines' versions and the machine (CPU, cores, accelerators found). Later
+runs read the choice without importing any engine they will not use. The measurement runs in a child process, so
+the engines it tried and dropped leave nothing behind in the service's memory. `edge backends --bench MODEL`
+shows the table; EDGE_AUTO_MEASURE=0 chooses by the engines' fixed ranking instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from edge_inference.backends import engines
+from edge_inference.backends.discovery import choose_backend
+from edge_inference.backends.hardware import (
+    coral_pcie_devices,
+    coral_usb_devices,
+    hailo_pci_devices,
+    intel_accelerators,
+    nvidia_gpus,
+    rockchip_soc,
+)
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.machine import describe_machine
+from edge_inference.edge.detection.model_files import locate_model, model_for_engine
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.models.download import ChecksumMismatchError, sha256_of
+from edge_inference.models.registry import get_entry, is_registry_name
+
+WARM_RUNS, TIMED_RUNS, MAX_SECONDS = 2, 10, 3.0
+_MEASURING = threading.Lock()
+_FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
+Say = Callable[[str], None]
+# (model, backend, device) -> a loaded detector; the loader's, passed in (the loader itself asks this module)
+Load = Callable[[str, str, str], Detector]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    backend: str
+    device: str
+    model: str  # what to load: the registry name of this engine's file, or the file itself
+
+
+@dataclass(frozen=True)
+class Measurement:
+    backend: str
+    device: str
+    model: str
+    ms_p50: float | None  # one frame: pre-processing, inference and decoding
+    error: str | None = None
+
+    @property
+    def fps(self) -> float | None:
+        return None if not self.ms_p50 else 1000.0 / self.ms_p50
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    backend: str
+    device: str
+    model: str
+    reason: str
+
+
+def candidates(model: str, settings: Settings) -> list[Candidate]:
+    """Every engine (with the device it would use) that can run `model` here; registry families count each
+    engine's own file of the same weights."""
+    found = []
+    for key, engine in engines().items():
+        name, _ = model_for_engine(model, key)  # its own file of a registry family, or the file if it reads it
+        if name is None:
+            continue
+        try:
+            _, path = locate_model(name, settings)
+        except ChecksumMismatchError:
+            raise  # a swapped or corrupted cached file is the user's to know about, not a missing candidate
+        except Exception:  # noqa: BLE001, S112 - a family member that cannot be fetched here is not a candidate
+            continue
+        offer = engine.rank(path)
+        if offer is not None:
+            found.append(Candidate(key, offer.device, name))
+    return found
+
+
+def _model_hash(candidate: Candidate) -> str:
+    if is_registry_name(candidate.model):
+        return get_entry(candidate.model).model_file.sha256
+    return sha256_of(Path(candidate.model))
+
+
+def machine_fingerprint() -> str:
+    """The CPU and the accelerators this machine has: a measurement holds while these stay the same."""
+    found = [
+        *coral_usb_devices(),
+        *coral_pcie_devices(),
+        *nvidia_gpus(),
+        *hailo_pci_devices(),
+        rockchip_soc() or "",
+        *intel_accelerators(),
+    ]
+    cpu = describe_machine().split(", Python")[0]
+    return "; ".join([cpu, *[f for f in found if f]])
+
+
+def cache_key(found: list[Candidate]) -> str:
+    parts = {
+        "candidates": sorted(f"{c.backend}:{c.device}:{_model_hash(c)}" for c in found),
+        "engines": {c.backend: engines()[c.backend].versions() for c in found},
+        "machine": machine_fingerprint(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def cache_path(settings: Settings) -> Path:
+    return settings.auto_cache
+
+
+def read_cache(settings: Settings) -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(cache_path(settings).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_cache(settings: Settings, key: str, model: str, results: list[Measurement]) -> None:
+    data = read_cache(settings)
+    data[key] = {
+        "model": model,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_fingerprint(),
+        "results": [asdict(r) for r in results],
+    }
+    path = cache_path(settings)
+    temporary = path.with_suffix(".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(json.dumps(data, indent=1))
+        temporary.replace(path)  # two services starting together never read half a file
+    except OSError as exc:
+        raise EdgeError(
+            f"cannot keep the measurement in {path}: {exc.strerror}; set EDGE_AUTO_CACHE to a file this user may "
+            "write, or name the engine with --backend"
+        ) from None
+
+
+def measure_one(candidate: Candidate, load: Load) -> Measurement:
+    """Load, warm up, then time whole frames (pre-processing, inference, decoding) on a fixed noise image."""
+    image = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    try:
+        detector = load(candidate.model, candidate.backend, candidate.device)
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot load here is reported, not fatal
+        return Measurement(candidate.backend, candidate.device, candidate.model, None, str(exc).splitlines()[0][:200])
+    try:
+        for _ in range(WARM_RUNS):
+            detector.detect(image)
+        times: list[float] = []
+        deadline = time.monotonic() + MAX_SECONDS
+        while len(times) < TIMED_RUNS and (len(times) < 3 or time.monotonic() < deadline):
+            t0 = time.perf_counter()
+            detector.detect(image)
+            times.append((time.perf_counter() - t0) * 1e3)
+    except Exception as exc:  # noqa: BLE001 - e.g. a device that fails at its first inference
+        return Measurement(candidate.backend, candidate.device, candidate.model, None, str(exc).splitlines()[0][:200])
+    finally:
+        detector.close()
+    return Measurement(candidate.backend, candidate.device, candidate.model, round(float(np.median(times)), 3))
+
+
+def measure(model: str, settings: Settings, load: Load, say: Say | None = None) -> tuple[str, list[Measurement]]:
+    """Time every candidate and store the results; (cache key, results)."""
+    found = candidates(model, settings)
+    if not found:
+        raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
+    results = []
+    for candidate in found:
+        if say:
+            say(f"measuring {model} on {candidate.backend} ({candidate.device})...")
+        result = measure_one(candidate, load)
+        if say:
+            say(f"  {result.ms_p50:.1f} ms per frame" if result.ms_p50 else f"  cannot run: {result.error}")
+        results.append(result)
+    key = cache_key(found)
+    write_cache(settings, key, model, results)
+    return key, results
+
+
+def fastest(results: list[Measurement]) -> Measurement | None:
+    timed = [r for r in results if r.ms_p50]
+    return min(timed, key=lambda r: r.ms_p50 or 0.0) if timed else None
+
+
+def stored_results(key: str, model: str, settings: Settings) -> list[Measurement]:
+    """The measurement kept under `key`, made now (in a child process) when there is none; [] if that failed."""
+    with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
+        if key not in read_cache(settings) and key not in _FAILED:
+            _measure_in_child(model)
+    entry = read_cache(settings).get(key)
+    if entry is None:
+        _FAILED.add(key)  # not again in this process: every stream and reload would wait for it
+    try:
+        return [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
+    except (TypeError, KeyError):  # a hand-edited or older file: measure again next time
+        return []
+
+
+def auto_choice(model: str, settings: Settings | None = None, *, measure: bool = True) -> AutoChoice:
+    """The engine `--backend auto` runs `model` on, measured once per model, engines and machine; by the engines'
+    ranking when `measure` is off (a device the user named: only the ranking knows which engine has it)."""
+    settings = settings or get_settings()
+    found = candidates(model, settings)
+    if not measure or len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
+        return _by_rule(model, settings, found)
+    results = stored_results(cache_key(found), model, settings)
+    best = fastest(results)
+    if best is None:
+        return _by_rule(model, settings, found, "measuring the engines failed")
+    others = ", ".join(f"{r.backend} {r.ms_p50:.1f} ms" for r in results if r is not best and r.ms_p50)
+    reason = f"fastest here when measured ({best.ms_p50:.1f} ms per frame; {others or 'no other engine ran'})"
+    # the candidate's own model: a stored result may come from another copy of the same file
+    pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
+    return AutoChoice(pick.backend, pick.device, pick.model, reason)
+
+
+def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = "") -> AutoChoice:
+    _, path = locate_model(model, settings)
+    choice = choose_backend(path)
+    if len(found) == 1:
+        only = found[0]
+        return AutoChoice(only.backend, only.device, only.model, f"the only engine here that runs it ({choice.reason})")
+    prefix = f"{why}; " if why else ""
+    return AutoChoice(choice.backend, choice.device, model, prefix + choice.reason)
+
+
+def _measure_in_child(model: str) -> None:
+    """Measure in a child process: the engines tried leave no memory or threads in this one. The child says what
+    went wrong itself (one `error:` line); this process then falls back to the ranking."""
+    command = [sys.executable, "-m", "edge_inference", "backends", "--bench", model, "--quiet"]
+    print(f"--backend auto: timing the engines that can run {model} on this machine (once)...", file=sys.stderr)
+    try:
+        subprocess.run(command, check=False, stdout=subprocess.DEVNULL, timeout=600)
+    except subprocess.TimeoutExpired:
+        print(f"--backend auto: timing the engines for {model} took over 600 s; choosing by ranking", file=sys.stderr)

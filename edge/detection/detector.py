@@ -1,0 +1,110 @@
+"""One detector: a backend running a described model, with pre-processing and decoding around it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_inference.backends import Backend
+from edge_inference.edge.detection.timings import StageTimings
+from edge_inference.models.decoders import DecodeContext, get_decoder
+from edge_inference.models.decoders.base import dequantize
+from edge_inference.models.detection import Detection
+from edge_inference.models.preprocess import Preprocessor
+from edge_inference.models.spec import ModelSpec
+from edge_inference.models.transform import ImageTransform
+
+
+@dataclass(frozen=True)
+class DetectionResult:
+    detections: list[Detection]
+    timings: StageTimings
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A frame turned into the model's input; the tensor lives in the detector's buffer ring."""
+
+    tensor: np.ndarray
+    transform: ImageTransform
+    preprocess_ms: float
+
+
+class Detector:
+    """prepare -> infer -> decode; `detect` runs the three in a row, a pipeline runs them on separate threads."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        spec: ModelSpec,
+        *,
+        conf: float = 0.25,
+        iou: float = 0.45,
+        max_detections: int = 100,
+        buffers: int = 1,
+    ) -> None:
+        self.backend = backend
+        self.spec = spec
+        self.conf, self.iou, self.max_detections = conf, iou, max_detections
+        tensor = backend.inputs[0]
+        self._preprocess = Preprocessor(spec.preprocessing, tensor.dtype, tensor.quantization, buffers=buffers)
+        decoder = get_decoder(spec.decoder)
+        self._decode = decoder.decode
+        self._output_quant = [o.quantization for o in backend.outputs]
+        # a decoder that filters integer scores itself gets the outputs unconverted, with their quantisation
+        self._quant_context = tuple(self._output_quant) if decoder.quantized else ()
+
+    def prepare(self, image_bgr: np.ndarray) -> Prepared:
+        t0 = time.perf_counter()
+        tensor, transform = self._preprocess(image_bgr)
+        return Prepared(tensor, transform, (time.perf_counter() - t0) * 1e3)
+
+    def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
+        return self.backend.run(tensor)
+
+    def infer_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
+        """Outputs and inference milliseconds; on a shared engine, the wait for its turn is not inference."""
+        return self.backend.run_timed(tensor)
+
+    def decode(self, raw: list[np.ndarray], transform: ImageTransform) -> list[Detection]:
+        quant = self._output_quant
+        outputs = raw if self._quant_context else [dequantize(o, q) for o, q in zip(raw, quant, strict=True)]
+        context = DecodeContext(
+            self.spec, transform, self.conf, self.iou, self.max_detections, quantization=self._quant_context
+        )
+        return self._decode(outputs, context)
+
+    def detect(self, image_bgr: np.ndarray) -> DetectionResult:
+        prepared = self.prepare(image_bgr)
+        t1 = time.perf_counter()
+        raw = self.infer(prepared.tensor)
+        t2 = time.perf_counter()
+        detections = self.decode(raw, prepared.transform)
+        t3 = time.perf_counter()
+        timings = StageTimings(prepared.preprocess_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+        height, width = image_bgr.shape[:2]
+        return DetectionResult(detections, timings, width, height)
+
+    def warmup(self) -> None:
+        """One inference on a blank frame, so the first real frame does not pay for lazy initialisation."""
+        pre = self.spec.preprocessing
+        self.detect(np.full((pre.height, pre.width, 3), 114, dtype=np.uint8))
+
+    @property
+    def description(self) -> dict[str, object]:
+        return {
+            "model": self.spec.name,
+            "backend": self.backend.key,
+            "engine": self.backend.engine,
+            "device": self.backend.device,
+            "decoder": self.spec.decoder,
+            "input": f"{self.spec.preprocessing.width}x{self.spec.preprocessing.height}",
+            "notes": list(self.backend.notes),
+        }
+
+    def close(self) -> None:
+        self.backend.close()

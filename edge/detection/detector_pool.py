@@ -1,0 +1,241 @@
+"""Streams that run the same model file on the same engine and device share one loaded engine.
+
+Four cameras on one model load it once (a quarter of the memory), take turns through one scheduler (fair, see
+`scheduler.py`), and a Coral or Hailo is opened by one interpreter, as those devices are meant to be used. Each
+stream keeps its own `Detector` (its pre-processing buffers, thresholds and decoder); only the `Backend` under
+it is shared, through a `SharedBackend` that looks like any other backend.
+
+A shared engine that hangs is left to its thread: the next stream that reloads gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from edge_inference.backends import Backend, BackendOptions, open_backend
+from edge_inference.edge.detection.scheduler import InferenceScheduler
+from edge_inference.edge.detection.timings import percentile
+
+log = logging.getLogger("edge.detectors")
+Opener = Callable[[str, Path, BackendOptions], Backend]
+
+
+@dataclass(frozen=True)
+class EngineKey:
+    engine: str
+    path: str
+    device: str
+    threads: int | None
+    allow_fallback: bool
+    input_size: tuple[int, int] | None
+
+    @classmethod
+    def of(cls, engine: str, path: Path, options: BackendOptions) -> EngineKey:
+        return cls(
+            engine, str(path.resolve()), options.device, options.threads, options.allow_fallback, options.input_size
+        )
+
+
+@dataclass
+class SharedEngine:
+    key: EngineKey
+    backend: Backend
+    scheduler: InferenceScheduler
+    copies: list[Backend] = field(default_factory=list)  # further loads of the model, one per extra lane
+    loaded_at: float = field(default_factory=time.time)
+    holders: dict[int, str] = field(default_factory=dict)  # id(SharedBackend) -> stream id
+    retired: bool = False  # replaced after it hung; closed by nobody while its inference may still be running
+    closed: bool = False
+
+    @property
+    def streams(self) -> list[str]:
+        return sorted(set(self.holders.values()))
+
+
+@dataclass
+class SharedBackend(Backend):
+    """A stream's handle on a shared engine: runs go through the engine's scheduler, close releases the handle."""
+
+    shared: SharedEngine | None = None
+    stream: str = ""
+    pool: DetectorPool | None = None
+
+    released: bool = False
+
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        return self.run_timed(tensor)[0]
+
+    def run_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
+        assert self.shared is not None and self.pool is not None
+        try:
+            return self.shared.scheduler.run(self.stream, tensor)
+        finally:
+            if self.released or self.shared.retired:  # a call outlived its handle: free the engine if unheld
+                self.pool.close_if_abandoned(self.shared)
+
+    def close(self) -> None:
+        if self.pool is not None and self.shared is not None and not self.released:
+            self.released = True
+            self.pool.release(self.shared, self)
+
+
+class DetectorPool:
+    def __init__(self, *, max_batch: int = 1, share: bool = True, opener: Opener = open_backend) -> None:
+        self.max_batch = max_batch
+        self.share = share
+        self._open = opener
+        self._lock = threading.Lock()
+        self._key_locks: dict[EngineKey, threading.Lock] = {}
+        self._engines: dict[EngineKey, SharedEngine] = {}
+        self._all: list[SharedEngine] = []  # every engine loaded, for statistics, until it is released
+
+    def opener(self, stream: str, stuck_after_s: float, lanes: int = 1) -> Opener:
+        """What a stream's loader calls in place of `open_backend`."""
+
+        def open_shared(engine: str, path: Path, options: BackendOptions) -> Backend:
+            return self.acquire(stream, engine, path, options, stuck_after_s, lanes)
+
+        return open_shared
+
+    def acquire(
+        self,
+        stream: str,
+        engine: str,
+        path: Path,
+        options: BackendOptions,
+        stuck_after_s: float = 10.0,
+        lanes: int = 1,
+    ) -> SharedBackend:
+        """A handle on the engine for this model, engine and device; loaded (with `lanes` lanes) on first use."""
+        key = EngineKey.of(engine, path, options)
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:  # two streams starting together load the model once; other models load meanwhile
+            shared = self._live_engine(key, stuck_after_s) if self.share else None
+            if shared is None:
+                shared = self._load(key, engine, path, options, lanes)
+                with self._lock:
+                    if self.share:
+                        self._engines[key] = shared
+                    self._all.append(shared)
+            return self._handle(shared, stream)
+
+    def _load(self, key: EngineKey, engine: str, path: Path, options: BackendOptions, lanes: int) -> SharedEngine:
+        backend = self._open(engine, path, options)
+        copies: list[Backend] = []
+        if backend.parallel == "copies":
+            try:
+                copies = [self._open(engine, path, options) for _ in range(lanes - 1)]
+            except Exception:
+                for copy in copies:
+                    copy.close()
+                backend.close()
+                raise
+        lane_backends = [backend] * max(1, lanes) if backend.parallel == "shared" else [backend, *copies]
+        return SharedEngine(key, backend, InferenceScheduler(lane_backends, self.max_batch), copies=copies)
+
+    def _live_engine(self, key: EngineKey, stuck_after_s: float) -> SharedEngine | None:
+        with self._lock:
+            shared = self._engines.get(key)
+            if shared is not None and shared.scheduler.busy_for() > stuck_after_s:
+                log.warning("%s on %s hung; its streams get a freshly loaded engine", Path(key.path).name, key.device)
+                shared.retired = True
+                self._engines.pop(key)
+                return None
+            return shared
+
+    def _handle(self, shared: SharedEngine, stream: str) -> SharedBackend:
+        inner = shared.backend
+        described = {f.name: getattr(inner, f.name) for f in fields(Backend)}  # what the engine says of itself
+        handle = SharedBackend(**described | {"notes": list(inner.notes)}, shared=shared, stream=stream, pool=self)
+        with self._lock:
+            shared.holders[id(handle)] = stream
+            if len(shared.streams) > 1:
+                log.info("%s on %s now serves %s", Path(shared.key.path).name, inner.device, ", ".join(shared.streams))
+        return handle
+
+    def release(self, shared: SharedEngine, handle: SharedBackend) -> None:
+        with self._lock:
+            shared.holders.pop(id(handle), None)
+            if shared.holders:
+                return
+            if self._engines.get(shared.key) is shared:
+                self._engines.pop(shared.key)
+            if shared in self._all:
+                self._all.remove(shared)
+        self.close_if_abandoned(shared)
+
+    def close_if_abandoned(self, shared: SharedEngine) -> None:
+        """Close an engine nobody holds; a hung one only once its inference has returned (never under it)."""
+        with self._lock:
+            if shared.closed or shared.holders or shared.scheduler.busy_for() > 0:
+                return
+            shared.closed = True
+        for backend in [shared.backend, *shared.copies]:
+            backend.close()
+
+    def engines(self) -> list[SharedEngine]:
+        with self._lock:
+            return list(self._all)
+
+
+@dataclass(frozen=True)
+class DetectorFigures:
+    """Frigate-style detector statistics: speed, rate, wait for a turn, and which streams it serves."""
+
+    model: str
+    backend: str
+    engine: str
+    device: str
+    threads: int | None  # per lane
+    lanes: int  # inferences that may run at once
+    streams: list[str]
+    inference_ms_p50: float | None  # one engine run (a whole batch)
+    queue_wait_ms_p50: float | None  # a frame's wait for its turn
+    detection_fps: float  # frames inferred per second, all streams together
+    frames: int
+    inferences: int
+    max_batch: int
+    frames_per_stream: dict[str, int]
+    waiting: int  # frames waiting for their turn now
+    errors: int
+    hung: bool  # replaced after an inference never returned
+
+
+def _rounded(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 2)
+
+
+def describe_engine(shared: SharedEngine, now: float | None = None) -> DetectorFigures:
+    stats = shared.scheduler.stats
+    with shared.scheduler.lock:
+        inference, waits = list(stats.inference_ms), list(stats.queue_wait_ms)
+        fps = stats.finished.rate(now or time.monotonic())
+        per_stream = dict(sorted(stats.per_stream.items()))
+    return DetectorFigures(
+        model=Path(shared.key.path).name,
+        backend=shared.backend.key,
+        engine=shared.backend.engine,
+        device=shared.backend.device,
+        threads=shared.key.threads,
+        lanes=shared.scheduler.lanes,
+        streams=shared.streams,
+        inference_ms_p50=_rounded(percentile(inference, 50)),
+        queue_wait_ms_p50=_rounded(percentile(waits, 50)),
+        detection_fps=round(fps, 2),
+        frames=stats.frames,
+        inferences=stats.batches,
+        max_batch=shared.scheduler.max_batch,
+        frames_per_stream=per_stream,
+        waiting=shared.scheduler.waiting,
+        errors=stats.errors,
+        hung=shared.retired,
+    )

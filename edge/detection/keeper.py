@@ -1,0 +1,158 @@
+"""Keeps one stream's detector working: loads it with backoff until it works, and gives up on one that is stuck.
+
+The stream's threads only ask for the current detector and run inferences through `infer`; whether a model is
+loading, failed (and is retried, so a replugged accelerator comes back) or stuck in an inference (accelerator
+unplugged or hung: replaced, the stuck one left to its thread, which frees it when its call returns) is this
+object's business, and it reports each change of state through `on_state`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+
+from edge_inference.edge.detection.detector import Detector
+
+DetectorState = Literal["loading", "failed", "ready"]
+FIRST_LOAD_BACKOFF_S = 1.0
+MAX_LOAD_BACKOFF_S = 60.0
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+class DetectorKeeper:
+    """`generation` names the detector in place: it changes whenever the keeper gives up on one, so a thread that
+    holds an older detector knows to stop using it."""
+
+    def __init__(
+        self,
+        load: Callable[[], Detector],
+        stop: threading.Event,
+        *,
+        inference_timeout_s: float = 10.0,
+        on_state: Callable[[DetectorState, str | None], None] = _ignore,
+        on_load_failure: Callable[[], None] = _ignore,
+        on_replaced: Callable[[], None] = _ignore,
+        first_backoff_s: float = FIRST_LOAD_BACKOFF_S,
+    ) -> None:
+        self._load = load
+        self._stop = stop
+        self.inference_timeout_s = inference_timeout_s
+        self._on_state = on_state
+        self._on_load_failure = on_load_failure
+        self._on_replaced = on_replaced
+        self._first_backoff_s = first_backoff_s
+        self._lock = threading.Lock()
+        self.detector: Detector | None = None
+        self.state: DetectorState = "loading"
+        self.generation = 0
+        self._inference_started: float | None = None  # monotonic start of the inference in progress
+
+    def current(self) -> tuple[int, Detector | None]:
+        with self._lock:
+            return self.generation, self.detector
+
+    def is_current(self, generation: int) -> bool:
+        return generation == self.generation
+
+    @property
+    def inferring(self) -> bool:
+        return self._inference_started is not None
+
+    # -- loading -----------------------------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Load and warm up, retrying with backoff; True once a detector is in place, False if the stream stopped."""
+        detector = self._load_with_retry()
+        if detector is None:
+            return False
+        with self._lock:
+            self.detector = detector
+            self._set_state("ready", None)
+        return True
+
+    def _load_with_retry(self) -> Detector | None:
+        backoff = self._first_backoff_s
+        while not self._stop.is_set():
+            detector = None
+            try:
+                detector = self._load()
+                detector.warmup()
+            except Exception as exc:  # noqa: BLE001 - any loading failure is reported and retried
+                if detector is not None:
+                    detector.close()
+                self._on_load_failure()
+                with self._lock:
+                    self._set_state("failed", f"cannot load the model: {exc} (retrying in {backoff:g} s)")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_LOAD_BACKOFF_S)
+                continue
+            if self._stop.is_set():
+                detector.close()
+                return None
+            return detector
+        return None
+
+    # -- inference ---------------------------------------------------------------------------------------------
+    def infer(self, generation: int, detector: Detector, tensor: np.ndarray) -> tuple[list[np.ndarray], float] | None:
+        """One inference on `detector`, watched for getting stuck: its outputs and time in ms, or None when the
+        keeper gave up on this detector while it ran (then it is closed here, and the caller's loop must end).
+        Raises what the engine raised."""
+        self._inference_started = time.monotonic()
+        error: Exception | None = None
+        outcome: tuple[list[np.ndarray], float] | None = None
+        try:
+            outcome = detector.infer_timed(tensor)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller once the stuck-inference bookkeeping is done
+            error = exc
+        with self._lock:
+            still_current = generation == self.generation
+            if still_current:
+                self._inference_started = None
+        if not still_current:
+            detector.close()  # given up on while it ran: nobody else holds it any more
+            return None
+        if error is not None:
+            raise error
+        return outcome
+
+    def check(self) -> bool:
+        """The watchdog's call: True when an inference has outlived the timeout and the keeper gave up on its
+        detector (state `loading`); the caller then runs `load` on a thread of its own to put a new one in place."""
+        started = self._inference_started
+        if started is None or time.monotonic() - started <= self.inference_timeout_s:
+            return False
+        with self._lock:
+            if self._inference_started != started:
+                return False  # it returned meanwhile
+            self._retire()
+            self._on_replaced()
+            self._set_state(
+                "loading",
+                f"inference did not return within {self.inference_timeout_s:g} s: the detector is stuck "
+                "(accelerator unplugged or hung?); reloading it",
+            )
+        return True
+
+    def release(self) -> None:
+        """At stop: close the detector, unless an inference still holds it (its thread closes it when it returns)."""
+        with self._lock:
+            detector, busy = self.detector, self._inference_started is not None
+            self._retire()
+        if detector is not None and not busy:
+            detector.close()
+
+    def _retire(self) -> None:
+        """Call with the lock held: no detector in place, and whoever holds the last one stops using it."""
+        self.generation += 1
+        self._inference_started = None
+        self.detector = None
+
+    def _set_state(self, state: DetectorState, error: str | None) -> None:
+        self.state = state
+        self._on_state(state, error)

@@ -1,0 +1,103 @@
+"""From what the user typed (`--model`, `--backend`, flags) to a ready Detector."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from edge_inference.backends import Backend, BackendError, BackendOptions, engine_keys, open_backend
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.model_files import (
+    locate_model,
+    model_for_engine,
+    model_reference,
+)
+from edge_inference.edge.detection.threads import engine_threads
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
+from edge_inference.models.registry import is_registry_name
+from edge_inference.models.resolve import ModelIO, resolve_spec
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    model: str
+    backend: str = "auto"
+    device: str = "auto"
+    conf: float = 0.25
+    iou: float = 0.45
+    max_detections: int = 100
+    threads: int | None = None  # None: the thread budget's share (edge/detection/threads.py)
+    allow_fallback: bool = False
+    overrides: SpecOverrides = field(default_factory=SpecOverrides)
+    # input buffers: 1 for one frame at a time, more for a pipeline that prepares ahead
+    buffers: int = 1
+
+
+def check_reference(config: DetectorConfig) -> None:
+    """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
+    if config.backend != "auto" and config.backend not in engine_keys():
+        raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(engine_keys())}")
+    model_reference(engine_model(config))  # a registry name must also have a file this engine reads
+
+
+def engine_model(config: DetectorConfig) -> str:
+    """A registry name given with an engine becomes that engine's own file of the same weights
+    (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
+    if config.backend == "auto" or not is_registry_name(config.model):
+        return config.model
+    model, reason = model_for_engine(config.model, config.backend)
+    if model is None:
+        raise EdgeError(f"{reason}; see `edge models list` or `edge backends` for what each engine can run")
+    return model
+
+
+def resolve_auto(config: DetectorConfig, settings: Settings) -> tuple[DetectorConfig, str]:
+    """`--backend auto` made concrete (engine, device, that engine's file of the model), and the note saying why."""
+    from edge_inference.edge.detection.autoselect import auto_choice  # it loads detectors itself to time them
+
+    choice = auto_choice(config.model, settings, measure=config.device == "auto")
+    if config.device == "auto":
+        note = f"--backend auto chose {choice.backend} on {choice.device}: {choice.reason}"
+    else:  # the device was the user's: the choice's own device reasoning would contradict what runs
+        note = f"--backend auto chose {choice.backend} for {config.model}"
+    device = choice.device if config.device == "auto" else config.device
+    return replace(config, model=choice.model, backend=choice.backend, device=device), note
+
+
+def load_detector(
+    config: DetectorConfig,
+    settings: Settings | None = None,
+    progress: Callable[[str, int, int | None], None] | None = None,
+    opener: Callable[[str, Path, BackendOptions], Backend] = open_backend,
+) -> Detector:
+    """`opener` opens the engine: `open_backend`, or a detector pool's, which hands out shared engines."""
+    settings = settings or get_settings()
+    note = None
+    if config.backend == "auto":
+        config, note = resolve_auto(config, settings)
+    name, path = locate_model(engine_model(config), settings, progress)
+    key, device = config.backend, config.device
+    sidecar = sidecar_path(path)
+    overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
+    size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
+    threads = config.threads or engine_threads()
+    backend = opener(key, path, BackendOptions(device, threads, config.allow_fallback, size))
+    if note:
+        backend.notes.insert(0, note)
+    io = ModelIO(
+        input_shape=backend.inputs[0].shape,
+        output_shapes=[o.shape for o in backend.outputs],
+        output_names=[o.name for o in backend.outputs],
+        metadata=backend.metadata,
+    )
+    try:
+        spec = resolve_spec(name, io, overrides)
+    except Exception:
+        backend.close()
+        raise
+    return Detector(
+        backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections, buffers=config.buffers
+    )

@@ -1,0 +1,86 @@
+"""Where a frame's time went (the detector's three stages, a pipeline frame's whole path around them), and the
+rolling figures kept over them: percentiles and rates over a time window."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# a pipeline frame's stages, in the order they happen
+STAGES = ("capture", "queue_wait", "preprocess", "inference", "postprocess", "tracking", "end_to_end")
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimings:
+    """One `Detector.detect`: pre-processing, inference, decoding; in ms."""
+
+    preprocess_ms: float
+    inference_ms: float
+    postprocess_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.preprocess_ms + self.inference_ms + self.postprocess_ms
+
+    def to_dict(self) -> dict[str, float]:
+        return {k.removesuffix("_ms"): round(v, 3) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class FrameTiming(StageTimings):
+    """A frame through a pipeline: its detector stages plus reading it, waiting between threads, and the whole path."""
+
+    captured_at: float  # wall clock, seconds since the epoch
+    capture_ms: float
+    queue_wait_ms: float  # all time spent waiting between stages
+    end_to_end_ms: float  # from the frame being in hand to its result being published
+    tracking_ms: float = 0.0  # tracker, zones and lines (0 when the stream does not track)
+
+    def to_dict(self) -> dict[str, float]:
+        out = {"captured_at": round(self.captured_at, 6)}
+        out.update({f"{stage}_ms": round(getattr(self, f"{stage}_ms"), 3) for stage in STAGES})
+        return out
+
+
+def percentile(values: list[float] | np.ndarray, q: float) -> float:
+    """One percentile of a list of figures; NaN for none (a table shows it as missing, not as zero)."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if len(values) else float("nan")
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    p50: float
+    p95: float
+    p99: float
+
+
+def percentiles(values: np.ndarray) -> Percentiles:
+    if values.size == 0:
+        return Percentiles(0.0, 0.0, 0.0)
+    p50, p95, p99 = np.percentile(values, (50, 95, 99))
+    return Percentiles(round(float(p50), 3), round(float(p95), 3), round(float(p99), 3))
+
+
+class RateWindow:
+    """Events per second over the last `window_s` seconds."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+
+    def add(self, now: float) -> None:
+        self._times.append(now)
+        self._trim(now)
+
+    def rate(self, now: float) -> float:
+        self._trim(now)
+        if len(self._times) < 2:
+            return 0.0
+        span = max(now - self._times[0], 1e-6)
+        return len(self._times) / max(span, min(self.window_s, span))
+
+    def _trim(self, now: float) -> None:
+        while self._times and now - self._times[0] > self.window_s:
+            self._times.popleft()

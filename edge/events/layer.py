@@ -1,0 +1,207 @@
+"""Events and their outputs for a running service: builders per stream, the recorder, the store, MQTT, webhooks.
+
+Built by the stream manager from the config; it listens to the pipelines' results and never slows them: a frame's
+listener call is the event bookkeeping (`events.py`) and a comparison of zone counts, nothing that waits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig, StreamConfig
+from edge_inference.edge.events.builder import EventBuilder, EventChange
+from edge_inference.edge.events.homeassistant import discovery_messages
+from edge_inference.edge.events.mqtt import MqttLink, default_device_id, parse_broker
+from edge_inference.edge.events.outbox import OutboxSender
+from edge_inference.edge.events.recorder import EventRecorder
+from edge_inference.edge.events.store import EventStore, default_data_dir
+from edge_inference.edge.events.webhooks import Webhook
+from edge_inference.edge.settings import Settings
+from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
+
+log = logging.getLogger("edge.events")
+AVAILABILITY_CHECK_S = 1.0
+
+
+def data_dir(config: ServiceConfig, settings: Settings) -> Path:
+    return settings.data_dir or config.storage.data_dir or default_data_dir()
+
+
+def mqtt_link(config: ServiceConfig, settings: Settings) -> MqttLink | None:
+    """EDGE_MQTT_URL, or the config's mqtt.url; None when neither names a broker."""
+    url = settings.mqtt_url or (config.mqtt.url if config.mqtt else None)
+    if url is None:
+        if config.mqtt is not None:
+            raise ConfigError("mqtt: no broker: set mqtt.url, or EDGE_MQTT_URL (mqtt://user:pass@host:1883)")
+        return None
+    mqtt_config = config.mqtt or MqttConfig()
+    broker = parse_broker(url.get_secret_value(), mqtt_config)
+    return MqttLink(mqtt_config, broker, mqtt_config.device_id or default_device_id())
+
+
+class EventLayer:
+    def __init__(self, config: ServiceConfig, settings: Settings) -> None:
+        self.config = config
+        self._active: dict[tuple[str, str], set[str]] = {}  # (stream, label) -> events going on, for ON/OFF
+        self.mqtt = mqtt_link(config, settings)
+        self.webhooks = [Webhook(i, w) for i, w in enumerate(config.webhooks)]
+        self.builders: dict[str, EventBuilder] = {
+            s.id: EventBuilder(s.id, s.events) for s in config.streams if s.events and not s.compare
+        }
+        self.store: EventStore | None = None
+        self.recorder: EventRecorder | None = None
+        self.senders: list[OutboxSender] = []
+        self._pipelines: dict[str, StreamPipeline] = {}
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="event-ticker", daemon=True)
+        if self.builders:
+            self._open_store(data_dir(config, settings))
+
+    def _open_store(self, folder: Path) -> None:
+        try:
+            self.store = EventStore(folder, self.config.storage)
+        except OSError as exc:
+            raise ConfigError(str(exc)) from None
+        destinations = [(w.sink, "event") for w in self.webhooks]
+        if self.mqtt is not None:
+            destinations.insert(0, ("mqtt", self.mqtt.topics.events))
+            self.senders.append(OutboxSender(self.store, "mqtt", self.mqtt.deliver))
+            self.mqtt.on_connect_hooks.append(self.senders[-1].wake.set)
+        self.senders += [OutboxSender(self.store, w.sink, w.deliver) for w in self.webhooks]
+        self.recorder = EventRecorder(self.store, destinations)
+        self.recorder.on_stored += [sender.wake.set for sender in self.senders]
+        if self.mqtt is not None:
+            self.recorder.listeners.append(self._publish_event_state)
+
+    @property
+    def active(self) -> bool:
+        return self.recorder is not None or self.mqtt is not None
+
+    # -- wiring --------------------------------------------------------------------------------------------------
+    def attach(self, stream: StreamConfig, pipeline: StreamPipeline) -> None:
+        self._pipelines[pipeline.stream_id] = pipeline
+        builder = self.builders.get(pipeline.stream_id)
+        if builder is not None and self.recorder is not None:
+            recorder = self.recorder
+
+            def observe(result: FrameResult) -> None:
+                changes = builder.observe(
+                    result.detections, result.zones, result.lines, result.image, result.timing.captured_at
+                )
+                if changes:
+                    recorder.submit(changes)
+
+            pipeline.add_listener(observe)
+        if self.mqtt is not None and (stream.zones or stream.lines):
+            pipeline.add_listener(self._zone_publisher(pipeline.stream_id))
+
+    def start(self) -> None:
+        if self.mqtt is not None:
+            streams = [s for s in self.config.streams if s.id in self._pipelines]
+            mqtt_config = self.mqtt.config
+            if mqtt_config.discovery:
+                device = self.mqtt.topics.base.rsplit("/", 1)[-1]
+                self.mqtt.set_startup(
+                    discovery_messages(self.mqtt.topics, device, streams, mqtt_config.discovery_prefix)
+                )
+            for stream in streams:
+                for label in stream.events.labels if stream.events else []:
+                    self.mqtt.set_state(self.mqtt.topics.stream(stream.id, label), b"OFF")
+            self.mqtt.start()
+        if self.recorder is not None:
+            self._end_unfinished()
+            self.recorder.start()
+        for sender in self.senders:
+            sender.start()
+        if self.mqtt is not None:
+            self._ticker.start()
+
+    def _end_unfinished(self) -> None:
+        """A previous run that was killed left events open: they end when they were last updated, and say so."""
+        assert self.store is not None and self.recorder is not None
+        unfinished = self.store.unfinished()
+        if unfinished:
+            log.info("ending %d events left open by a previous run", len(unfinished))
+        self.recorder.submit([EventChange("end", replace(event, end=updated), None) for event, updated in unfinished])
+
+    def begin_stop(self) -> None:
+        """Live listeners (the API's event stream) end now; shutdown must not wait for them."""
+        if self.recorder is not None:
+            self.recorder.changes.close()
+
+    def stop(self, now: float) -> None:
+        """After the streams stopped: events in progress end, everything is stored, then outputs close."""
+        if self.recorder is not None:
+            for builder in self.builders.values():
+                self.recorder.submit(builder.finish(now))
+            self.recorder.stop()
+        self._stop.set()
+        for sender in self.senders:
+            sender.stop()
+        if self.mqtt is not None:
+            for stream_id in self._pipelines:
+                self.mqtt.set_state(self.mqtt.topics.stream(stream_id, "availability"), b"offline")
+            self.mqtt.stop()
+        if self.store is not None:
+            self.store.close()
+
+    # -- MQTT state ----------------------------------------------------------------------------------------------
+    def _publish_event_state(self, change: EventChange, jpeg: bytes | None) -> None:
+        assert self.mqtt is not None
+        event = change.event
+        active = self._active.setdefault((event.stream, event.label), set())
+        if change.kind == "end":
+            active.discard(event.id)
+        else:
+            active.add(event.id)
+        on = bool(active)
+        self.mqtt.set_state(self.mqtt.topics.stream(event.stream, event.label), b"ON" if on else b"OFF")
+        if jpeg is not None:
+            self.mqtt.set_state(self.mqtt.topics.stream(event.stream, "snapshot"), jpeg)
+
+    def _zone_publisher(self, stream_id: str) -> Callable[[FrameResult], None]:
+        assert self.mqtt is not None
+        mqtt = self.mqtt
+
+        def publish(result: FrameResult) -> None:
+            for zone in result.zones:
+                count = str(sum(zone.objects.values())).encode()
+                mqtt.set_state(mqtt.topics.stream(stream_id, "zones", zone.name), count)
+            for line in result.lines:
+                counts = json.dumps({"in": line.crossed_in, "out": line.crossed_out}).encode()
+                mqtt.set_state(mqtt.topics.stream(stream_id, "lines", line.name), counts)
+
+        return publish
+
+    def _tick(self) -> None:
+        """Stream availability as it changes; the service's figures every stats_interval_s."""
+        assert self.mqtt is not None
+        interval = self.mqtt.config.stats_interval_s
+        waited = interval
+        while not self._stop.wait(AVAILABILITY_CHECK_S):
+            for stream_id, pipeline in self._pipelines.items():
+                online = pipeline.state in ("running", "ended")
+                topic = self.mqtt.topics.stream(stream_id, "availability")
+                self.mqtt.set_state(topic, b"online" if online else b"offline")
+            waited += AVAILABILITY_CHECK_S
+            if waited >= interval:
+                waited = 0.0
+                try:
+                    self.mqtt.publish(self.mqtt.topics.stats, json.dumps(self._stats(), default=str).encode())
+                except Exception:
+                    log.exception("publishing stats over MQTT failed")
+
+    def _stats(self) -> dict[str, object]:
+        streams: dict[str, object] = {}
+        for stream_id, pipeline in self._pipelines.items():
+            figures = asdict(pipeline.stats.snapshot())
+            streams[stream_id] = {"state": pipeline.state, **figures}
+        out: dict[str, object] = {"streams": streams}
+        if self.store is not None:
+            out["outbox"] = self.store.outbox_counts()
+        return out

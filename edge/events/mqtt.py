@@ -1,0 +1,191 @@
+"""The link to an MQTT broker (paho-mqtt): events from the outbox at QoS 1, retained state, availability.
+
+Topics, under `<topic_prefix>/<device_id>` so that many devices share one broker:
+  availability                  online / offline (retained; `offline` is the last will, sent by the broker if we die)
+  events                        {"type": "start"|"update"|"end", "event": {...}}   QoS 1, from the outbox
+  stats                         the service's figures, every stats_interval_s
+  <stream>/availability         online while the stream delivers frames (retained)
+  <stream>/<label>              ON while an event of that label goes on, else OFF (retained)
+  <stream>/zones/<zone>         objects in the zone now (retained)
+  <stream>/lines/<line>         {"in": n, "out": n} since start (retained)
+  <stream>/snapshot             the latest event's best snapshot, JPEG (retained)
+Retained state is kept here and published again on every connection, so a broker that restarts without
+persistence, or a consumer that joins late, still gets the current state.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import threading
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from edge_inference.edge.config import ConfigError, MqttConfig
+from edge_inference.edge.errors import needs_events_extra
+from edge_inference.edge.events.store import Message
+from edge_inference.edge.secrets import mask_url
+
+log = logging.getLogger("edge.mqtt")
+PUBACK_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Broker:
+    host: str
+    port: int
+    tls: bool
+    username: str | None
+    password: str | None
+
+    @property
+    def description(self) -> str:
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+
+def parse_broker(url: str, config: MqttConfig) -> Broker:
+    parts = urlsplit(url)
+    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
+        raise ConfigError(
+            f"MQTT broker {mask_url(url)!r} is not understood: write mqtt://host:1883 or mqtts://host:8883 (TLS), "
+            "with user:password@ before the host when the broker needs them"
+        )
+    tls = parts.scheme in ("mqtts", "ssl")
+    try:
+        port = parts.port or (8883 if tls else 1883)
+    except ValueError:
+        raise ConfigError(f"MQTT broker {mask_url(url)!r} has an invalid port") from None
+    password = unquote(parts.password) if parts.password else None
+    if password is None and config.password is not None:
+        password = config.password.get_secret_value()
+    username = unquote(parts.username) if parts.username else config.username
+    return Broker(parts.hostname, port, tls, username, password)
+
+
+def default_device_id() -> str:
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
+    return name[:64] or "edge"
+
+
+class Topics:
+    def __init__(self, prefix: str, device_id: str) -> None:
+        self.base = f"{prefix.rstrip('/')}/{device_id}"
+        self.availability = f"{self.base}/availability"
+        self.events = f"{self.base}/events"
+        self.stats = f"{self.base}/stats"
+
+    def stream(self, stream_id: str, *parts: str) -> str:
+        return "/".join([self.base, stream_id, *parts])
+
+
+class MqttLink:
+    def __init__(self, config: MqttConfig, broker: Broker, device_id: str) -> None:
+        try:
+            import paho.mqtt.client as mqtt
+        except ImportError as exc:
+            raise needs_events_extra("MQTT", exc) from None
+
+        self.config = config
+        self.broker = broker
+        self.topics = Topics(config.topic_prefix, device_id)
+        self.connected = threading.Event()
+        self.on_connect_hooks: list[object] = []  # callables run after each connection (outbox wake-up)
+        self.last_error: str | None = None
+        self._retained: dict[str, bytes] = {}
+        self._startup: list[tuple[str, bytes]] = []  # discovery: published, retained, on every connection
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=config.client_id or f"edge-inference-{device_id}",
+            clean_session=True,
+        )
+        if broker.username:
+            self._client.username_pw_set(broker.username, broker.password)
+        if broker.tls:
+            self._client.tls_set(ca_certs=str(config.ca_file) if config.ca_file else None, cert_reqs=ssl.CERT_REQUIRED)
+        self._client.will_set(self.topics.availability, b"offline", qos=1, retain=True)
+        self._client.reconnect_delay_set(min_delay=1, max_delay=30)
+        self._client.on_connect = self._connected
+        self._client.on_disconnect = self._disconnected
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._client.connect_async(self.broker.host, self.broker.port, keepalive=self.config.keepalive_s)
+        self._client.loop_start()
+
+    def stop(self) -> None:
+        """Say `offline` ourselves (a clean stop sends no last will), then disconnect."""
+        self._stopping = True
+        if self.connected.is_set():
+            info = self._client.publish(self.topics.availability, b"offline", qos=1, retain=True)
+            info.wait_for_publish(2.0) if info.rc == 0 else None
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def set_startup(self, messages: list[tuple[str, bytes]]) -> None:
+        self._startup = messages
+
+    def _connected(self, client: object, userdata: object, flags: object, reason: object, props: object) -> None:
+        if getattr(reason, "is_failure", False):
+            self._note(f"MQTT broker {self.broker.description} refused the connection: {reason}")
+            return
+        log.info("MQTT: connected to %s as %s", self.broker.description, self.topics.base)
+        self.last_error = None
+        self._client.publish(self.topics.availability, b"online", qos=1, retain=True)
+        for topic, payload in self._startup:
+            self._client.publish(topic, payload, qos=1, retain=True)
+        with self._lock:
+            retained = dict(self._retained)
+        for topic, payload in retained.items():
+            self._client.publish(topic, payload, qos=1, retain=True)
+        self.connected.set()
+        for hook in self.on_connect_hooks:
+            hook()  # type: ignore[operator]
+
+    def _disconnected(self, client: object, userdata: object, flags: object, reason: object, props: object) -> None:
+        self.connected.clear()
+        if self._stopping:
+            log.info("MQTT: disconnected from %s", self.broker.description)
+            return
+        self._note(f"MQTT broker {self.broker.description} is unreachable ({reason}); events wait in the outbox")
+
+    def _note(self, error: str) -> None:
+        if error != self.last_error:
+            log.warning("%s", error)
+        self.last_error = error
+
+    # -- publishing ------------------------------------------------------------------------------------------
+    def set_state(self, topic: str, payload: bytes) -> None:
+        """Retained state: published now when connected, and again after every reconnection."""
+        with self._lock:
+            if self._retained.get(topic) == payload:
+                return
+            self._retained[topic] = payload
+        if self.connected.is_set():
+            self._client.publish(topic, payload, qos=1, retain=True)
+
+    def publish(self, topic: str, payload: bytes) -> None:
+        """A figure that is only worth sending now (stats): lost while the broker is away."""
+        if self.connected.is_set():
+            self._client.publish(topic, payload, qos=0, retain=False)
+
+    def deliver(self, messages: list[Message]) -> int:
+        """The outbox's destination: publish in order at QoS 1; count the messages the broker acknowledged."""
+        if not self.connected.is_set():
+            return 0
+        sent = []
+        for message in messages:
+            info = self._client.publish(message.topic, message.payload, qos=1, retain=message.retain)
+            if info.rc != 0:
+                break
+            sent.append(info)
+        for done, info in enumerate(sent):
+            try:
+                info.wait_for_publish(PUBACK_TIMEOUT_S)
+            except RuntimeError:
+                return done
+            if not info.is_published():
+                return done
+        return len(sent)

@@ -1,0 +1,114 @@
+"""The recorder thread: event changes from every stream become snapshots, rows and outbox messages.
+
+The decode threads only hand changes over (a bounded queue; they never wait on the disk); here each change gets its
+snapshot JPEG (the frame with the object's box), is stored with the messages that announce it in one transaction,
+and is then told to whoever listens live (the API's SSE stream, MQTT's retained state).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from edge_inference.edge.events.builder import EventChange, Snapshot
+from edge_inference.edge.events.store import EventStore
+from edge_inference.edge.stream.drawing import render_jpeg
+from edge_inference.edge.stream.publish import Broadcaster
+from edge_inference.models.detection import Detection
+
+log = logging.getLogger("edge.events")
+SNAPSHOT_HEIGHT = 720
+SNAPSHOT_QUALITY = 85
+PRUNE_EVERY_S = 600.0
+
+# (sink, topic) pairs that every event change is sent to through the outbox
+Destinations = Callable[[], list[tuple[str, str]]]
+
+
+def change_payload(change: EventChange, has_snapshot: bool) -> dict[str, object]:
+    return {"type": change.kind, "event": change.event.to_dict() | {"has_snapshot": has_snapshot}}
+
+
+def snapshot_jpeg(snapshot: Snapshot, label: str) -> bytes:
+    box = Detection(-1, label, snapshot.score, snapshot.box)
+    return render_jpeg(snapshot.image, [box], height=SNAPSHOT_HEIGHT, quality=SNAPSHOT_QUALITY, boxes=True)
+
+
+class EventRecorder:
+    def __init__(self, store: EventStore, destinations: list[tuple[str, str]]) -> None:
+        self.store = store
+        self.destinations = destinations
+        self.changes: Broadcaster[dict[str, object]] = Broadcaster()  # live, for the API
+        self.listeners: list[Callable[[EventChange, bytes | None], None]] = []  # after each change is stored
+        self.on_stored: list[Callable[[], None]] = []  # wake the outbox senders
+        self._queue: queue.Queue[EventChange | None] = queue.Queue(maxsize=10_000)
+        self._thread = threading.Thread(target=self._run, name="event-recorder", daemon=True)
+        self.recorded = 0
+        self.lost = 0  # changes refused because the queue was full (the disk cannot keep up)
+        self.last_error: str | None = None
+        self._has_snapshot: set[str] = set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, changes: list[EventChange]) -> None:
+        for change in changes:
+            try:
+                self._queue.put_nowait(change)
+            except queue.Full:
+                self.lost += 1
+                log.error("event queue full: the disk cannot keep up; lost a %s of %s", change.kind, change.event.id)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Everything submitted so far is recorded first."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        last_prune = 0.0
+        while True:
+            change = self._queue.get()
+            if change is None:
+                return
+            try:
+                self._record(change)
+            except Exception as exc:  # a full disk or a bug loses this change, never the recorder
+                self.last_error = f"could not store event {change.event.id}: {exc}"
+                log.exception("%s", self.last_error)
+            if time.monotonic() - last_prune > PRUNE_EVERY_S:
+                last_prune = time.monotonic()
+                self._prune()
+
+    def _prune(self) -> None:
+        try:
+            removed = self.store.prune()
+        except Exception:
+            log.exception("pruning old events failed")
+            return
+        if removed:
+            log.info("removed %d events past retention", removed)
+
+    def _record(self, change: EventChange) -> None:
+        event = change.event
+        jpeg = snapshot_jpeg(change.snapshot, event.label) if change.snapshot is not None else None
+        stored = None
+        if jpeg is not None:
+            stored = (self.store.write_snapshot(event.id, jpeg), len(jpeg))
+            self._has_snapshot.add(event.id)
+        # an event left open by a killed run has its snapshot on disk, not in this run's memory
+        has_snapshot = event.id in self._has_snapshot or self.store.snapshot_path(event.id) is not None
+        if change.kind == "end":
+            self._has_snapshot.discard(event.id)
+        payload = change_payload(change, has_snapshot)
+        body = json.dumps(payload).encode()
+        self.store.record(event, stored, [(sink, topic, body, False) for sink, topic in self.destinations])
+        self.recorded += 1
+        for wake in self.on_stored:
+            wake()
+        self.changes.publish(payload)
+        for listener in self.listeners:
+            listener(change, jpeg)

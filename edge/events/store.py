@@ -1,0 +1,282 @@
+"""Events, their snapshots and the outbox of messages still to deliver, in SQLite (WAL) under the data folder.
+
+An event change and the messages that announce it are written in one transaction, so after a crash (SIGKILL,
+OOM killer) either both are there or neither: nothing the API has shown is lost, and everything stored is still
+delivered. `synchronous=NORMAL` in WAL mode survives a killed process; only a power cut can lose the last commits.
+Snapshots are JPEG files beside the database (written before the row that names them), capped in total size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_inference.edge.config import StorageConfig
+from edge_inference.edge.events.builder import Event
+
+log = logging.getLogger("edge.events")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id TEXT PRIMARY KEY, stream TEXT NOT NULL, label TEXT NOT NULL, track_id INTEGER NOT NULL,
+    start REAL NOT NULL, "end" REAL, best_score REAL NOT NULL, zones TEXT NOT NULL, lines TEXT NOT NULL,
+    frames INTEGER NOT NULL, snapshot TEXT, snapshot_bytes INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_start ON events (start);
+CREATE INDEX IF NOT EXISTS events_stream_start ON events (stream, start);
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, sink TEXT NOT NULL, topic TEXT NOT NULL, payload BLOB NOT NULL,
+    retain INTEGER NOT NULL, created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS outbox_sink ON outbox (sink, seq);
+CREATE TABLE IF NOT EXISTS outbox_dropped (sink TEXT PRIMARY KEY, count INTEGER NOT NULL);
+"""
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "edge-inference"
+
+
+Outgoing = tuple[str, str, bytes, bool]  # sink, topic, payload, retain
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message for one destination (`sink`: "mqtt" or "webhook:<n>"), in the order it was queued."""
+
+    seq: int
+    sink: str
+    topic: str
+    payload: bytes
+    retain: bool
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    event: Event
+    has_snapshot: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return self.event.to_dict() | {"has_snapshot": self.has_snapshot}
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    stream: str | None = None
+    label: str | None = None
+    zone: str | None = None
+    after: float | None = None  # start time, seconds since the epoch
+    before: float | None = None
+    limit: int = 50
+    cursor: tuple[float, str] | None = None  # (start, id) of the last event of the previous page
+
+
+class EventStore:
+    def __init__(self, folder: Path, config: StorageConfig) -> None:
+        self.folder = folder
+        self.config = config
+        self.snapshots = folder / "snapshots"
+        try:
+            self.snapshots.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(folder / "events.db", check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise OSError(f"cannot keep events in {folder}: {exc}; set storage.data_dir or EDGE_DATA_DIR") from exc
+        self._lock = threading.Lock()  # one connection, shared by the recorder, the senders and the API
+        self.sinks: set[str] = set()  # destinations with a sender: counted even while nothing waits for them
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def write_snapshot(self, event_id: str, jpeg: bytes) -> str:
+        """Written (and flushed) before the row that names it; a crash leaves at worst an unnamed file."""
+        name = f"{event_id}.jpg"
+        temporary = self.snapshots / f".{name}.part"
+        with open(temporary, "wb") as file:
+            file.write(jpeg)
+            file.flush()
+            os.fsync(file.fileno())
+        temporary.replace(self.snapshots / name)
+        return name
+
+    def record(self, event: Event, snapshot: tuple[str, int] | None, messages: list[Outgoing]) -> None:
+        """The event's row and the messages announcing it (sink, topic, payload, retain), in one transaction."""
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute(
+                    'INSERT INTO events (id, stream, label, track_id, start, "end", best_score, zones, lines, frames,'
+                    " snapshot, snapshot_bytes, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                    ' ON CONFLICT(id) DO UPDATE SET "end"=excluded."end", best_score=excluded.best_score,'
+                    " zones=excluded.zones, lines=excluded.lines, frames=excluded.frames, updated=excluded.updated,"
+                    " snapshot=COALESCE(excluded.snapshot, snapshot),"
+                    " snapshot_bytes=CASE WHEN excluded.snapshot IS NULL THEN snapshot_bytes"
+                    " ELSE excluded.snapshot_bytes END",
+                    _row(event, snapshot, now),
+                )
+                self._db.executemany(
+                    "INSERT INTO outbox (sink, topic, payload, retain, created) VALUES (?,?,?,?,?)",
+                    [(sink, topic, payload, int(retain), now) for sink, topic, payload, retain in messages],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        self._bound_outbox({sink for sink, *_ in messages})
+
+    def _bound_outbox(self, sinks: set[str]) -> None:
+        """Past max_outbox undelivered messages for a destination, the oldest go, counted and logged."""
+        limit = self.config.max_outbox
+        for sink in sinks:
+            with self._lock:
+                (count,) = self._db.execute("SELECT COUNT(*) FROM outbox WHERE sink=?", (sink,)).fetchone()
+                excess = count - limit
+                if excess <= 0:
+                    continue
+                self._db.execute(
+                    "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE sink=? ORDER BY seq LIMIT ?)",
+                    (sink, excess),
+                )
+                self._db.execute(
+                    "INSERT INTO outbox_dropped (sink, count) VALUES (?, ?)"
+                    " ON CONFLICT(sink) DO UPDATE SET count = count + excluded.count",
+                    (sink, excess),
+                )
+            log.warning("outbox for %s is full (%d messages): dropped the %d oldest", sink, limit, excess)
+
+    # -- the outbox ------------------------------------------------------------------------------------------
+    def pending(self, sink: str, limit: int = 50) -> list[Message]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, sink, topic, payload, retain FROM outbox WHERE sink=? ORDER BY seq LIMIT ?", (sink, limit)
+            ).fetchall()
+        return [Message(seq, s, topic, bytes(payload), bool(retain)) for seq, s, topic, payload, retain in rows]
+
+    def delivered(self, messages: list[Message]) -> None:
+        with self._lock:
+            self._db.executemany("DELETE FROM outbox WHERE seq=?", [(m.seq,) for m in messages])
+
+    def outbox_counts(self) -> dict[str, dict[str, int]]:
+        """Per destination: messages waiting, and messages dropped because the outbox was full."""
+        with self._lock:
+            waiting = dict(self._db.execute("SELECT sink, COUNT(*) FROM outbox GROUP BY sink").fetchall())
+            dropped = dict(self._db.execute("SELECT sink, count FROM outbox_dropped").fetchall())
+        sinks = sorted({*self.sinks, *waiting, *dropped})
+        return {s: {"waiting": waiting.get(s, 0), "dropped": dropped.get(s, 0)} for s in sinks}
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def query(self, query: EventQuery) -> list[StoredEvent]:
+        """Newest first; pass the last event's (start, id) as the cursor for the next page."""
+        where: list[str] = ["1=1"]
+        params: list[object] = []
+        for column, value in (("stream", query.stream), ("label", query.label)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if query.zone is not None:
+            where.append("EXISTS (SELECT 1 FROM json_each(events.zones) WHERE value = ?)")
+            params.append(query.zone)
+        if query.after is not None:
+            where.append("start >= ?")
+            params.append(query.after)
+        if query.before is not None:
+            where.append("start < ?")
+            params.append(query.before)
+        if query.cursor is not None:
+            where.append("(start < ? OR (start = ? AND id < ?))")
+            params.extend([query.cursor[0], query.cursor[0], query.cursor[1]])
+        # only the fixed clauses above are joined; every value is a parameter
+        sql = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY start DESC, id DESC LIMIT ?"  # noqa: S608
+        with self._lock:
+            rows = self._db.execute(sql, [*params, query.limit]).fetchall()
+        return [_stored(row) for row in rows]
+
+    def get(self, event_id: str) -> StoredEvent | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM events WHERE id=?", (event_id,)).fetchone()
+        return None if row is None else _stored(row)
+
+    def unfinished(self) -> list[tuple[Event, float]]:
+        """Events a previous run left open (it was killed), with when each was last updated."""
+        with self._lock:
+            rows = self._db.execute('SELECT * FROM events WHERE "end" IS NULL ORDER BY start').fetchall()
+        return [(_stored(row).event, float(row[-1])) for row in rows]
+
+    def snapshot_path(self, event_id: str) -> Path | None:
+        with self._lock:
+            row = self._db.execute("SELECT snapshot FROM events WHERE id=?", (event_id,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        path = self.snapshots / row[0]
+        return path if path.is_file() else None
+
+    # -- retention -------------------------------------------------------------------------------------------
+    def prune(self, now: float | None = None) -> int:
+        """Events past max_age_days or beyond max_events go with their snapshots; then snapshots past the disk cap
+        (oldest first; their events stay). Returns how many events were removed."""
+        now = time.time() if now is None else now
+        cutoff = now - self.config.max_age_days * 86400
+        with self._lock:
+            old = self._db.execute(
+                "SELECT id, snapshot FROM events WHERE start < ? OR id IN"
+                " (SELECT id FROM events ORDER BY start DESC LIMIT -1 OFFSET ?)",
+                (cutoff, self.config.max_events),
+            ).fetchall()
+            self._db.executemany("DELETE FROM events WHERE id=?", [(event_id,) for event_id, _ in old])
+            files = [name for _, name in old if name]
+            files += self._over_snapshot_cap()
+        for name in files:
+            (self.snapshots / name).unlink(missing_ok=True)
+        return len(old)
+
+    def _over_snapshot_cap(self) -> list[str]:
+        cap = int(self.config.max_snapshot_mb * 1024 * 1024)
+        (total,) = self._db.execute("SELECT COALESCE(SUM(snapshot_bytes), 0) FROM events").fetchone()
+        removed: list[str] = []
+        if total <= cap:
+            return removed
+        for event_id, name, size in self._db.execute(
+            "SELECT id, snapshot, snapshot_bytes FROM events WHERE snapshot IS NOT NULL ORDER BY start"
+        ).fetchall():
+            if total <= cap:
+                break
+            self._db.execute("UPDATE events SET snapshot=NULL, snapshot_bytes=0 WHERE id=?", (event_id,))
+            removed.append(name)
+            total -= size
+        return removed
+
+
+def _row(event: Event, snapshot: tuple[str, int] | None, now: float) -> tuple[object, ...]:
+    name, size = snapshot if snapshot else (None, 0)
+    zones, lines = json.dumps(event.zones), json.dumps(event.lines)
+    return (event.id, event.stream, event.label, event.track_id, event.start, event.end, event.best_score, zones,
+            lines, event.frames, name, size, now)  # fmt: skip
+
+
+def _stored(row: tuple[object, ...]) -> StoredEvent:
+    (event_id, stream, label, track_id, start, end, best, zones, lines, frames, snapshot, _size, _updated) = row
+    event = Event(
+        id=str(event_id),
+        stream=str(stream),
+        label=str(label),
+        track_id=int(track_id),  # type: ignore[call-overload]
+        start=float(start),  # type: ignore[arg-type]
+        end=None if end is None else float(end),  # type: ignore[arg-type]
+        best_score=float(best),  # type: ignore[arg-type]
+        zones=tuple(json.loads(str(zones))),
+        lines=tuple(json.loads(str(lines))),
+        frames=int(frames),  # type: ignore[call-overload]
+    )
+    return StoredEvent(event, snapshot is not None)

@@ -1,0 +1,56 @@
+"""Is the service doing its job? One rule, used by /health/*, the dashboard and the metrics.
+
+- starting: some stream's model is still on its first load (nothing has failed yet).
+- ok: every stream delivers frames (a file that played to its end counts as done, not as a fault).
+- degraded: anything else: a source reconnecting or stalled, a model that failed and is being retried, a detector
+  being reloaded. Ready answers 200 while degraded (the service still works: other streams, /detect, the API), and 503
+  in strict mode, where ready means "every stream delivers frames".
+- down: no stream delivers frames and no model is loaded: nothing can be detected at all; ready is 503.
+Live is 503 only when the process itself is unsound: the watchdog or a stream's worker threads are dead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from edge_inference.edge.runtime.streams import StreamManager
+from edge_inference.edge.stream.pipeline import Health
+
+Status = Literal["starting", "ok", "degraded", "down"]
+UP_STATES = ("running", "ended")
+
+
+@dataclass(frozen=True)
+class StreamHealth(Health):
+    up: bool = False  # delivering frames (or a file played to its end)
+    fps: float = 0.0
+
+
+@dataclass(frozen=True)
+class ServiceHealth:
+    status: Status
+    ready: bool
+    strict: bool
+    streams: dict[str, StreamHealth]
+
+
+def is_live(manager: StreamManager) -> bool:
+    return manager.watchdog.alive and all(p.workers_alive for p in manager.pipelines.values())
+
+
+def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
+    streams: dict[str, StreamHealth] = {}
+    starting = False
+    all_up, any_up, any_model = True, False, False
+    for stream_id, pipeline in manager.pipelines.items():
+        health = pipeline.health()
+        up = health.state in UP_STATES
+        all_up &= up
+        any_up |= up
+        any_model |= pipeline.ready
+        starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
+        streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
+    status: Status = "starting" if starting else "ok" if all_up else "degraded" if any_up or any_model else "down"
+    ready = status == "ok" or (status == "degraded" and not strict)
+    return ServiceHealth(status, ready, strict, streams)

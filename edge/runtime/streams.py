@@ -1,0 +1,178 @@
+"""All configured streams of a running service: built from the config, started and stopped (`snapshots.py` reports
+on them)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+from edge_inference.backends import engine_keys
+from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.detector_pool import DetectorPool
+from edge_inference.edge.detection.loader import DetectorConfig, check_reference, load_detector
+from edge_inference.edge.detection.model_files import model_for_engine
+from edge_inference.edge.detection.threads import EnginePlan, plan_engine
+from edge_inference.edge.events.layer import EventLayer
+from edge_inference.edge.runtime.compare import CompareGroup
+from edge_inference.edge.runtime.watchdog import Watchdog
+from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.edge.stream.motion import MotionGate
+from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
+from edge_inference.edge.stream.sources import FrameSource, open_source
+from edge_inference.edge.stream.tracking import StreamTracker
+
+log = logging.getLogger("edge.streams")
+DEFAULT_TRACKING_FPS = 15.0  # the tracker counts frames; a stream without a configured fps is assumed this fast
+
+
+def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
+    return DetectorConfig(
+        model=stream.model,
+        backend=stream.backend,
+        device=stream.device,
+        conf=stream.conf,
+        iou=stream.iou,
+        threads=stream.threads,
+        allow_fallback=stream.fallback,
+        buffers=buffers,
+    )
+
+
+def tracker_for(stream: StreamConfig) -> StreamTracker | None:
+    if not stream.analysed:
+        return None
+    return StreamTracker(stream.tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS)
+
+
+class StreamManager:
+    def __init__(self, config: ServiceConfig, settings: Settings | None = None) -> None:
+        self.config = config
+        self.settings = settings or get_settings()
+        self.pipelines: dict[str, StreamPipeline] = {}
+        self.groups: dict[str, CompareGroup] = {}
+        self._configs: dict[str, StreamConfig] = {}  # per pipeline, compare members included
+        self._units: list[StreamPipeline | CompareGroup] = []  # what start() and stop() drive
+        self.watchdog = Watchdog(self._checked)
+        self.events = EventLayer(config, self.settings)
+        self.detectors = DetectorPool(max_batch=config.detectors.max_batch, share=config.detectors.share)
+        self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
+        for stream in config.streams:
+            check_reference(detector_config(stream))
+            source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
+            if stream.compare:
+                self._add_group(stream, source)
+                continue
+            self._configs[stream.id] = stream
+            mode = None if stream.mode == "auto" else stream.mode
+            self.pipelines[stream.id] = StreamPipeline(
+                stream.id,
+                source,
+                self._loader(stream),
+                mode=mode,
+                pace=stream.pace,
+                loop=stream.loop,
+                names=StreamNames(stream.model, stream.backend, source.description),
+                stall_timeout_s=stream.stall_timeout_s,
+                inference_timeout_s=stream.inference_timeout_s,
+                tracker=tracker_for(stream),
+                motion=MotionGate(stream.motion) if stream.motion else None,
+            )
+            self.events.attach(stream, self.pipelines[stream.id])
+            self._units.append(self.pipelines[stream.id])
+
+    def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
+        members = []
+        for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
+            backend, _, device = item.partition(":")
+            if backend not in engine_keys():
+                raise ConfigError(
+                    f"stream {stream.id}: unknown compare backend {backend!r}; choose from {', '.join(engine_keys())}"
+                )
+            model, reason = model_for_engine(stream.model, backend)
+            if model is None:
+                raise ConfigError(f"stream {stream.id}: {reason}")
+            member = stream.model_copy(
+                update={
+                    "id": member_id,
+                    "model": model,
+                    "backend": backend,
+                    "device": device or stream.device,
+                    "compare": [],
+                }
+            )
+            check_reference(detector_config(member))
+            pipeline = StreamPipeline(
+                member.id,
+                None,
+                self._loader(member),
+                mode="live",
+                names=StreamNames(model, backend, source.description),
+                inference_timeout_s=stream.inference_timeout_s,
+                tracker=tracker_for(member),
+            )
+            self.pipelines[member.id] = pipeline
+            self._configs[member.id] = member
+            members.append(pipeline)
+        self.groups[stream.id] = CompareGroup(
+            stream.id, source, members, pace=stream.pace, loop=stream.loop, stall_timeout_s=stream.stall_timeout_s
+        )
+        self._units.append(self.groups[stream.id])
+
+    def _loader(self, stream: StreamConfig) -> Any:
+        """Loads the stream's detector on a shared engine, with the thread budget's threads and lanes."""
+        key = (stream.model, stream.backend, stream.device, stream.threads)
+        self._engines.append(key)
+
+        def load(buffers: int) -> Detector:
+            plan = self.engine_plan(key)
+            config = replace(detector_config(stream, buffers), threads=plan.threads)
+            opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes)
+            return load_detector(config, self.settings, opener=opener)
+
+        return load
+
+    def engine_plan(self, key: tuple[str, str, str, int | None]) -> EnginePlan:
+        """Cores are divided among the engines the config loads; a shared engine's among its streams' lanes."""
+        if self.config.detectors.share:
+            return plan_engine(self._engines.count(key), len(set(self._engines)), threads=key[3])
+        return plan_engine(1, len(self._engines), threads=key[3])
+
+    def start(self) -> None:
+        self.events.start()
+        for unit in self._units:
+            unit.start()
+        self.watchdog.start()
+
+    def begin_stop(self) -> None:
+        """End every subscriber's stream now (shutdown must not wait for clients); threads stop in `stop`."""
+        self.events.begin_stop()
+        for unit in self._units:
+            unit.begin_stop()
+
+    def stop(self, timeout: float = 4.0) -> None:
+        """Stop every stream and release cameras and accelerators: signalled together, joined within `timeout`."""
+        self.watchdog.stop()
+        self.begin_stop()
+        deadline = time.monotonic() + timeout
+        for unit in self._units:
+            unit.stop(max(0.1, deadline - time.monotonic()))
+        self.events.stop(time.time())
+        log.info("streams stopped; cameras and accelerators released")
+
+    def _checked(self) -> list[StreamPipeline | CompareGroup]:
+        return [*self.pipelines.values(), *self.groups.values()]
+
+    @property
+    def ready(self) -> bool:
+        return all(p.ready for p in self.pipelines.values())
+
+    def stream_config(self, stream_id: str) -> StreamConfig:
+        """A stream's settings; a compare member's are its group's with its own model and backend."""
+        return self._configs[stream_id]
+
+    def group_of(self, pipeline: StreamPipeline) -> str | None:
+        """The compare group a pipeline is a member of."""
+        return next((g for g, group in self.groups.items() if pipeline in group.members), None)

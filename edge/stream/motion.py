@@ -1,0 +1,98 @@
+"""Run the detector only when something moves, as Frigate does: what makes CPU-only and Pi deployments viable.
+
+Per frame (about 0.2 ms): the frame shrunk to 160 pixels wide, grey, blurred, compared with a running-average
+background. Pixels that changed by more than `pixel_threshold` grey levels, outside the ignored regions (a clock
+burnt into the picture), are motion; the detector runs when they cover more than `threshold` of the frame. The
+background follows slow changes (dusk, clouds) and absorbs whatever stops moving, so an object that parks is no
+longer motion: while the last detection found objects, the detector still runs every `recheck_s`, and on a still,
+empty scene every `max_idle_s` (so the latest result, and events waiting to end, stay current).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from edge_inference.edge.config import MotionConfig
+from edge_inference.edge.stream.tracking import to_pixels
+
+WIDTH = 160
+BACKGROUND_RATE = 0.05  # weight of a new frame in the running background: about 20 frames of memory
+
+
+@dataclass(frozen=True)
+class MotionVerdict:
+    run: bool  # the detector runs on this frame
+    moving: float  # fraction of the frame that changed
+    reason: str  # motion, recheck, idle, first, still
+
+
+class MotionGate:
+    def __init__(self, config: MotionConfig) -> None:
+        self.config = config
+        self._background: np.ndarray | None = None
+        self._mask: np.ndarray | None = None  # 1 where changes count
+        self._size: tuple[int, int] | None = None
+        self._last_run = float("-inf")
+        self._objects = False
+        self._lock = threading.Lock()
+        self.skipped = 0
+
+    def check(self, image_bgr: np.ndarray, now: float) -> MotionVerdict:
+        """Whether the detector should run on this frame (`now`: monotonic seconds)."""
+        with self._lock:
+            moving = self._moving(image_bgr)
+            verdict = self._decide(moving, now)
+            if verdict.run:
+                self._last_run = now
+            else:
+                self.skipped += 1
+            return verdict
+
+    def found(self, objects: bool) -> None:
+        """What the detector found on the last frame it ran on: while objects are there they are rechecked."""
+        self._objects = objects
+
+    def _decide(self, moving: float | None, now: float) -> MotionVerdict:
+        since = now - self._last_run
+        if since < 0:  # a looping file started again
+            since = float("inf")
+        if moving is None:
+            return MotionVerdict(True, 1.0, "first")
+        if moving > self.config.threshold:
+            return MotionVerdict(True, moving, "motion")
+        if self._objects and since >= self.config.recheck_s:
+            return MotionVerdict(True, moving, "recheck")
+        if since >= self.config.max_idle_s:
+            return MotionVerdict(True, moving, "idle")
+        return MotionVerdict(False, moving, "still")
+
+    def _moving(self, image_bgr: np.ndarray) -> float | None:
+        """The fraction of the frame that moved; None for the first frame (or a new frame size)."""
+        height, width = image_bgr.shape[:2]
+        small_h = max(1, round(height * WIDTH / width))
+        # bilinear: 0.1 ms; INTER_AREA's exact averaging costs 1.6 ms at 768 -> 160, and the blur smooths anyway
+        small = cv2.resize(image_bgr, (WIDTH, small_h), interpolation=cv2.INTER_LINEAR)
+        grey = cv2.GaussianBlur(cv2.cvtColor(small, cv2.COLOR_BGR2GRAY), (5, 5), 0).astype(np.float32)
+        if self._background is None or self._size != (width, height):
+            self._background, self._size = grey, (width, height)
+            self._mask = self._ignore_mask(width, height, small.shape[1], small.shape[0])
+            return None
+        changed = cv2.absdiff(grey, self._background) > self.config.pixel_threshold
+        cv2.accumulateWeighted(grey, self._background, BACKGROUND_RATE)
+        if self._mask is not None:
+            changed &= self._mask
+            return float(np.count_nonzero(changed)) / max(1, int(np.count_nonzero(self._mask)))
+        return float(np.count_nonzero(changed)) / changed.size
+
+    def _ignore_mask(self, width: int, height: int, small_w: int, small_h: int) -> np.ndarray | None:
+        if not self.config.ignore:
+            return None
+        mask = np.ones((small_h, small_w), dtype=np.uint8)
+        for polygon in self.config.ignore:
+            points = to_pixels(polygon, width, height).astype(np.float64) * (small_w / width, small_h / height)
+            cv2.fillPoly(mask, [np.round(points).astype(np.int32)], 0)
+        return mask.astype(bool)

@@ -1,0 +1,406 @@
+"""One stream: capture -> inference -> decoding on three threads, results fanned out to subscribers.
+
+How frames reach the inference thread is the delivery strategy's business (`delivery.py`): live sources keep only
+the newest frame, files deliver every frame in order. The pipeline itself does not branch on the mode.
+
+Nothing here gives up: the stream's `DetectorKeeper` (edge/detection/keeper.py) keeps a working detector (a model
+that fails to load is retried with backoff, an inference that never returns gets the detector reloaded), a stalled
+source is reopened (see `check`, called by the watchdog), and a worker that crashes on a bug is restarted. The
+state and its errors say what is going on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+import numpy as np
+
+from edge_inference.edge.detection.detector import Detector, Prepared
+from edge_inference.edge.detection.keeper import DetectorKeeper, DetectorState
+from edge_inference.edge.detection.timings import FrameTiming
+from edge_inference.edge.stream.capture import CaptureRunner, SourceState
+from edge_inference.edge.stream.delivery import END, Delivered, Mode, delivery_for, put_unless_stopped
+from edge_inference.edge.stream.motion import MotionGate
+from edge_inference.edge.stream.publish import Broadcaster
+from edge_inference.edge.stream.sources import Frame, FrameSource
+from edge_inference.edge.stream.stats import StreamStats
+from edge_inference.edge.stream.tracking import LineState, StreamTracker, ZoneState
+from edge_inference.models.detection import Detection
+
+log = logging.getLogger("edge.pipeline")
+
+# loading: the model is loading; failed: it failed to load and is retried; the others are the source's.
+State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
+
+
+@dataclass(frozen=True)
+class FrameResult:
+    stream_id: str
+    index: int
+    width: int
+    height: int
+    detections: list[Detection]
+    timing: FrameTiming
+    image: np.ndarray = field(repr=False)  # the frame as captured; wire encodings of it live in service/
+    zones: tuple[ZoneState, ...] = ()  # when the stream tracks: who is in each zone now
+    lines: tuple[LineState, ...] = ()  # and the crossings of each line
+
+    @property
+    def age_s(self) -> float:
+        return max(0.0, time.time() - self.timing.captured_at)
+
+
+@dataclass(frozen=True)
+class StreamNames:
+    """What the stream was configured with: shown (and used as metric labels) before the detector has loaded."""
+
+    model: str
+    backend: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Health:
+    """What a person (or a probe) needs to know about one stream right now."""
+
+    state: State
+    since: float  # wall clock, seconds since the epoch
+    error: str | None  # what is wrong now; None while frames flow
+    last_error: str | None  # the most recent error, kept after recovery
+    last_error_at: float | None
+    frame_age_s: float | None  # age of the newest processed frame
+    detector_restarts: int
+    stalls: int
+    workers_alive: bool
+
+
+class StreamPipeline:
+    def __init__(
+        self,
+        stream_id: str,
+        source: FrameSource | None,
+        load_detector: Callable[[int], Detector],
+        *,
+        mode: Mode | None = None,
+        pace: bool = True,
+        loop: bool = False,
+        names: StreamNames | None = None,
+        stall_timeout_s: float | None = None,
+        inference_timeout_s: float = 10.0,
+        tracker: StreamTracker | None = None,
+        motion: MotionGate | None = None,
+    ) -> None:
+        self.stream_id = stream_id
+        self.tracker = tracker
+        self.motion = motion
+        self._stop = threading.Event()
+        mode = mode or ("live" if source is None or source.live else "file")
+        self.delivery = delivery_for(mode, self._stop, pace=pace)
+        self.names = names or StreamNames("", "", "" if source is None else source.description)
+        self.stats = StreamStats()
+        self.keeper = DetectorKeeper(
+            lambda: load_detector(self.delivery.buffers),
+            self._stop,
+            inference_timeout_s=inference_timeout_s,
+            on_state=self._set_detector_state,
+            on_load_failure=self.stats.load_failure,
+            on_replaced=self.stats.restart,
+        )
+        self.results: Broadcaster[FrameResult] = Broadcaster()
+        self.latest: FrameResult | None = None
+        # (frame index, detections) of recent results, for agreement between pipelines fed the same frames
+        self.recent: deque[tuple[int, list[Detection]]] = deque(maxlen=300)
+        self._listeners: list[Callable[[FrameResult], None]] = []
+        self._inferred: queue.Queue[object] = queue.Queue(maxsize=2)
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.RLock()
+        # state: the detector's part (loading/failed/ready, the keeper's) and the source's, combined by `state`
+        self._detector_state: DetectorState = "loading"
+        self._source_state: SourceState = "connecting"
+        self._stopped = False
+        self.state_since = time.time()
+        self._shown_state: State = "loading"
+        self.error: str | None = None
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.capture: CaptureRunner | None = None
+        if source is not None:
+            self.capture = CaptureRunner(
+                stream_id,
+                source,
+                self.offer,
+                pace=self.delivery.paced,
+                loop=loop,
+                on_state=self.set_source_state,
+                on_reconnect=self.stats.reconnect,
+                on_stall=self.stats.stall,
+                on_end=self._source_end,
+                stall_timeout_s=stall_timeout_s,
+            )
+
+    @property
+    def mode(self) -> Mode:
+        return self.delivery.mode
+
+    @property
+    def source(self) -> FrameSource | None:
+        return self.capture.source if self.capture else None
+
+    # -- state ---------------------------------------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        if self._stopped and self._source_state != "ended":
+            return "stopped"  # a file played to its end stays "ended"
+        if self._detector_state != "ready":
+            return self._detector_state
+        return self._source_state
+
+    @property
+    def detector(self) -> Detector | None:
+        return self.keeper.detector
+
+    @property
+    def ready(self) -> bool:
+        return self.keeper.detector is not None
+
+    def _note(self, error: str | None, clears: bool) -> None:
+        """Record an error (kept as last_error with its time), or clear the current one when things work."""
+        if error is not None:
+            self.error, self.last_error, self.last_error_at = error, error, time.time()
+        elif clears:
+            self.error = None
+        state = self.state
+        if state != self._shown_state:
+            self._shown_state, self.state_since = state, time.time()
+            log.info("stream %s: %s%s", self.stream_id, state, f" ({error})" if error else "")
+        elif error:
+            log.warning("stream %s: %s", self.stream_id, error)
+
+    def set_source_state(self, state: SourceState, error: str | None = None) -> None:
+        with self._lock:
+            self._source_state = state
+            self._note(error, clears=state == "running" and self._detector_state == "ready")
+
+    def _set_detector_state(self, state: DetectorState, error: str | None = None) -> None:
+        with self._lock:
+            self._detector_state = state
+            self._note(error, clears=state == "ready" and self._source_state == "running")
+
+    def health(self) -> Health:
+        latest = self.latest
+        return Health(
+            state=self.state,
+            since=self.state_since,
+            error=self.error,
+            last_error=self.last_error,
+            last_error_at=self.last_error_at,
+            frame_age_s=None if latest is None else round(latest.age_s, 3),
+            detector_restarts=self.stats.restarts,
+            stalls=self.stats.stalls,
+            workers_alive=self.workers_alive,
+        )
+
+    # -- control -----------------------------------------------------------------------------------------------
+    def add_listener(self, listener: Callable[[FrameResult], None]) -> None:
+        """Called on the decode thread for every result; keep it cheap (metrics)."""
+        self._listeners.append(listener)
+
+    def start(self) -> None:
+        self._spawn(self._load_then_run, "load")
+
+    def begin_stop(self) -> None:
+        """Signal every thread to stop and end every subscriber's stream; `stop` waits and releases devices."""
+        self._stop.set()
+        if self.capture is not None:
+            self.capture.begin_stop()
+        self.results.close()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.begin_stop()
+        deadline = time.monotonic() + timeout
+        if self.capture is not None:
+            self.capture.stop(max(0.0, deadline - time.monotonic()))
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self.keeper.release()  # a detector stuck in an inference is left to its thread
+        with self._lock:
+            self._stopped = True
+            self._note(None, clears=False)
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=self._guarded(target, name), name=f"{self.stream_id}-{name}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _guarded(self, target: Callable[[], None], name: str) -> Callable[[], None]:
+        """A worker that raises on a bug is logged and restarted, so the stream keeps going."""
+
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    target()
+                    return
+                except Exception as exc:
+                    self.stats.restart()
+                    log.exception("stream %s: the %s worker crashed; restarting it", self.stream_id, name)
+                    with self._lock:
+                        self._note(f"internal error in {name}: {type(exc).__name__}: {exc}; restarted", False)
+                    self._stop.wait(1.0)
+
+        return run
+
+    @property
+    def workers_alive(self) -> bool:
+        if self._stopped or self.state == "ended":
+            return True
+        capture_ok = self.capture is None or self.capture.alive or self.detector is None
+        return capture_ok and any(t.is_alive() for t in self._threads)
+
+    # -- loading (the keeper's job; this starts the threads once a detector is in place) -------------------
+    def _load_then_run(self) -> None:
+        if not self.keeper.load():
+            return
+        if self.capture is not None:  # otherwise a group's capture calls offer()
+            self.capture.start()
+        self._spawn(self._infer_loop, "infer")
+        self._spawn(self._decode_loop, "decode")
+
+    def _reload_then_infer(self) -> None:
+        if self.keeper.load():
+            self._spawn(self._infer_loop, "infer")
+
+    def check(self, now: float) -> None:
+        """The watchdog's call: a stuck inference reloads the detector, a stalled source is reopened."""
+        if self.keeper.check():
+            self._spawn(self._reload_then_infer, "reload")
+        if self.capture is not None and self.detector is not None:
+            self.capture.check(now)
+
+    # -- capture ---------------------------------------------------------------------------------------------
+    def _source_end(self) -> None:
+        self.delivery.end()
+
+    def offer(self, frame: Frame) -> None:
+        """A new frame from this pipeline's own capture, or from a group feeding several pipelines."""
+        detector = self.detector
+        if detector is None:
+            return  # loading or reloading: nothing to run it on yet
+        if self.capture is None and self._source_state == "connecting":
+            self.set_source_state("running")  # fed by a group whose capture was already running
+        self.stats.frame_in()
+        if self.motion is not None and not self.motion.check(frame.image, self._clock(frame)).run:
+            self.stats.frame_still()
+            return
+        if self.delivery.offer(frame, detector):
+            self.stats.frame_dropped()
+
+    def _clock(self, frame: Frame) -> float:
+        """Seconds on the stream's own timeline: a file's position (it may play faster than real time), else now."""
+        source = self.source
+        if self.mode == "file" and source is not None and source.fps:
+            return frame.index / source.fps
+        return frame.captured_mono
+
+    # -- inference ---------------------------------------------------------------------------------------------
+    def _infer_loop(self) -> None:
+        generation, detector = self.keeper.current()
+        if detector is None:
+            return
+        while not self._stop.is_set() and self.keeper.is_current(generation):
+            item = self.delivery.take(detector, 0.2)
+            if item is None:
+                continue
+            if item is END:
+                put_unless_stopped(self._inferred, END, self._stop)
+                return
+            frame, ready = cast(Delivered, item)
+            try:
+                outcome = self.keeper.infer(generation, detector, ready.tensor)
+            except Exception as exc:  # noqa: BLE001 - e.g. an accelerator unplugged mid-run: count, report, go on
+                self.stats.error()
+                with self._lock:
+                    self._note(f"inference failed: {exc}", clears=False)
+                self._stop.wait(0.5)
+                continue
+            if outcome is None:
+                return  # the keeper gave up on this detector while it was stuck; a new loop runs the next one
+            raw, inference_ms = outcome
+            put_unless_stopped(self._inferred, (frame, ready, raw, inference_ms, detector), self._stop)
+
+    # -- decode ------------------------------------------------------------------------------------------------
+    def _decode_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._inferred.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if item is END:
+                self.set_source_state("ended")
+                return
+            frame, prepared, raw, inference_ms, detector = cast(
+                tuple[Frame, Prepared, list[np.ndarray], float, Detector], item
+            )
+            t0 = time.perf_counter()
+            try:
+                detections = detector.decode(raw, prepared.transform)
+            except Exception as exc:  # noqa: BLE001 - a decoding failure loses one frame, never the stream
+                self.stats.error()
+                with self._lock:
+                    self._note(f"decoding failed: {exc}", clears=False)
+                continue
+            self._publish(frame, prepared, detections, inference_ms, t0)
+
+    def _publish(
+        self, frame: Frame, prepared: Prepared, detections: list[Detection], inference_ms: float, t0: float
+    ) -> None:
+        decoded = time.perf_counter()
+        post_ms = (decoded - t0) * 1e3
+        height, width = frame.image.shape[:2]
+        detections, zones, lines = self._track(detections, width, height, frame.captured_at)
+        done = time.perf_counter()
+        end_to_end = (done - frame.captured_mono) * 1e3
+        tracking_ms = (done - decoded) * 1e3
+        wait = max(0.0, end_to_end - prepared.preprocess_ms - inference_ms - post_ms - tracking_ms)
+        timing = FrameTiming(
+            preprocess_ms=prepared.preprocess_ms,
+            inference_ms=inference_ms,
+            postprocess_ms=post_ms,
+            captured_at=frame.captured_at,
+            capture_ms=frame.capture_ms,
+            queue_wait_ms=wait,
+            end_to_end_ms=end_to_end,
+            tracking_ms=tracking_ms,
+        )
+        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, zones, lines)
+        self.latest = result
+        if self.motion is not None:
+            self.motion.found(bool(detections))
+        if self.error is not None and self.state == "running":
+            with self._lock:
+                self._note(None, clears=True)  # frames flow again: no current error (last_error is kept)
+        self.recent.append((frame.index, detections))
+        self.stats.frame_processed(timing)
+        self.results.publish(result)
+        for listener in self._listeners:
+            listener(result)
+
+    def _track(
+        self, detections: list[Detection], width: int, height: int, now: float
+    ) -> tuple[list[Detection], tuple[ZoneState, ...], tuple[LineState, ...]]:
+        if self.tracker is None:
+            return detections, (), ()
+        try:
+            analysis = self.tracker.analyse(detections, width, height, now)
+        except Exception as exc:  # noqa: BLE001 - a tracker failure loses tracking on one frame, not the frame
+            self.stats.error()
+            with self._lock:
+                self._note(f"tracking failed: {type(exc).__name__}: {exc}", clears=False)
+            return detections, (), ()
+        return analysis.detections, analysis.zones, analysis.lines

@@ -1,0 +1,219 @@
+"""Frame sources: cameras, video files, network streams, still images and folders of images."""
+
+from __future__ import annotations
+
+import glob
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.secrets import mask_in, mask_url
+from edge_inference.edge.stream.images import ImageError, read_image
+
+# OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
+cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+NETWORK_OPEN_TIMEOUT_MS = 15_000
+NETWORK_READ_TIMEOUT_MS = 10_000
+STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
+
+
+class SourceError(EdgeError):
+    """A source that cannot be opened or stopped delivering; live sources are retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    image: np.ndarray
+    index: int
+    captured_at: float  # wall clock, seconds since the epoch
+    captured_mono: float  # time.perf_counter() when the frame was in hand, for latencies
+    capture_ms: float  # time spent reading/decoding it
+
+
+class FrameSource(ABC):
+    """Opened once, read until it returns None (end) or raises SourceError (failure)."""
+
+    live: bool = False  # True: frames arrive on their own clock; only the newest one matters
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    @property
+    def description(self) -> str:
+        return mask_url(self.target)
+
+    @property
+    def fps(self) -> float | None:
+        return None
+
+    @abstractmethod
+    def open(self) -> None: ...
+
+    @abstractmethod
+    def read(self) -> np.ndarray | None:
+        """The next BGR image, or None when a finite source has ended."""
+
+    def close(self) -> None:  # noqa: B027 - sources without handles need nothing here
+        """Release the device or file."""
+
+    @abstractmethod
+    def fresh(self) -> FrameSource:
+        """A new, unopened source with the same settings (the old one may still be blocked in a read)."""
+
+
+class CaptureSource(FrameSource):
+    """Anything cv2.VideoCapture opens: V4L2 cameras, video files, RTSP/HTTP streams through FFmpeg."""
+
+    def __init__(
+        self, target: str, *, live: bool, width: int | None = None, height: int | None = None, fps: float | None = None
+    ) -> None:
+        super().__init__(target)
+        self.live = live
+        self._want = (width, height, fps)
+        self._capture: cv2.VideoCapture | None = None
+
+    def fresh(self) -> CaptureSource:
+        width, height, fps = self._want
+        return CaptureSource(self.target, live=self.live, width=width, height=height, fps=fps)
+
+    def _open_capture(self) -> cv2.VideoCapture:
+        if self.target.isdigit():
+            return cv2.VideoCapture(int(self.target), cv2.CAP_V4L2)
+        if self.target.startswith("/dev/video"):
+            return cv2.VideoCapture(self.target, cv2.CAP_V4L2)
+        if self.target.startswith(STREAM_SCHEMES):
+            # FFmpeg's own clocks for network opens and reads, so most stalls end in an error, not a hang;
+            # the pipeline's watchdog covers the rest.
+            return cv2.VideoCapture(
+                self.target,
+                cv2.CAP_FFMPEG,
+                [
+                    cv2.CAP_PROP_OPEN_TIMEOUT_MSEC,
+                    NETWORK_OPEN_TIMEOUT_MS,
+                    cv2.CAP_PROP_READ_TIMEOUT_MSEC,
+                    NETWORK_READ_TIMEOUT_MS,
+                ],
+            )
+        return cv2.VideoCapture(self.target, cv2.CAP_FFMPEG)
+
+    def open(self) -> None:
+        self.close()
+        capture = self._open_capture()
+        if not capture.isOpened():
+            capture.release()
+            raise SourceError(self._unreachable_message())
+        width, height, fps = self._want
+        if width and height:
+            capture.set(cv2.CAP_PROP_FRAME_WIDTH, width)
+            capture.set(cv2.CAP_PROP_FRAME_HEIGHT, height)
+        if fps:
+            capture.set(cv2.CAP_PROP_FPS, fps)
+        if self.live:
+            capture.set(cv2.CAP_PROP_BUFFERSIZE, 1)  # cameras: do not queue stale frames in the driver
+        self._capture = capture
+
+    def _unreachable_message(self) -> str:
+        name = self.description
+        if self.target.isdigit() or self.target.startswith("/dev/video"):
+            return (
+                f"camera {name} cannot be opened: check it is plugged in (ls /dev/video*), "
+                "not used by another program, and that this user is in the 'video' group"
+            )
+        if self.target.startswith(STREAM_SCHEMES):
+            return f"stream {name} cannot be opened: check the address, credentials and network, and that it is live"
+        return f"video {name} cannot be opened: the file is missing or not a video FFmpeg can decode"
+
+    @property
+    def fps(self) -> float | None:
+        if self._capture is None:
+            return None
+        value = float(self._capture.get(cv2.CAP_PROP_FPS) or 0)
+        return value if 0 < value < 1000 else None
+
+    def read(self) -> np.ndarray | None:
+        if self._capture is None:
+            raise SourceError(f"{self.description} is not open")
+        ok, image = self._capture.read()
+        if ok and image is not None:
+            return image
+        if self.live:
+            raise SourceError(f"{self.description} stopped delivering frames")
+        return None
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.release()
+            self._capture = None
+
+
+class ImageFilesSource(FrameSource):
+    """A still image, a folder of images, or a glob; every image once, in name order."""
+
+    def __init__(self, target: str, paths: list[Path]) -> None:
+        super().__init__(target)
+        self._paths = paths
+        self._next = 0
+
+    def fresh(self) -> ImageFilesSource:
+        return ImageFilesSource(self.target, self._paths)
+
+    def open(self) -> None:
+        if not self._paths:
+            raise SourceError(f"{self.description}: no images found (jpg, png, bmp, webp, tiff)")
+        self._next = 0
+
+    def read(self) -> np.ndarray | None:
+        while self._next < len(self._paths):
+            path = self._paths[self._next]
+            self._next += 1
+            try:
+                return read_image(path)
+            except ImageError:
+                continue  # one unreadable file in a folder does not end the stream; the next one is read
+        return None
+
+
+def open_source(
+    target: str, *, width: int | None = None, height: int | None = None, fps: float | None = None
+) -> FrameSource:
+    """Pick the source type from what the user wrote; nothing is opened yet."""
+    target = target.strip()
+    if not target:
+        raise SourceError("empty source: give a camera index, /dev/videoN, a video or image file, a folder, or a URL")
+    if target.isdigit() or target.startswith("/dev/video"):
+        return CaptureSource(target, live=True, width=width, height=height, fps=fps)
+    if target.startswith(STREAM_SCHEMES) or target.startswith("file://"):
+        return CaptureSource(target, live=not target.startswith("file://"))
+    return _local_source(target)
+
+
+def _local_source(target: str) -> FrameSource:
+    """A folder, a glob, an image or a video file on this machine."""
+    path = Path(target).expanduser()
+    if path.is_dir():
+        return ImageFilesSource(target, sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES))
+    if any(ch in target for ch in "*?["):
+        matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(target)))
+        return ImageFilesSource(target, [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES])
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        if not path.is_file():
+            raise SourceError(f"image {target} does not exist")
+        return ImageFilesSource(target, [path])
+    if not path.exists():
+        raise SourceError(
+            f"source {mask_url(target)} is not a camera, URL, or existing file or folder; "
+            "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
+        )
+    return CaptureSource(target, live=False)
+
+
+def describe_error(exc: BaseException, source: FrameSource) -> str:
+    """An exception's text with the source's credentials masked."""
+    return mask_in(str(exc) or type(exc).__name__, source.target)
