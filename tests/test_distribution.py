@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import venv
@@ -41,11 +42,21 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def fresh_venv(wheel, tmp_path_factory) -> Path:
-    """A new venv with the wheel installed; its dependencies come from this interpreter's site-packages (a download
-    of onnxruntime and OpenCV per test run would be slow), and `pip check` proves they satisfy the wheel's metadata."""
+    """A new venv with the wheel installed; its dependencies come from the site-packages of the interpreter running
+    the tests (a download of onnxruntime and OpenCV per test run would be slow), and `pip check` proves they satisfy
+    the wheel's metadata. Not `system_site_packages`: inside a venv that would be the base interpreter's folder,
+    which lacks what the venv installed. A .pth line adds the folder without running its own .pth files, so the
+    checkout's editable install stays out."""
     home = tmp_path_factory.mktemp("venv") / "env"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(home)
+    venv.EnvBuilder(with_pip=False).create(home)
     python = home / "bin" / "python"
+    ours = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(ours) / "test-runner-site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     # the venv has no pip of its own: this interpreter's pip installs into it (`--python`, pip >= 22.3)
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--quiet", str(wheel)]
     proc = subprocess.run(install, capture_output=True, text=True, timeout=300, check=False)
