@@ -39,7 +39,7 @@ from edge_inference.edge.tools.bench_report import table, write_outputs
     show_default=True,
     help="Folder for bench.json, bench.csv and bench.png.",
 )
-@click.option("--no-progress", is_flag=True)
+@click.option("--no-progress", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
 def bench(
     source: str,
     models: str,
@@ -62,7 +62,8 @@ def bench(
     shown = mask_url(source)  # the table, bench.json and bench.csv never carry a stream's password
     click.echo(f"edge bench: {len(images)} frames of {shown}, {len(pairs)} pairs", err=True)
     results = []
-    with tqdm(total=len(pairs) * len(images), disable=no_progress, unit="frame", dynamic_ncols=True) as bar:
+    quiet = True if no_progress else None  # None: tqdm draws only on a terminal, never into a log file
+    with tqdm(total=len(pairs) * len(images), disable=quiet, unit="frame", dynamic_ncols=True) as bar:
         for pair in pairs:
             bar.set_description(pair.label)
             result = run_pair(pair, images, conf=conf, warmup=warmup, settings=None, step=lambda: bar.update(1))

@@ -106,6 +106,8 @@ def describe(**kwargs: Any) -> None:
     """How a model file is read: tensors, decoder, pre-processing, and where each setting came from."""
     detector = load_detector(detector_config(kwargs))
     backend, spec = detector.backend, detector.spec
+    for note in backend.notes:  # `auto` may mean another engine's file of a family: say which one is described
+        click.echo(f"note: {note}", err=True)
     info = {
         **detector.description,
         "inputs": [f"{t.name} {list(t.shape)} {t.dtype} q={t.quantization}" for t in backend.inputs],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,11 @@ import click
 from edge_inference.cli.app import cli
 from edge_inference.edge.config import LOOPBACK, ServiceConfig, compare_member_ids, load_config, single_stream_config
 from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.registry import DEFAULT_MODEL
 
 
-def _urls(config: ServiceConfig, port: int, generated_token: str | None) -> str:
+def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_token: bool) -> str:
     host = config.server.host
     shown = "localhost" if host in (LOOPBACK, "localhost", "::1") else host
     base = f"http://{shown}:{port}"
@@ -26,6 +28,8 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None) -> str:
             "  (a token was made for this run because the service listens beyond loopback: give it to clients as "
             "'Authorization: Bearer <token>'; set server.token or EDGE_TOKEN to keep one)"
         )
+    elif has_token:  # the user's own token is theirs to paste: never printed
+        lines.append(f"  dashboard {base}/?token=<your token: server.token, token_file, EDGE_TOKEN or EDGE_TOKEN_FILE>")
     else:
         lines.append(f"  dashboard {base}/")
     for stream in config.streams:
@@ -79,8 +83,11 @@ def serve(
     from edge_inference.service.app import create_app
     from edge_inference.service.server import make_server
 
+    settings = get_settings()
+    if config_path is None and source is None:
+        config_path = settings.config  # EDGE_CONFIG; --source or --config given on the command line win
     server = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
-    config = _config(config_path, source, server, kwargs)
+    config = with_environment(_config(config_path, source, server, kwargs), settings, flags=server.keys())
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)  # checks every source, model name and token file before anything starts
     listener = _bind(config.server.host, config.server.port)
@@ -91,8 +98,16 @@ def serve(
             "machine can use the service",
             err=True,
         )
-    click.echo(_urls(config, listener.getsockname()[1], access.token if access.generated else None), err=True)
+    generated = access.token if access.generated else None
+    click.echo(_urls(config, listener.getsockname()[1], generated, access.token is not None), err=True)
     make_server(app, config, log_level).run(sockets=[listener])
+
+
+def with_environment(config: ServiceConfig, settings: Settings, flags: Iterable[str] = ()) -> ServiceConfig:
+    """EDGE_HOST / EDGE_PORT where neither a flag nor the config file set the address (flags and file win)."""
+    given = config.server.model_fields_set | set(flags)
+    env = {k: v for k, v in (("host", settings.host), ("port", settings.port)) if v is not None and k not in given}
+    return config.model_copy(update={"server": config.server.model_copy(update=env)}) if env else config
 
 
 def _config(
@@ -105,7 +120,9 @@ def _config(
         config = load_config(config_path)
         return config.model_copy(update={"server": config.server.model_copy(update=server)}) if server else config
     if source is None:
-        raise click.UsageError("give --source (e.g. --source 0 or --source video.mp4) or --config streams.yaml")
+        raise click.UsageError(
+            "give --source (e.g. --source 0 or --source video.mp4) or --config streams.yaml (or set EDGE_CONFIG)"
+        )
     compare = flags.pop("compare")
     stream = {"id": flags.pop("stream_id"), "source": source, **flags}
     if compare:
@@ -129,7 +146,7 @@ def _bind(host: str, port: int) -> socket.socket:
         listener.close()
         raise EdgeError(
             f"cannot listen on {host}:{port}: {exc.strerror}; choose another port with --port "
-            "(or server.port in the config), or stop the program using it"
+            "(or server.port in the config, or EDGE_PORT), or stop the program using it"
         ) from None
     listener.listen(2048)
     listener.set_inheritable(True)

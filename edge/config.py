@@ -13,6 +13,7 @@ from edge_inference.edge.errors import EdgeError
 from edge_inference.models.registry import DEFAULT_MODEL
 
 LOOPBACK = "127.0.0.1"
+MIN_TOKEN_LENGTH = 8
 
 
 class ConfigError(EdgeError):
@@ -144,7 +145,7 @@ class ServerConfig(BaseModel):
     # Access control. A token (here, in token_file, or EDGE_TOKEN / EDGE_TOKEN_FILE) protects every route but
     # /health/live. Listening beyond loopback without one makes a random token, printed in the start-up URL,
     # unless allow_no_token says that an open service is really wanted.
-    token: SecretStr | None = Field(default=None, min_length=8)
+    token: SecretStr | None = None  # at least MIN_TOKEN_LENGTH characters
     token_file: Path | None = None
     allow_no_token: bool = False
     metrics_public: bool = False  # true: /metrics answers a scraper without the token
@@ -168,6 +169,17 @@ class ServerConfig(BaseModel):
     subscriber_buffer: int = Field(default=32, ge=1, le=10_000)
     # SSE/WebSocket writes per client per second; faster streams arrive in batches (every event is still sent).
     client_flush_hz: float = Field(default=30, gt=0, le=1000)
+
+    @field_validator("token")
+    @classmethod
+    def _token_long_enough(cls, token: SecretStr | None) -> SecretStr | None:
+        if token is not None and len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"the token must be at least {MIN_TOKEN_LENGTH} characters long (this one has "
+                f"{len(token.get_secret_value())}); make one with: python3 -c 'import secrets; "
+                "print(secrets.token_urlsafe(24))'"
+            )
+        return token
 
 
 class StorageConfig(BaseModel):
@@ -259,7 +271,20 @@ class ServiceConfig(BaseModel):
 
 
 def _explain(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in exc.errors())
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+    )
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where the YAML breaks (1-based line and column, as an editor counts) and what the parser expected."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        problem += f" ({context} that starts at line {context_mark.line + 1})"
+    return f"{where}: {problem}"
 
 
 def load_config(path: Path) -> ServiceConfig:
@@ -268,7 +293,7 @@ def load_config(path: Path) -> ServiceConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(f"config {path} is not valid YAML{_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
     try:

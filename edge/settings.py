@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from edge_inference.edge.errors import EdgeError
 
 
 class Settings(BaseSettings):
@@ -24,12 +26,21 @@ class Settings(BaseSettings):
     # Events: the broker (EDGE_MQTT_URL, e.g. mqtt://user:pass@host:1883) and the data folder (EDGE_DATA_DIR).
     mqtt_url: SecretStr | None = None
     data_dir: Path | None = None
+    # `edge serve` in a container or a systemd unit: the config file, bind address and port. Flags win, then the
+    # config file's own server.host / server.port, then these (EDGE_CONFIG, EDGE_HOST, EDGE_PORT).
+    config: Path | None = None
+    host: str | None = None
+    port: int | None = Field(default=None, ge=0, le=65535)
 
-    @field_validator("token", "token_file", "mqtt_url", "data_dir", mode="before")
+    @field_validator("token", "token_file", "mqtt_url", "data_dir", "config", "host", "port", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value  # EDGE_TOKEN= (empty, e.g. from docker compose) means no token
 
 
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"EDGE_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        raise EdgeError(f"an EDGE_* environment variable is invalid: {problems}") from None

@@ -72,8 +72,8 @@ def _open(source: str) -> tuple[BinaryIO, int | None]:
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ModelError(
-            f"cannot download {source}: {reason}. Without internet, set EDGE_MODEL_MIRROR (or --mirror) "
-            "to a folder or URL that holds the model files"
+            f"cannot download {source}: {reason}. Without internet, set EDGE_MODEL_MIRROR to a folder or URL "
+            "that holds the model files (or fetch it first: edge models pull NAME --mirror FOLDER)"
         ) from None
     length = response.headers.get("Content-Length")
     return response, int(length) if length and length.isdigit() else None
@@ -81,14 +81,17 @@ def _open(source: str) -> tuple[BinaryIO, int | None]:
 
 @contextlib.contextmanager
 def _download_lock(target: Path) -> Iterator[None]:
-    """One download of a file at a time across processes; whoever holds it may remove stale partial files."""
+    """One download into a folder at a time across processes; whoever holds it may remove stale partial files.
+
+    The lock is on the folder itself, not on a lock file beside the model: a lock file cannot be removed safely
+    (another process may be waiting on it), and left behind it is an empty file in the cache after every failure."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # closing releases the lock
 
 
 def _remove_partial_files(target: Path) -> None:

@@ -141,7 +141,9 @@ class AccessMiddleware:
                     send,
                     401,
                     "this service needs its API token: send 'Authorization: Bearer <token>', or open the "
-                    "dashboard with ?token=<token> (the URL edge serve printed)",
+                    "dashboard once with ?token=<token>. The token is the one the service was given (server.token "
+                    "or token_file in its config, EDGE_TOKEN or EDGE_TOKEN_FILE), or, when none was given, the one "
+                    "edge serve made and printed at start-up",
                 )
                 return
         await self.app(scope, receive, send)

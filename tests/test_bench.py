@@ -33,7 +33,8 @@ def test_bench_compares_models_and_backends(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "frame" in proc.stderr  # the progress bar
+    assert "edge bench: 20 frames" in proc.stderr  # what it does, one line
+    assert "\r" not in proc.stderr and "frame/s" not in proc.stderr  # no progress bar in a log: stderr is no terminal
     lines = proc.stdout.splitlines()
     assert lines[2].startswith("Model") and "infer p50" in lines[2] and "mAP50" in lines[2]
     rows = {(r["model"], r["backend"]): r for r in json.loads((out / "bench.json").read_text())["pairs"]}

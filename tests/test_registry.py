@@ -71,7 +71,7 @@ def test_checksum_mismatch_is_refused_and_leaves_nothing(tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(ChecksumMismatchError, match="checksum mismatch"):
         pull(get_entry("yolox-nano"), cache, str(mirror))
-    assert not any(p.is_file() and not p.name.endswith(".lock") for p in cache.rglob("*"))  # only the lock stays
+    assert not any(p.is_file() for p in cache.rglob("*"))  # nothing stays, no lock file either
     proc = run_edge("models", "pull", "yolox-nano", "--cache", str(cache), "--mirror", str(mirror))
     assert proc.returncode == 1 and proc.stderr.startswith("error: checksum mismatch")
     assert "Traceback" not in proc.stderr

@@ -59,10 +59,12 @@ def resolve_auto(config: DetectorConfig, settings: Settings) -> tuple[DetectorCo
     from edge_inference.edge.detection.autoselect import auto_choice  # it loads detectors itself to time them
 
     choice = auto_choice(config.model, settings, measure=config.device == "auto")
+    # a family name means each engine's own file of it: say which one runs
+    which = f" ({choice.model})" if choice.model != config.model else ""
     if config.device == "auto":
-        note = f"--backend auto chose {choice.backend} on {choice.device}: {choice.reason}"
+        note = f"--backend auto chose {choice.backend} on {choice.device}{which}: {choice.reason}"
     else:  # the device was the user's: the choice's own device reasoning would contradict what runs
-        note = f"--backend auto chose {choice.backend} for {config.model}"
+        note = f"--backend auto chose {choice.backend}{which} for {config.model}"
     device = choice.device if config.device == "auto" else config.device
     return replace(config, model=choice.model, backend=choice.backend, device=device), note
 

@@ -84,6 +84,12 @@ def write_outputs(results: list[PairResult], out: Path, meta: dict[str, Any]) ->
     return [json_path, csv_path, png_path]
 
 
+def plot_label(result: PairResult) -> str:
+    """The chart's name for a pair: the model on its engine, then the device that ran it (once, not as asked and
+    again as it ran)."""
+    return f"{result.pair.model} @ {result.pair.backend}\n{result.device or result.pair.device}"
+
+
 def _chart(results: list[PairResult], path: Path, machine: str) -> None:
     import matplotlib
 
@@ -94,7 +100,7 @@ def _chart(results: list[PairResult], path: Path, machine: str) -> None:
     fig, ax = plt.subplots(figsize=(10, height), dpi=110)
     if results:
         data = [[t.total_ms for t in r.timings] for r in results]
-        labels = [f"{r.pair.label}\n{r.device}" for r in results]
+        labels = [plot_label(r) for r in results]
         parts = ax.violinplot(data, vert=False, showmedians=True, showextrema=False)
         for body in parts["bodies"]:  # type: ignore[attr-defined]
             body.set_alpha(0.45)

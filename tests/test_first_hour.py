@@ -1,0 +1,130 @@
+"""The first hour in a terminal: each message a new user met, asserted as that user gets it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from edge_inference.cli.serve import with_environment
+from edge_inference.edge.config import ServiceConfig, single_stream_config
+from edge_inference.edge.settings import Settings
+from edge_inference.edge.tools.bench import Pair, PairResult
+from edge_inference.edge.tools.bench_report import plot_label
+from tests.conftest import MEDIA, REPO
+from tests.helpers import run_edge
+from tests.inprocess import SSD_ONNX, app_client, service_config
+
+CAT = str(MEDIA / "cat_720p.jpg")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def errors_of(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_a_download_that_fails_names_a_way_that_exists_and_leaves_nothing_behind(tmp_path):
+    cache = tmp_path / "cache"
+    mirror = f"http://127.0.0.1:{free_port()}/"  # nothing listens: refused at once, as a machine offline is
+    proc = run_edge("detect", CAT, "-m", "nanodet-m", "-b", "onnx", env={"EDGE_MODEL_MIRROR": mirror,
+                    "EDGE_MODEL_CACHE": str(cache)})  # fmt: skip
+    (line,) = errors_of(proc)
+    assert proc.returncode == 1 and line.startswith("error: cannot download")
+    assert "(or --mirror)" not in line  # `edge detect` has no such flag
+    assert "set EDGE_MODEL_MIRROR" in line and "edge models pull NAME --mirror FOLDER" in line
+    assert "--mirror" in run_edge("models", "pull", "--help").stdout  # the way it names is there
+    assert not [p for p in cache.rglob("*") if p.is_file()]  # no empty lock file or partial download stays
+
+
+def test_the_401_answer_says_where_the_token_comes_from():
+    with app_client(service_config({"token": "s3cret-token-for-tests"})) as client:
+        detail = client.get("/api/v1/streams").json()["detail"]
+    assert "the URL edge serve printed" not in detail  # it prints no token when the user gave one
+    for place in ("Authorization: Bearer", "?token=", "server.token", "EDGE_TOKEN", "EDGE_TOKEN_FILE"):
+        assert place in detail
+
+
+def test_bad_yaml_says_the_line_and_column(tmp_path):
+    config = tmp_path / "streams.yaml"
+    config.write_text("streams:\n  - id: a\n    source: 0\n  - id: b\n   source: 1\n")  # 'source' one space short
+    (line,) = errors_of(run_edge("serve", "--config", str(config)))
+    assert "not valid YAML at line 5, column 4:" in line
+    assert "while parsing a block collection that starts at line 2" in line
+
+
+def test_a_short_token_is_counted_in_characters(tmp_path):
+    config = tmp_path / "streams.yaml"
+    config.write_text(f"server:\n  token: abcde\nstreams:\n  - id: a\n    source: {CAT}\n")
+    (line,) = errors_of(run_edge("serve", "--config", str(config)))
+    assert "server.token: the token must be at least 8 characters long (this one has 5)" in line
+    assert "items" not in line and "Value error" not in line and "abcde" not in line
+
+
+def test_the_address_from_the_environment_yields_to_the_config_file_and_the_flags():
+    env = Settings(host="127.0.0.2", port=9001)
+    stream = {"id": "a", "source": CAT}
+    plain = with_environment(single_stream_config(stream, {}), env)
+    assert (plain.server.host, plain.server.port) == ("127.0.0.2", 9001)
+    flagged = with_environment(single_stream_config(stream, {"port": 9002}), env, flags=["port"])
+    assert (flagged.server.host, flagged.server.port) == ("127.0.0.2", 9002)
+    from_file = ServiceConfig.model_validate({"server": {"port": 9003}, "streams": [stream]})
+    assert with_environment(from_file, env).server.port == 9003
+    assert with_environment(from_file, Settings()).server.host == "127.0.0.1"  # nothing set: the defaults
+
+
+def test_edge_serve_takes_its_config_and_port_from_the_environment(tmp_path):
+    """The README's container and systemd case: no flags, EDGE_CONFIG and EDGE_PORT set."""
+    config, port = tmp_path / "streams.yaml", free_port()
+    config.write_text(f"streams:\n  - id: envcam\n    source: {CAT}\n    model: {SSD_ONNX}\n    backend: onnx\n")
+    env = {**os.environ, "EDGE_CONFIG": str(config), "EDGE_PORT": str(port)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "edge_inference", "serve"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline, answer = time.monotonic() + 120, None
+        while answer is None and process.poll() is None and time.monotonic() < deadline:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/streams", timeout=5)
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert answer is not None, f"edge serve did not answer on EDGE_PORT {port}"
+        assert [s["id"] for s in answer.json()] == ["envcam"]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.communicate(timeout=30)
+    (line,) = errors_of(run_edge("serve", env={"EDGE_PORT": "eighty"}))
+    assert line.startswith("error: an EDGE_* environment variable is invalid: EDGE_PORT:")
+
+
+def test_models_describe_says_which_engine_and_file_auto_chose():
+    proc = run_edge("models", "describe", "--model", "yolox-nano", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    (note,) = [line for line in proc.stderr.splitlines() if line.startswith("note: --backend auto chose")]
+    assert note.startswith(f"note: --backend auto chose {info['backend']} ")
+    assert info["notes"][0] in note  # the same words the JSON keeps
+
+
+def test_the_bench_chart_names_each_device_once():
+    ran = PairResult(Pair("yolox-nano", "openvino", "CPU"), device="CPU")
+    assert plot_label(ran) == "yolox-nano @ openvino\nCPU"
+    asked = PairResult(Pair("yolox-nano", "onnx"), device="CPUExecutionProvider")
+    assert plot_label(asked) == "yolox-nano @ onnx\nCPUExecutionProvider"
