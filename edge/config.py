@@ -93,7 +93,7 @@ class StreamConfig(BaseModel):
     loop: bool = False  # file mode: start again at the end
     width: int | None = Field(default=None, gt=0)  # cameras: requested resolution and rate
     height: int | None = Field(default=None, gt=0)
-    fps: float | None = Field(default=None, gt=0)
+    fps: float | None = Field(default=None, gt=0)  # cameras: the rate asked for; images: shown at this rate
     # Live comparison: the same frames through each of these backends (backend or backend:device); each becomes
     # a stream "<id>-<backend>" ("<id>-<backend>-<device>" when one engine is compared on two devices); the first
     # one is the agreement reference.

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
-from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 
 from edge_inference.edge.runtime.compare import CompareSnapshot
@@ -24,13 +23,13 @@ from edge_inference.edge.runtime.snapshots import (
     stream_summaries,
 )
 from edge_inference.edge.runtime.streams import StreamManager
-from edge_inference.edge.stream.drawing import render_jpeg
 from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
 from edge_inference.edge.tools.backends_report import BackendReport, backends_report
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.errors import quoted
 from edge_inference.service.limits import ClientSlots, UploadGate, busy
-from edge_inference.service.schemas import DetectResponse, Health, LatestDetections
+from edge_inference.service.live import LiveChannel, LiveOptions
+from edge_inference.service.schemas import DetectResponse, Health, LatestDetections, ServiceSetup
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
 from edge_inference.service.uploads import UploadDetectors, file_part, read_body
 
@@ -101,14 +100,6 @@ async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> As
         pipeline.results.unsubscribe(subscription)
 
 
-def _sse_bytes(cache: EncodingCache, result: FrameResult) -> bytes:
-    def encode() -> bytes:
-        data = cache.event_json(result).decode()
-        return ServerSentEvent(data=data, event="detections", id=str(result.index)).encode()
-
-    return cache.get(result, "sse", encode)
-
-
 def _slots(request: Request | WebSocket) -> ClientSlots:
     slots: ClientSlots = request.app.state.client_slots
     return slots
@@ -143,7 +134,7 @@ async def events(request: Request, stream_id: str) -> EventSourceResponse:
     async def generate() -> AsyncIterator[bytes]:
         async with contextlib.aclosing(_batches(request, pipeline)) as batches:  # unsubscribes on any way out
             async for batch in batches:
-                yield b"".join(_sse_bytes(cache, r) for r in batch)  # encoded once per frame, one write per batch
+                yield b"".join(cache.sse(r) for r in batch)  # encoded once per frame, one write per batch
 
     # A client that stops reading is disconnected after send_timeout; until then only its own buffer fills.
     send_timeout = request.app.state.config.server.send_timeout_s
@@ -179,21 +170,6 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
         slots.give_back(stream_id)
 
 
-def _jpeg(
-    cache: EncodingCache, result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool = False
-) -> bytes:
-    """Clients watching with the same settings share one encoding per frame."""
-    overlays = (result.zones, result.lines) if zones else ((), ())
-
-    def encode() -> bytes:
-        return render_jpeg(
-            result.image, result.detections, height=height, quality=quality, boxes=boxes,
-            zones=overlays[0], lines=overlays[1],
-        )  # fmt: skip
-
-    return cache.get(result, ("jpeg", height, quality, boxes, zones), encode)
-
-
 def _cache(request: Request | WebSocket) -> EncodingCache:
     cache: EncodingCache = request.app.state.encodings
     return cache
@@ -219,7 +195,7 @@ async def snapshot(
     zones: Zones = False,
 ) -> Response:
     result = current_or_503(pipeline_of(request, stream_id))
-    data = await asyncio.to_thread(_jpeg, _cache(request), result, height, quality, boxes, zones)
+    data = await asyncio.to_thread(_cache(request).jpeg, result, height, quality, boxes, zones)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
 
@@ -256,7 +232,7 @@ async def mjpeg(
                 if now < next_at:
                     continue  # faster than the asked-for rate: skip this frame
                 next_at = now + interval
-                data = await asyncio.to_thread(_jpeg, cache, result, height, quality, boxes, zones)
+                data = await asyncio.to_thread(cache.jpeg, result, height, quality, boxes, zones)
                 header = f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
                 yield header.encode() + data + b"\r\n"
         finally:
@@ -301,6 +277,55 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     async with gate.slot():  # bounded: beyond the workers and the queue, 503 with Retry-After at once
         body = await read_body(request, limit, server.send_timeout_s)
         return await asyncio.to_thread(run, body)  # decoding and inference never run on the event loop
+
+
+LIVE_SLOT = "(dashboards)"  # live channels count against max_clients_per_stream as one more "stream"
+
+
+@router.get(
+    "/setup",
+    response_model=ServiceSetup,
+    summary="What this service runs: its streams, whether it keeps events, its comparison groups",
+)
+def setup(request: Request) -> ServiceSetup:
+    manager = manager_of(request)
+    return ServiceSetup(
+        streams=list(manager.pipelines),
+        events=manager.events.recorder is not None,
+        compare_groups=sorted(manager.groups),
+        live="/api/v1/live",
+    )
+
+
+@router.get(
+    "/live",
+    summary="Server-Sent Events for a dashboard: every stream on one connection",
+    response_class=EventSourceResponse,
+    responses=media(
+        EVENT_STREAM,
+        "`event: detections` (a FrameEvent: the newest frame of a stream, at most frame_hz a second per stream), "
+        '`event: thumb` ({"stream", "frame", "jpeg": base64 of a JPEG thumb_height pixels high, boxes and zones '
+        "drawn}, at most thumb_fps a second per stream), `event: change` (as /events/stream, when events are kept), "
+        "`event: compare` (the /compare answer once a second, when streams are compared)",
+    )
+    | TOO_MANY,
+)
+async def live_channel(
+    request: Request,
+    frame_hz: Annotated[float, Query(gt=0, le=60)] = 10.0,
+    thumb_fps: Annotated[float, Query(gt=0, le=10)] = 2.0,
+    thumb_height: Annotated[int, Query(ge=60, le=720)] = 240,
+) -> EventSourceResponse:
+    manager, server, slots = manager_of(request), request.app.state.config.server, _slots(request)
+    slots.take(LIVE_SLOT)
+    options = LiveOptions(frame_hz, thumb_fps, thumb_height, server.client_flush_hz)
+    channel = LiveChannel(manager, _cache(request), options, server.subscriber_buffer)
+
+    def close() -> None:
+        channel.close()
+        slots.give_back(LIVE_SLOT)
+
+    return ClosingEventSourceResponse(channel.messages(), ping=15, send_timeout=server.send_timeout_s, on_close=close)
 
 
 @router.get(

@@ -11,6 +11,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
+from sse_starlette.event import ServerSentEvent
+
+from edge_inference.edge.stream.drawing import render_jpeg
 from edge_inference.edge.stream.pipeline import FrameResult
 
 CAPACITY = 384  # a few frames x (JSON + SSE + a few JPEG settings) x streams
@@ -52,3 +55,25 @@ class EncodingCache:
 
     def event_json(self, result: FrameResult) -> bytes:
         return self.get(result, "json", lambda: event_json(result))
+
+    def sse(self, result: FrameResult) -> bytes:
+        """The frame's `detections` Server-Sent Event."""
+
+        def encode() -> bytes:
+            data = self.event_json(result).decode()
+            return ServerSentEvent(data=data, event="detections", id=str(result.index)).encode()
+
+        return self.get(result, "sse", encode)
+
+    def jpeg(self, result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool = False) -> bytes:
+        """The frame as a JPEG; clients watching with the same settings share one encoding. CPU work: call it on a
+        worker thread."""
+        overlays = (result.zones, result.lines) if zones else ((), ())
+
+        def encode() -> bytes:
+            return render_jpeg(
+                result.image, result.detections, height=height, quality=quality, boxes=boxes,
+                zones=overlays[0], lines=overlays[1],
+            )  # fmt: skip
+
+        return self.get(result, ("jpeg", height, quality, boxes, zones), encode)

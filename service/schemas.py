@@ -67,3 +67,12 @@ class EventOut(BaseModel):
 class EventPage(BaseModel):
     events: list[EventOut]  # newest first
     next: str | None  # pass as ?cursor= for the next page; None on the last page
+
+
+class ServiceSetup(BaseModel):
+    """What this service runs, so that a client asks only for what exists (the dashboard reads it first)."""
+
+    streams: list[str]  # every pipeline's id: streams, and each compare member
+    events: bool  # events are kept: /api/v1/events answers, the live channel carries their changes
+    compare_groups: list[str]  # streams run through several backends: /api/v1/compare answers
+    live: str  # the one channel a dashboard needs for all streams (Server-Sent Events)

@@ -41,9 +41,14 @@ def free_port() -> int:
 
 class Server:
     def __init__(
-        self, args: list[str], log_path: Path, env: dict[str, str] | None = None, token: str | None = None
+        self,
+        args: list[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        token: str | None = None,
+        port: int | None = None,  # a restart on the port of the one before
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = log_path.open("w")

@@ -27,6 +27,8 @@ def test_every_route_documents_what_it_answers():
     assert media["/api/v1/streams/{stream_id}/snapshot.jpg"] == {"image/jpeg"}
     assert media["/api/v1/events/stream"] == {"text/event-stream"}
     assert media["/api/v1/events/{event_id}/snapshot.jpg"] == {"image/jpeg"}
+    assert media["/api/v1/live"] == {"text/event-stream"}
+    assert _schema(document, "/api/v1/setup")["$ref"].endswith("/ServiceSetup")
     assert _schema(document, "/api/v1/events")["$ref"].endswith("/EventPage")
     assert _schema(document, "/api/v1/events/{event_id}")["$ref"].endswith("/EventOut")
 
@@ -68,3 +70,18 @@ def test_the_api_docs_and_the_icon_need_nothing_from_the_internet():
         assert "cdn" not in client.get("/redoc").text.lower()
         icon = client.get("/favicon.ico")
         assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+
+
+def test_setup_says_what_runs_so_a_client_asks_only_for_that():
+    """The dashboard reads this first: no events asked of a service that keeps none, no comparison when none runs."""
+    plain = service_config(backend="onnx")
+    with app_client(plain) as client:
+        assert client.get("/api/v1/setup").json() == {
+            "streams": ["main"], "events": False, "compare_groups": [], "live": "/api/v1/live",
+        }  # fmt: skip
+        assert client.get("/api/v1/events").status_code == 404  # what the page no longer probes
+    compared = service_config(compare=["onnx", "openvino"])
+    with app_client(compared) as client:
+        setup = client.get("/api/v1/setup").json()
+    assert setup["streams"] == ["main-onnx", "main-openvino"] and setup["compare_groups"] == ["main"]
+    assert setup["events"] is False

@@ -41,6 +41,13 @@ class Subscription(Generic[T]):
         with contextlib.suppress(RuntimeError):  # the subscriber's event loop has closed already
             self.loop.call_soon_threadsafe(self._ready.set)
 
+    def drain(self) -> list[T]:
+        """Everything buffered, oldest first, without waiting: for a reader that visits many subscriptions in turn."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
     async def batch(self) -> list[T]:
         """Everything buffered, oldest first, waiting for at least one item; [] once closed."""
         while True:

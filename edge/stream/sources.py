@@ -154,15 +154,21 @@ class CaptureSource(FrameSource):
 
 
 class ImageFilesSource(FrameSource):
-    """A still image, a folder of images, or a glob; every image once, in name order."""
+    """A still image, a folder of images, or a glob; every image once, in name order (at `fps` a second when given,
+    as a slideshow; else as fast as they are processed)."""
 
-    def __init__(self, target: str, paths: list[Path]) -> None:
+    def __init__(self, target: str, paths: list[Path], fps: float | None = None) -> None:
         super().__init__(target)
         self._paths = paths
         self._next = 0
+        self._fps = fps
+
+    @property
+    def fps(self) -> float | None:
+        return self._fps
 
     def fresh(self) -> ImageFilesSource:
-        return ImageFilesSource(self.target, self._paths)
+        return ImageFilesSource(self.target, self._paths, self._fps)
 
     def open(self) -> None:
         if not self._paths:
@@ -191,21 +197,21 @@ def open_source(
         return CaptureSource(target, live=True, width=width, height=height, fps=fps)
     if target.startswith(STREAM_SCHEMES) or target.startswith("file://"):
         return CaptureSource(target, live=not target.startswith("file://"))
-    return _local_source(target)
+    return _local_source(target, fps)
 
 
-def _local_source(target: str) -> FrameSource:
-    """A folder, a glob, an image or a video file on this machine."""
+def _local_source(target: str, fps: float | None = None) -> FrameSource:
+    """A folder, a glob, an image or a video file on this machine (`fps` paces images; a video has its own)."""
     path = Path(target).expanduser()
     if path.is_dir():
-        return ImageFilesSource(target, sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES))
+        return ImageFilesSource(target, sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES), fps)
     if any(ch in target for ch in "*?["):
         matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(target)))
-        return ImageFilesSource(target, [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES])
+        return ImageFilesSource(target, [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES], fps)
     if path.suffix.lower() in IMAGE_SUFFIXES:
         if not path.is_file():
             raise SourceError(f"image {target} does not exist")
-        return ImageFilesSource(target, [path])
+        return ImageFilesSource(target, [path], fps)
     if not path.exists():
         raise SourceError(
             f"source {mask_url(target)} is not a camera, URL, or existing file or folder; "

@@ -1,0 +1,104 @@
+"""The dashboard's one live channel: every stream on one Server-Sent Events connection.
+
+A browser keeps at most six connections to a host over HTTP/1.1; a page holding a video and an event stream per
+camera stalls from the third camera on. This channel carries, for every stream, its newest frame's detections (at
+most `frame_hz` a second), a small JPEG of it (at most `thumb_fps` a second), the event layer's changes and the
+comparison figures: the page needs it and, for the one camera in focus, its full-rate MJPEG; two connections
+whatever the number of cameras.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from pydantic import TypeAdapter
+from sse_starlette.event import ServerSentEvent
+
+from edge_inference.edge.runtime.compare import CompareSnapshot
+from edge_inference.edge.runtime.snapshots import compare_snapshots
+from edge_inference.edge.runtime.streams import StreamManager
+from edge_inference.edge.stream.pipeline import FrameResult
+from edge_inference.edge.stream.publish import Subscription
+from edge_inference.service.encodings import EncodingCache
+
+COMPARE_JSON = TypeAdapter(list[CompareSnapshot])
+COMPARE_EVERY_S = 1.0
+THUMB_QUALITY = 70
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    frame_hz: float  # detections per stream per second (the newest frame's)
+    thumb_fps: float  # small JPEGs per stream per second
+    thumb_height: int
+    flush_hz: float  # writes per second to the client
+
+
+def _thumb_event(cache: EncodingCache, result: FrameResult, height: int) -> bytes:
+    jpeg = cache.jpeg(result, height, THUMB_QUALITY, True, True)
+    data = json.dumps({"stream": result.stream_id, "frame": result.index, "jpeg": base64.b64encode(jpeg).decode()})
+    return ServerSentEvent(data=data, event="thumb").encode()
+
+
+class LiveChannel:
+    """One client's subscriptions to every stream (and to the event layer's changes), read in turn."""
+
+    def __init__(self, manager: StreamManager, cache: EncodingCache, options: LiveOptions, buffer: int) -> None:
+        self.manager, self.cache, self.options = manager, cache, options
+        self.streams = {sid: (p, p.results.subscribe(buffer)) for sid, p in manager.pipelines.items()}
+        recorder = manager.events.recorder
+        self.changes: Subscription[dict[str, object]] | None = recorder.changes.subscribe(256) if recorder else None
+        self._sent_frame: dict[str, float] = {}
+        self._sent_thumb: dict[str, float] = {}
+        self._sent_compare = float("-inf")
+
+    def close(self) -> None:
+        for pipeline, subscription in self.streams.values():
+            pipeline.results.unsubscribe(subscription)
+        recorder = self.manager.events.recorder
+        if recorder is not None and self.changes is not None:
+            recorder.changes.unsubscribe(self.changes)
+
+    @property
+    def ended(self) -> bool:
+        return all(subscription.closed for _, subscription in self.streams.values())
+
+    async def messages(self) -> AsyncIterator[bytes]:
+        """Writes of whatever is due, at most `flush_hz` a second, until the service stops."""
+        period = 1.0 / self.options.flush_hz
+        while not self.ended:
+            started = time.monotonic()
+            chunk = await self._due(started)
+            if chunk:
+                yield chunk
+            await asyncio.sleep(max(0.0, started + period - time.monotonic()))
+
+    async def _due(self, now: float) -> bytes:
+        parts: list[bytes] = []
+        thumbs: list[FrameResult] = []
+        for stream_id, (_, subscription) in self.streams.items():
+            results = subscription.drain()
+            if not results:
+                continue
+            newest = results[-1]
+            if now - self._sent_frame.get(stream_id, float("-inf")) >= 1.0 / self.options.frame_hz:
+                self._sent_frame[stream_id] = now
+                parts.append(self.cache.sse(newest))
+            if now - self._sent_thumb.get(stream_id, float("-inf")) >= 1.0 / self.options.thumb_fps:
+                self._sent_thumb[stream_id] = now
+                thumbs.append(newest)
+        if thumbs:  # JPEG encoding is CPU work: off the event loop
+            height = self.options.thumb_height
+            parts += await asyncio.to_thread(lambda: [_thumb_event(self.cache, r, height) for r in thumbs])
+        if self.changes is not None:
+            parts += [ServerSentEvent(data=json.dumps(c), event="change").encode() for c in self.changes.drain()]
+        if self.manager.groups and now - self._sent_compare >= COMPARE_EVERY_S:
+            self._sent_compare = now
+            figures = await asyncio.to_thread(compare_snapshots, self.manager)
+            parts.append(ServerSentEvent(data=COMPARE_JSON.dump_json(figures).decode(), event="compare").encode())
+        return b"".join(parts)
