@@ -153,6 +153,7 @@ def test_dashboard_shows_events_with_snapshots_zone_counts_and_one_latency_scale
         _wait(page, "document.querySelectorAll('#event-list .event img').length >= 2", 120)
         _wait(page, "[...document.querySelectorAll('#event-list .event img')].every((i) => i.naturalWidth > 0)")
         assert "person #" in page.inner_text("#event-list")
+        assert page.text_content("#events-note").startswith("of walkway")  # the camera in focus: its own events
         counts = '#focus[data-stream="walkway"] .counts'
         _wait(page, f"document.querySelector('{counts}').textContent.includes('path: in')")
         assert "crossing:" in page.inner_text(counts)

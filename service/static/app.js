@@ -76,7 +76,11 @@ function setFocus(id) {
   video.removeAttribute("src"); // closes the previous camera's MJPEG: one full-rate video at a time
   root.hidden = id === null;
   for (const s of streams.values()) s.tile.classList.toggle("focused", s.id === id);
-  if (id === null) { delete root.dataset.stream; return; }
+  if (id === null) {
+    delete root.dataset.stream;
+    if (eventsShown) showEvents().catch(() => {});
+    return;
+  }
   const s = streams.get(id);
   root.dataset.stream = id;
   text(root.querySelector(".title"), id);
@@ -84,6 +88,7 @@ function setFocus(id) {
   video.onerror = () => setTimeout(() => { if (focus.id === id) video.src = mjpegUrl(id); }, 2000); // dropped: again
   video.src = mjpegUrl(id);
   s.dirty = true;
+  if (eventsShown) showEvents().catch(() => {});
   showState(root, s.summary);
   if (s.figures) showFigures(root, s.figures);
 }
@@ -239,13 +244,17 @@ function eventCard(event) {
   return card;
 }
 
-async function showEvents() {
-  const page = await api("/events?limit=12");
+async function showEvents() { // the camera in focus: its own events; the grid: everyone's
+  const id = focus.id;
+  const page = await api(`/events?limit=12${id === null ? "" : "&stream=" + encodeURIComponent(id)}`);
+  if (id !== focus.id) return; // the focus moved while this was on its way
   document.getElementById("event-list").replaceChildren(...page.events.map(eventCard));
-  text(document.getElementById("events-note"), page.events.length ? "" : "(none yet)");
+  const scope = id === null ? "" : `of ${id} `;
+  text(document.getElementById("events-note"), page.events.length ? scope : `${scope}(none yet)`);
 }
 
 let eventsPending = false;
+let eventsShown = false; // events are kept by this service (from /api/v1/setup)
 function scheduleEventsRefresh() { // a burst of changes: one refresh
   if (eventsPending) return;
   eventsPending = true;
@@ -292,6 +301,7 @@ async function start() {
   window.addEventListener("hashchange", routeFromHash);
   routeFromHash();
   if (setup.events) {
+    eventsShown = true;
     document.getElementById("events").hidden = false;
     showEvents().catch(() => {});
   }
