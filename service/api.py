@@ -317,7 +317,7 @@ async def live_channel(
     thumb_height: Annotated[int, Query(ge=60, le=720)] = 240,
 ) -> EventSourceResponse:
     manager, server, slots = manager_of(request), request.app.state.config.server, _slots(request)
-    slots.take(LIVE_SLOT)
+    slots.take(LIVE_SLOT, what="the live channel (dashboards)")
     options = LiveOptions(frame_hz, thumb_fps, thumb_height, server.client_flush_hz)
     channel = LiveChannel(manager, _cache(request), options, server.subscriber_buffer)
 

@@ -23,11 +23,11 @@ class ClientSlots:
         self.per_stream = per_stream
         self.in_use: Counter[str] = Counter()
 
-    def take(self, stream_id: str) -> None:
+    def take(self, stream_id: str, what: str | None = None) -> None:
         if self.in_use[stream_id] >= self.per_stream:
             raise busy(
-                f"stream {stream_id} already has {self.per_stream} streaming clients (max_clients_per_stream); "
-                "close a viewer or raise the limit"
+                f"{what or 'stream ' + stream_id} already has {self.per_stream} streaming clients "
+                "(max_clients_per_stream); close a viewer or raise the limit"
             )
         self.in_use[stream_id] += 1
 

@@ -92,6 +92,14 @@ def test_clients_cannot_hold_the_service(tmp_path):
             third = server.client.get("/api/v1/streams/main/video.mjpg")
             assert third.status_code == 503 and third.headers["Retry-After"].isdigit()
             assert "max_clients_per_stream" in third.json()["detail"]
+        with (  # dashboards' live channels are bounded the same way
+            server.client.stream("GET", "/api/v1/live") as one,
+            server.client.stream("GET", "/api/v1/live") as two,
+        ):
+            assert one.status_code == two.status_code == 200
+            third = server.client.get("/api/v1/live")
+            assert third.status_code == 503 and third.headers["Retry-After"].isdigit()
+            assert third.json()["detail"].startswith("the live channel (dashboards) already has 2 streaming clients")
 
         def slot_free() -> bool:
             with server.client.stream("GET", "/api/v1/streams/main/video.mjpg") as again:
