@@ -261,7 +261,8 @@ def test_the_camera_grid_shows_every_camera_on_two_connections(tmp_path, browser
         for stream in ids:  # every counter moves (the photos are shown twice a second, the video at its own rate)
             _wait(page, f"document.querySelector('.tile[data-stream=\"{stream}\"] .frame').textContent "
                         f"!== {frames[stream]!r}", 120)  # fmt: skip
-            assert "fps" in page.inner_text(f'.tile[data-stream="{stream}"] .figures')  # from /api/v1/stats
+            _wait(page, f"document.querySelector('.tile[data-stream=\"{stream}\"] .figures')"
+                        ".textContent.includes('fps')", 60)  # from /api/v1/stats, polled every 2 s  # fmt: skip
         assert any(url.startswith(server.base + "/api/v1/stats") for url in network.urls)
         streaming = network.long_lived(page)
         assert len(streaming) <= 2, streaming

@@ -121,8 +121,7 @@ class StreamPipeline:
         self._inferred: queue.Queue[object] = queue.Queue(maxsize=2)
         self._threads: list[threading.Thread] = []
         self._lock = threading.RLock()
-        # state: the detector's part (loading/failed/ready, the keeper's) and the source's, combined by `state`
-        self._detector_state: DetectorState = "loading"
+        # state: the detector's part (the keeper's: loading/failed/ready) and the source's, combined by `state`
         self._source_state: SourceState = "connecting"
         self._stopped = False
         self.state_since = time.time()
@@ -158,8 +157,8 @@ class StreamPipeline:
     def state(self) -> State:
         if self._stopped and self._source_state != "ended":
             return "stopped"  # a file played to its end stays "ended"
-        if self._detector_state != "ready":
-            return self._detector_state
+        if self.keeper.state != "ready":
+            return self.keeper.state
         return self._source_state
 
     @property
@@ -186,11 +185,11 @@ class StreamPipeline:
     def set_source_state(self, state: SourceState, error: str | None = None) -> None:
         with self._lock:
             self._source_state = state
-            self._note(error, clears=state == "running" and self._detector_state == "ready")
+            self._note(error, clears=state == "running" and self.keeper.state == "ready")
 
     def _set_detector_state(self, state: DetectorState, error: str | None = None) -> None:
+        """The keeper's report of a change (its `state` is already the new one): log it and keep the error."""
         with self._lock:
-            self._detector_state = state
             self._note(error, clears=state == "ready" and self._source_state == "running")
 
     def health(self) -> Health:

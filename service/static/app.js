@@ -108,7 +108,7 @@ function niceCeiling(value) { // a round number at or above value, never more th
 }
 
 function render() {
-  const top = sharedTop();
+  const top = focus.id === null ? null : sharedTop(); // only the chart in focus needs a scale
   for (const s of streams.values()) {
     const inFocus = s.id === focus.id;
     if (!s.dirty && !(inFocus && focus.top !== top)) continue;
