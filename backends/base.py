@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -44,6 +46,10 @@ class BackendOptions:
     allow_fallback: bool = False
     # (width, height) for engines whose files do not declare their input size (RKNN); from the sidecar or flags
     input_size: tuple[int, int] | None = None
+    # This engine's own block of `engine_options`, checked by its options model (backends/options.py) at load
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    # Where an engine may keep what it builds from a model (TensorRT engines and timing caches); None: nowhere
+    cache_dir: Path | None = None
 
 
 @dataclass

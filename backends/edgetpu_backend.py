@@ -1,6 +1,12 @@
-"""Coral Edge TPU: the TFLite interpreter with the libedgetpu delegate (through pycoral when it imports).
+"""Coral Edge TPU: the LiteRT (TFLite) interpreter with the libedgetpu delegate, loaded with `load_delegate`.
 
-Devices: usb, usb:N, pci, pci:N, or auto (the first one found). EDGE_LIBEDGETPU names another delegate library.
+One runtime, one way: pycoral is not used even where it imports. Its `load_edgetpu_delegate`
+(`pycoral/utils/edgetpu.py`) hard-codes libedgetpu.so.1, which would silently ignore EDGE_LIBEDGETPU, and creates the
+delegate through `tflite_runtime`, a second TFLite runtime beside the interpreter's; it adds nothing over
+`load_delegate(library, {"device": ...})`.
+
+Devices, as libedgetpu reads its "device" option: usb, usb:N (the N-th USB accelerator), pci, pci:N, :N (the N-th
+Edge TPU of any kind), or auto (the first one found). EDGE_LIBEDGETPU names another delegate library.
 """
 
 from __future__ import annotations
@@ -10,10 +16,9 @@ import os
 import platform
 import re
 from pathlib import Path
-from typing import Any
 
 from edge_inference.backends.base import BackendError, BackendOptions
-from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.engine import BackendStatus, Engine, Offer
 from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices
 from edge_inference.backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
 
@@ -61,23 +66,14 @@ def diagnose(library: str, device: str | None) -> str:
         return NO_DEVICE
     if device:
         kind, _, index = device.partition(":")
-        kind = kind or "usb"
-        if index and int(index) >= len(found[kind]):
-            return f"asked for {device} but found {len(found[kind])} {kind.upper()} Edge TPU(s): {'; '.join(usb + pci)}"
+        present = found[kind] if kind else usb + pci  # ":N" counts every Edge TPU, whatever its kind
+        if index and int(index) >= len(present):
+            what = f"{kind.upper()} Edge TPU(s)" if kind else "Edge TPU(s)"
+            return f"asked for {device} but found {len(present)} {what}: {'; '.join(usb + pci)}"
     return (
         f"the Edge TPU did not respond ({'; '.join(usb + pci)}): replug it, check its power supply and that this user "
         "may open it (udev rule, 'plugdev' group); a USB accelerator that stays at 1a6e:089a never got its firmware"
     )
-
-
-def _pycoral_delegate(device: str | None) -> Any | None:
-    """pycoral's delegate loader when pycoral is installed (it is not on PyPI; never required). Its
-    `make_interpreter` is not used: it takes no thread count, and CPU threads still run the ops the TPU cannot."""
-    try:
-        from pycoral.utils import edgetpu
-    except ImportError:
-        return None
-    return edgetpu.load_edgetpu_delegate({"device": device} if device else None)
 
 
 class EdgeTPUBackend(TFLiteBackend):
@@ -94,17 +90,13 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
     library = delegate_library()
     interpreter_cls, load_delegate, engine = import_litert()
     try:
-        delegate = _pycoral_delegate(device)
-        if delegate is None:
-            # Checked first: LiteRT's Delegate prints a stray traceback for a missing or foreign library.
-            if not hasattr(ctypes.CDLL(library), "tflite_plugin_create_delegate"):
-                raise BackendError(
-                    f"cannot use the Edge TPU: {library} is not a TFLite delegate library (it has no "
-                    f"tflite_plugin_create_delegate); point EDGE_LIBEDGETPU at libedgetpu.so.1, or unset it"
-                )
-            delegate = load_delegate(library, {"device": device} if device else {})
-        else:
-            engine = "pycoral + " + engine
+        # Checked first: LiteRT's Delegate prints a stray traceback for a missing or foreign library.
+        if not hasattr(ctypes.CDLL(library), "tflite_plugin_create_delegate"):
+            raise BackendError(
+                f"cannot use the Edge TPU: {library} is not a TFLite delegate library (it has no "
+                f"tflite_plugin_create_delegate); point EDGE_LIBEDGETPU at libedgetpu.so.1, or unset it"
+            )
+        delegate = load_delegate(library, {"device": device} if device else {})
         interpreter = interpreter_cls(
             model_path=str(path), experimental_delegates=[delegate], num_threads=options.threads
         )
@@ -139,7 +131,7 @@ def probe() -> BackendStatus:
     except OSError:
         status.problem = f"{library} is not installed: {INSTALL_LIBEDGETPU}"
         return status
-    status.engine = f"LiteRT + {Path(library).name}" + (" (pycoral)" if installed("pycoral") else "")
+    status.engine = f"LiteRT + {Path(library).name}"
     status.available = bool(status.devices)
     status.problem = None if status.devices else NO_DEVICE
     return status
@@ -161,5 +153,5 @@ ENGINE = Engine(
     load=load,
     rank=rank,
     listed=2,
-    distributions=("ai-edge-litert", "tflite-runtime", "pycoral"),
+    distributions=("ai-edge-litert", "tflite-runtime"),
 )

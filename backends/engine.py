@@ -14,13 +14,14 @@ import functools
 import importlib
 import importlib.util
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edge_inference.backends.base import BackendError
+from edge_inference.backends.options import EngineOptions, parse_options
 
 if TYPE_CHECKING:
     from edge_inference.backends.base import Backend, BackendOptions
@@ -67,6 +68,11 @@ class Engine:
     listed: int = 100  # where `edge backends` lists it: the built-in engines first, plugins after
     # Python distributions whose versions decide its speed: `--backend auto` measures again when one changes
     distributions: tuple[str, ...] = ()
+    # Its own settings (a stream's `engine_options: {key: {...}}`), checked before anything is loaded
+    options: type[EngineOptions] = EngineOptions
+
+    def parse_options(self, raw: Mapping[str, Any]) -> EngineOptions:
+        return parse_options(self.key, self.options, raw)
 
     def versions(self) -> dict[str, str]:
         """Installed versions of its distributions, read from their metadata (nothing imported)."""
@@ -125,3 +131,14 @@ def choose(path: Path) -> Choice:
         )
     offer, key = max(offers, key=lambda pair: pair[0].score)
     return Choice(key, offer.device, offer.reason)
+
+
+def check_engine_options(blocks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A stream's `engine_options` (a block per engine), each checked by its engine; one line for a mistake."""
+    if not isinstance(blocks, Mapping):
+        raise BackendError("engine_options must map an engine to its options, e.g. {onnx: {trt_fp16: false}}")
+    for key, block in blocks.items():
+        if key not in engines():
+            raise BackendError(f"engine_options names {key!r}, which is no engine; choose from: {', '.join(engines())}")
+        engines()[key].parse_options(block)
+    return {key: dict(block) for key, block in blocks.items()}

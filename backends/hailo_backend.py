@@ -5,9 +5,19 @@ its PCIe driver and the matching `hailort` wheel. Models are `.hef` files compil
 does not load on a Hailo-8L and the other way round. Hailo-10H needs HailoRT 5 and hailo10h builds; this engine
 targets HailoRT 4 (Hailo-8/8L).
 
-What it hands on: an on-chip NMS output (HAILO_NMS_BY_CLASS) as the flat float32 buffer HailoRT documents, marked
-`output_format=hailo_nms_by_class` in the metadata; raw feature maps (1, H, W, C) as (1, H*W, C). It knows no
-decoder: the metadata says what the .hef says.
+One pattern of HailoRT's, chosen after its own source (pyhailort 4.12-5.2): the model scheduler, which `VDevice()`
+enables by default (ROUND_ROBIN since 4.12), with no `activate()` call, as Frigate's hailo8l detector does. Under the
+scheduler pyhailort 4.14+ turns `activate()` into a no-op with a deprecation warning on every load, and 4.12/4.13
+refuse it ("Manually activating a core-op is not allowed when the core-op scheduler is active!"); the scheduler also
+lets several streams and processes share the chip. `engine_options: {hailo: {scheduler: none}}` opts out (then the
+network group is activated for this process alone).
+
+What it hands on: an on-chip NMS output (HAILO_NMS_BY_CLASS, or HAILO_NMS as 4.x also names it) as detection rows
+(1, N, 6): y_min, x_min, y_max, x_max (0..1 of the input), score, class id, made straight from pyhailort's per-class
+[n, 5] arrays; every class the .hef has is kept (labels beyond the label list are named `class_<id>`). The NMS ran on
+the chip with the thresholds compiled into the .hef: `--iou` does not apply, and `--conf` only raises the compiled
+score threshold. Raw feature maps (1, H, W, C) are handed on as (1, H*W, C). Segmentation (HAILO_NMS_WITH_BYTE_MASK)
+and HAILO_NMS_BY_SCORE outputs are refused with a message.
 """
 
 from __future__ import annotations
@@ -16,13 +26,15 @@ import contextlib
 import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import hailo_driver_version, hailo_nodes, hailo_pci_devices
+from edge_inference.backends.options import EngineOptions
 
 INSTALL = (
     "Raspberry Pi OS: `sudo apt install hailo-all` then reboot (driver, firmware, HailoRT and its Python API); other "
@@ -81,20 +93,40 @@ def explain_load_failure(message: str, path: Path) -> str:
     return f"HailoRT could not open {path.name}: {message.strip()}"
 
 
-def pack_nms_by_class(per_class: list[np.ndarray], classes: int, max_boxes: int) -> np.ndarray:
-    """pyhailort's NMS result (one [n, 5] array per class) back in HailoRT's documented flat layout."""
-    buffer = np.zeros(classes * (1 + 5 * max_boxes), np.float32)
-    position = 0
-    for boxes in per_class[:classes]:
-        rows = np.asarray(boxes, np.float32).reshape(-1, 5)
-        buffer[position] = rows.shape[0]
-        buffer[position + 1 : position + 1 + rows.size] = rows.reshape(-1)
-        position += 1 + rows.size
-    return buffer
+NMS_ORDERS = ("HAILO_NMS", "HAILO_NMS_BY_CLASS")  # pyhailort's FormatOrder names for per-class detection NMS
+REFUSED_ORDERS = {
+    "HAILO_NMS_WITH_BYTE_MASK": "instance segmentation (boxes with masks)",
+    "HAILO_NMS_BY_SCORE": "NMS sorted by score",
+}
+ROW_FLOATS = 6  # y_min, x_min, y_max, x_max, score, class id
+
+
+class HailoOptions(EngineOptions):
+    scheduler: Literal["round_robin", "none"] = Field(
+        "round_robin",
+        description="HailoRT's model scheduler (shares the chip between streams and processes); none: this process "
+        "activates the model for itself",
+    )
+
+
+def nms_rows(per_class: list[np.ndarray]) -> np.ndarray:
+    """pyhailort's NMS result for one image (one [n, 5] array per class) as rows with their class id."""
+    rows = [
+        np.column_stack([np.asarray(boxes, np.float32).reshape(-1, 5), np.full(len(boxes), class_id, np.float32)])
+        for class_id, boxes in enumerate(per_class)
+        if len(boxes)
+    ]
+    return np.concatenate(rows) if rows else np.empty((0, ROW_FLOATS), np.float32)
+
+
+def format_order(info: Any) -> str:
+    """The FormatOrder's exact name: matched whole, since "NMS" is also in HAILO_NMS_WITH_BYTE_MASK."""
+    order = info.format.order
+    return str(getattr(order, "name", order)).rpartition(".")[2]
 
 
 class HailoBackend(Backend):
-    def __init__(self, *, runner: Any, stack: contextlib.ExitStack, nms: dict[str, tuple[int, int]], **kwargs: Any):
+    def __init__(self, *, runner: Any, stack: contextlib.ExitStack, nms: set[str], **kwargs: Any):
         super().__init__(**kwargs)
         self._runner, self._stack, self._nms = runner, stack, nms
         self._input_name = self.inputs[0].name
@@ -105,10 +137,9 @@ class HailoBackend(Backend):
         for info in self.outputs:
             value = results[info.name]
             if info.name in self._nms:  # a list per image of per-class arrays
-                classes, max_boxes = self._nms[info.name]
-                outputs.append(pack_nms_by_class(value[0], classes, max_boxes)[None, :])
+                outputs.append(nms_rows(value[0])[None])
             else:
-                outputs.append(np.asarray(value).reshape(info.shape))
+                outputs.append(np.asarray(value).reshape(1, *info.shape[1:]))
         return outputs
 
     def close(self) -> None:
@@ -125,16 +156,21 @@ def require_device() -> None:
     raise BackendError(NO_DRIVER.format(found=", ".join(pci)) if pci else NO_DEVICE)
 
 
-def _describe(hef: Any) -> tuple[list[TensorInfo], list[TensorInfo], dict[str, tuple[int, int]]]:
+def _describe(hef: Any, path: Path) -> tuple[list[TensorInfo], list[TensorInfo], set[str]]:
+    """Inputs, outputs, and the names of the NMS outputs."""
     (vinput,) = hef.get_input_vstream_infos()[:1]
     inputs = [TensorInfo(vinput.name, (1, *tuple(vinput.shape)), np.dtype(np.uint8))]
-    outputs, nms = [], {}
+    outputs, nms = [], set()
     for info in hef.get_output_vstream_infos():
-        if "NMS" in str(info.format.order).upper():
-            shape = info.nms_shape
-            classes, max_boxes = int(shape.number_of_classes), int(shape.max_bboxes_per_class)
-            nms[info.name] = (classes, max_boxes)
-            outputs.append(TensorInfo(info.name, (1, classes * (1 + 5 * max_boxes)), np.dtype(np.float32)))
+        order = format_order(info)
+        if order in REFUSED_ORDERS:
+            raise BackendError(
+                f"{path.name} ends in {order} ({REFUSED_ORDERS[order]}); this engine reads detection models with "
+                "HAILO_NMS_BY_CLASS or raw outputs: use the detection build of the model (Hailo Model Zoo)"
+            )
+        if order in NMS_ORDERS:
+            nms.add(info.name)
+            outputs.append(TensorInfo(info.name, (1, -1, ROW_FLOATS), np.dtype(np.float32)))
         else:
             shape = tuple(int(d) for d in info.shape)
             if len(shape) == 3:  # a feature map (H, W, C): its cells in a row, as the per-level decoders read them
@@ -149,17 +185,27 @@ def load(path: Path, options: BackendOptions) -> HailoBackend:
     require_device()
     import hailo_platform as hp
 
+    settings = ENGINE.parse_options(options.engine_options)
+    assert isinstance(settings, HailoOptions)
+    scheduled = settings.scheduler == "round_robin"
     stack = contextlib.ExitStack()
     try:
         hef = hp.HEF(str(path))
-        device = stack.enter_context(hp.VDevice())
-        params = hp.ConfigureParams.create_from_hef(hef, interface=hp.HailoStreamInterface.PCIe)
-        group = device.configure(hef, params)[0]
-        inputs, outputs, nms = _describe(hef)
+        inputs, outputs, nms = _describe(hef, path)
+        params = hp.VDevice.create_params()
+        algorithms = hp.HailoSchedulingAlgorithm
+        params.scheduling_algorithm = algorithms.ROUND_ROBIN if scheduled else algorithms.NONE
+        device = stack.enter_context(hp.VDevice(params))
+        configure = hp.ConfigureParams.create_from_hef(hef, interface=hp.HailoStreamInterface.PCIe)
+        group = device.configure(hef, configure)[0]
         input_params = hp.InputVStreamParams.make(group, format_type=hp.FormatType.UINT8)
         output_params = hp.OutputVStreamParams.make(group, format_type=hp.FormatType.FLOAT32)
         runner = stack.enter_context(hp.InferVStreams(group, input_params, output_params))
-        stack.enter_context(group.activate(group.create_params()))
+        if not scheduled:  # under the scheduler, activate() is refused (4.12/4.13) or a deprecated no-op (4.14+)
+            stack.enter_context(group.activate(group.create_params()))
+    except BackendError:
+        stack.close()
+        raise
     except Exception as exc:  # noqa: BLE001 - HailoRT raises its own exception classes for every refusal
         stack.close()
         raise BackendError(explain_load_failure(str(exc), path)) from None
@@ -167,8 +213,8 @@ def load(path: Path, options: BackendOptions) -> HailoBackend:
     return HailoBackend(
         key="hailo",
         model_path=str(path),
-        engine=f"hailort {runtime_version() or '?'}",
-        device="hailo:0",
+        engine=f"hailort {runtime_version() or getattr(hp, '__version__', '?')}",
+        device="hailo:0" + ("" if scheduled else " (not scheduled)"),
         inputs=inputs,
         outputs=outputs,
         metadata=metadata,
@@ -209,4 +255,5 @@ ENGINE = Engine(
     rank=rank,
     listed=40,
     distributions=("hailort",),
+    options=HailoOptions,
 )

@@ -1,4 +1,11 @@
-"""ONNX Runtime: CPU, CUDA, TensorRT and OpenVINO execution providers, verified after the session is created."""
+"""ONNX Runtime: CPU, CUDA, TensorRT and OpenVINO execution providers, verified after the session is created.
+
+Providers follow ONNX Runtime's TensorRT EP documentation: `--device tensorrt` asks for [TensorRT, CUDA, CPU], so the
+nodes TensorRT cannot take run on the GPU through CUDA rather than on the CPU with copies, with FP16 and the engine and
+timing caches on (without the caches TensorRT rebuilds its engine at every start, reload and `auto` measurement:
+minutes on a Jetson). The caches live in `tensorrt/` under the model cache folder. `--device openvino:GPU` passes
+`device_type` to the OpenVINO EP (CPU when none is named).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import nvidia_gpus
+from edge_inference.backends.options import EngineOptions
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -35,15 +44,49 @@ _DTYPES = {
 }
 
 
-def parse_device(device: str) -> tuple[str, int]:
-    """'cuda:1' -> ('cuda', 1); 'CPU' -> ('cpu', 0)."""
-    name, _, index = device.lower().partition(":")
+OPENVINO_DEVICE_TYPES = ("CPU", "GPU", "NPU", "AUTO", "HETERO", "MULTI")
+TENSORRT_CACHE = "tensorrt"  # under the cache folder the loader passes (the model cache)
+
+
+class OnnxRuntimeOptions(EngineOptions):
+    trt_fp16: bool = Field(True, description="TensorRT: build FP16 engines (FP32 when off; most of a Jetson's gain)")
+    trt_engine_cache: bool = Field(
+        True, description="TensorRT: keep built engines, so a start, a reload or an auto measurement does not rebuild"
+    )
+    trt_timing_cache: bool = Field(True, description="TensorRT: keep layer timings, so new engines build faster")
+    trt_cache_dir: str | None = Field(None, description="TensorRT caches' folder (default: tensorrt/, model cache)")
+
+
+def parse_device(device: str) -> tuple[str, str]:
+    """'cuda:1' -> ('cuda', '1'); 'CPU' -> ('cpu', '0'); 'openvino:gpu' -> ('openvino', 'GPU')."""
+    name, _, detail = device.partition(":")
+    name = name.lower()
     name = "cpu" if name == "auto" else name
     if name not in PROVIDERS:
         raise BackendError(f"ONNX Runtime has no device {device!r}; choose one of: {', '.join(PROVIDERS)}")
-    if index and not index.isdigit():
+    if name == "openvino":
+        device_type = detail.upper() or "CPU"
+        if device_type.partition(":")[0].split(".")[0] not in OPENVINO_DEVICE_TYPES:
+            raise BackendError(f"OpenVINO EP device {detail!r} unknown: e.g. openvino:CPU, openvino:GPU, openvino:NPU")
+        return name, device_type
+    if detail and not detail.isdigit():
         raise BackendError(f"device index in {device!r} must be a number, e.g. cuda:0")
-    return name, int(index or 0)
+    return name, detail or "0"
+
+
+def tensorrt_options(device_id: str, settings: OnnxRuntimeOptions, cache_dir: Path | None) -> dict[str, Any]:
+    """The TensorRT EP's provider options (names from ONNX Runtime's TensorRT EP documentation)."""
+    options: dict[str, Any] = {"device_id": int(device_id), "trt_fp16_enable": settings.trt_fp16}
+    folder = cache_dir / TENSORRT_CACHE if cache_dir else None
+    folder = Path(settings.trt_cache_dir) if settings.trt_cache_dir else folder
+    if folder is None or not (settings.trt_engine_cache or settings.trt_timing_cache):
+        return options
+    folder.mkdir(parents=True, exist_ok=True)
+    if settings.trt_engine_cache:
+        options |= {"trt_engine_cache_enable": True, "trt_engine_cache_path": str(folder)}
+    if settings.trt_timing_cache:
+        options |= {"trt_timing_cache_enable": True, "trt_timing_cache_path": str(folder)}
+    return options
 
 
 def _tensor_info(arg: Any) -> TensorInfo:
@@ -61,7 +104,9 @@ class OnnxRuntimeBackend(Backend):
         return result
 
 
-def _providers(ort: Any, name: str, index: int, options: BackendOptions, notes: list[str]) -> list[Any]:
+def _providers(
+    ort: Any, name: str, detail: str, options: BackendOptions, settings: OnnxRuntimeOptions, notes: list[str]
+) -> list[Any]:
     """The providers to ask for: the wanted one first when this ONNX Runtime has it, else the CPU (if allowed)."""
     wanted = PROVIDERS[name]
     available = ort.get_available_providers()
@@ -76,8 +121,19 @@ def _providers(ort: Any, name: str, index: int, options: BackendOptions, notes: 
             raise BackendError(f"{message}; or pass --fallback to run on the CPU instead.")
         notes.append(f"{wanted} unavailable, running on CPUExecutionProvider (fallback requested)")
         return ["CPUExecutionProvider"]
-    provider_options = {"device_id": index} if name in ("cuda", "tensorrt") else {}
-    return [(wanted, provider_options), "CPUExecutionProvider"]
+    if name == "openvino":
+        return [(wanted, {"device_type": detail}), "CPUExecutionProvider"]
+    cuda = ("CUDAExecutionProvider", {"device_id": int(detail)})
+    if name == "cuda":
+        return [cuda, "CPUExecutionProvider"]
+    try:
+        trt = (wanted, tensorrt_options(detail, settings, options.cache_dir))
+    except OSError as exc:  # a cache folder that cannot be made: run, rebuilding the engine each time, and say so
+        notes.append(f"TensorRT caches off (the engine is rebuilt at every load): {exc}")
+        uncached = settings.model_copy(update={"trt_engine_cache": False, "trt_timing_cache": False})
+        trt = (wanted, tensorrt_options(detail, uncached, None))
+    # the CUDA EP takes the nodes TensorRT cannot, on the GPU (ONNX Runtime's TensorRT EP documentation)
+    return [trt, *([cuda] if "CUDAExecutionProvider" in available else []), "CPUExecutionProvider"]
 
 
 def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
@@ -86,10 +142,12 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
     except ImportError:
         raise BackendError("ONNX Runtime is not installed: pip install onnxruntime") from None
 
-    name, index = parse_device(options.device)
+    settings = ENGINE.parse_options(options.engine_options)
+    assert isinstance(settings, OnnxRuntimeOptions)  # the engine's own model, declared below
+    name, detail = parse_device(options.device)
     wanted = PROVIDERS[name]
     notes: list[str] = []
-    providers = _providers(ort, name, index, options, notes)
+    providers = _providers(ort, name, detail, options, settings, notes)
     session_options = ort.SessionOptions()
     session_options.log_severity_level = 3  # the engine's own warnings are not the user's problem
     if options.threads:
@@ -113,7 +171,7 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
         key="onnx",
         model_path=str(path),
         engine=f"onnxruntime {ort.__version__}",
-        device=active if name == "cpu" or active != wanted else f"{active}:{index}",
+        device=active if name == "cpu" or active != wanted else f"{active}:{detail}",
         inputs=[_tensor_info(i) for i in session.get_inputs()],
         outputs=[_tensor_info(o) for o in session.get_outputs()],
         metadata=dict(meta.custom_metadata_map),
@@ -162,4 +220,5 @@ ENGINE = Engine(
     rank=rank,
     listed=0,
     distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
+    options=OnnxRuntimeOptions,
 )

@@ -8,13 +8,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import intel_accelerators
+from edge_inference.backends.options import EngineOptions
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO", "MYRIAD")
 DEVICE_HINTS = {
@@ -28,6 +30,14 @@ MYRIAD_HELP = (
     "the Movidius udev rules; edge uses MYRIAD automatically when such a runtime lists it. Otherwise choose CPU, GPU, "
     "NPU or AUTO."
 )
+
+
+class OpenVINOOptions(EngineOptions):
+    performance_hint: Literal["LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT"] = Field(
+        "LATENCY",
+        description="OpenVINO's PERFORMANCE_HINT: LATENCY (one frame at a time, each soon) or THROUGHPUT (many "
+        "requests at once, for streams sharing the model)",
+    )
 
 
 def import_openvino() -> Any:
@@ -143,7 +153,11 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
     version = ov.__version__.split("-")[0]
     device = check_device(options.device, core.available_devices, version)
     model = _read(core, path)
-    config = {"INFERENCE_NUM_THREADS": options.threads} if options.threads and device.startswith("CPU") else {}
+    settings = ENGINE.parse_options(options.engine_options)
+    assert isinstance(settings, OpenVINOOptions)  # the engine's own model, declared below
+    config: dict[str, Any] = {"PERFORMANCE_HINT": settings.performance_hint}
+    if options.threads and device.startswith("CPU"):
+        config["INFERENCE_NUM_THREADS"] = options.threads
     try:
         compiled = core.compile_model(model, device, config)
     except RuntimeError as exc:
@@ -205,4 +219,5 @@ ENGINE = Engine(
     rank=rank,
     listed=3,
     distributions=("openvino",),
+    options=OpenVINOOptions,
 )

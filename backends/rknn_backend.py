@@ -1,9 +1,15 @@
 """Rockchip NPU (RK3588, RK3576, RK356x) through rknn-toolkit-lite2's `RKNNLite`, with `.rknn` files.
 
 Devices: auto (the runtime picks a free core), 0, 1, 2 (one core), 0_1 or all (cores together). An RK3588 has
-three NPU cores, an RK3576 two, the RK356x one. A `.rknn` file does not declare its input size to RKNNLite: it comes
-from the model's sidecar .yaml or flags (640x640 otherwise), and the outputs are learned from one run on a blank
-frame at load.
+three NPU cores, an RK3576 two, the RK356x one. RKNNLite (2.3, `rknn_lite.py`) documents the core mask for RK3576 and
+RK3588 only ("set core mask, only valid for RK3576 / RK3588"): on single-core SoCs AUTO is always what is passed.
+
+Models: rknn_model_zoo's YOLOv8/YOLO11 exports (DFL outside the model, each stride split into a 64-channel box
+branch, a class branch and a class-sum branch, NCHW) are read by the `yolov8-rknn` decoder; Rockchip splits them
+because one int8 tensor holding both coordinates (0-640) and scores (0-1) quantises the scores badly.
+
+A `.rknn` file does not declare its input size to RKNNLite: it comes from the model's sidecar .yaml or flags (640x640
+otherwise), and the outputs are learned from one run on a blank frame at load.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ def core_mask(device: str, soc: str) -> str:
     choices = ["auto", *[str(i) for i in range(cores)], *(["0_1", "all"] if cores > 1 else [])]
     if value not in choices:
         raise BackendError(f"{soc} has {cores} NPU core(s): choose the device from {', '.join(choices)}")
+    if cores == 1:  # the mask is documented for the multi-core SoCs only
+        return CORE_MASKS["auto"]
     if value == "all" and cores == 2:
         return CORE_MASKS["0_1"]
     return CORE_MASKS[value]

@@ -43,6 +43,10 @@ def backends(as_json: bool, bench_model: str | None, quiet: bool) -> None:
             click.echo(f"          install: {report.install}")
         models = ", ".join(report.models) or "none in the registry: bring your own file (README, Hardware)"
         click.echo(f"          models: {models}")
+        for option in report.options:
+            click.echo(
+                f"          option {report.key}.{option['name']} ({option['type']}, default {option['default']})"
+            )
 
 
 def _bench(model: str, as_json: bool, quiet: bool) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import yaml
 
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.models.overrides import SpecOverrides
@@ -15,7 +16,7 @@ F = Callable[..., Any]
 
 
 def detector_options(func: F) -> F:
-    options = [
+    options: list[Callable[[F], F]] = [
         click.option(
             "--model",
             "-m",
@@ -38,6 +39,7 @@ def detector_options(func: F) -> F:
             help="Device for the engine, e.g. cpu, cuda:0, tensorrt (onnx); CPU, GPU, NPU, AUTO (openvino).",
         ),
         click.option("--fallback", is_flag=True, help="If the device is unavailable, run on the CPU and say so."),
+        engine_option_flag(),
         click.option(
             "--threads",
             type=click.IntRange(min=1),
@@ -47,7 +49,8 @@ def detector_options(func: F) -> F:
         click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True, help="NMS IoU threshold."),
         click.option(
             "--decoder",
-            help="Output decoder if the layout is not recognised: yolox, yolov5, yolov8, yolo-end2end, ssd, nanodet.",
+            help="Output decoder if the layout is not recognised: yolox, yolov5, yolov8, yolo-end2end, ssd, nanodet, "
+            "yolov8-rknn.",
         ),
         click.option("--color", type=click.Choice(["RGB", "BGR"]), help="Channel order the model expects."),
         click.option("--resize", type=click.Choice(["letterbox", "stretch"]), help="Resize mode."),
@@ -56,6 +59,30 @@ def detector_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def engine_option_flag() -> Callable[[F], F]:
+    flag: Callable[[F], F] = click.option(
+        "--engine-option",
+        "engine_option",
+        multiple=True,
+        metavar="ENGINE.KEY=VALUE",
+        callback=_engine_options,
+        help="An engine's own option, e.g. onnx.trt_fp16=false (repeatable; `edge backends` lists them).",
+    )
+    return flag
+
+
+def _engine_options(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """`onnx.trt_fp16=false` -> {"onnx": {"trt_fp16": False}}; the value read as YAML (true, 3, LATENCY)."""
+    blocks: dict[str, dict[str, Any]] = {}
+    for item in values:
+        name, equals, value = item.partition("=")
+        engine, dot, key = name.partition(".")
+        if not (equals and dot and engine and key):
+            raise click.BadParameter(f"{item!r}: write ENGINE.KEY=VALUE, e.g. onnx.trt_fp16=false")
+        blocks.setdefault(engine, {})[key] = yaml.safe_load(value) if value else None
+    return blocks
 
 
 def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
@@ -74,4 +101,5 @@ def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
         threads=kwargs.pop("threads"),
         allow_fallback=kwargs.pop("fallback"),
         overrides=overrides,
+        engine_options=kwargs.pop("engine_option"),
     )

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from edge_inference.cli.app import cli
+from edge_inference.cli.options import engine_option_flag
 from edge_inference.edge.config import LOOPBACK, ServiceConfig, compare_member_ids, load_config, single_stream_config
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
@@ -50,6 +51,7 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @click.option("--device", "-d", default="auto", show_default=True)
 @click.option("--fallback", is_flag=True, help="Run on the CPU if the device is unavailable, and say so.")
 @click.option("--threads", type=click.IntRange(min=1))
+@engine_option_flag()
 @click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)
 @click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True)
 @click.option("--id", "stream_id", default="main", show_default=True, help="Stream id in the API.")
@@ -128,6 +130,7 @@ def _config(
     if compare:
         stream["compare"] = [item.strip() for item in compare.split(",") if item.strip()]
     stream["pace"] = not stream.pop("no_pace")
+    stream["engine_options"] = stream.pop("engine_option")
     if stream.pop("motion"):
         stream["motion"] = {}
     return single_stream_config(stream, server)

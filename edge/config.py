@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
+from edge_inference.backends import BackendError
+from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.errors import EdgeError
 from edge_inference.models.registry import DEFAULT_MODEL
 
@@ -85,6 +87,8 @@ class StreamConfig(BaseModel):
     device: str = "auto"
     fallback: bool = False
     threads: int | None = Field(default=None, gt=0)
+    # Each engine's own settings, a block per engine: {onnx: {trt_fp16: false}, hailo: {scheduler: none}}
+    engine_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     conf: float = Field(default=0.25, ge=0, le=1)
     iou: float = Field(default=0.45, ge=0, le=1)
     # live: newest frame only; file: every frame in order. Default: live for cameras and streams.
@@ -110,6 +114,14 @@ class StreamConfig(BaseModel):
     events: EventsConfig | None = None
     # Run the detector only where something moves; `motion: {}` turns it on with the defaults. Off: every frame.
     motion: MotionConfig | None = None
+
+    @field_validator("engine_options")
+    @classmethod
+    def _engine_options_fit(cls, blocks: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        try:
+            return check_engine_options(blocks)
+        except BackendError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("events")
     @classmethod

@@ -121,47 +121,38 @@ def test_unknown_layout_names_outputs_and_the_way_out():
     assert "logits [1, 1000]" in message and "--decoder" in message and "yolox" in message
 
 
-def _hailo_buffer(per_class: dict[int, list[list[float]]], classes: int = 80, max_boxes: int = 100) -> np.ndarray:
-    """HAILO_NMS_BY_CLASS float32, written from HailoRT's documented layout: per class a count, then its boxes."""
-    buffer = np.zeros(classes * (1 + 5 * max_boxes), np.float32)
-    position = 0
-    for class_id in range(classes):
-        boxes = per_class.get(class_id, [])
-        buffer[position] = len(boxes)
-        position += 1
-        for box in boxes:
-            buffer[position : position + 5] = box
-            position += 5
-    return buffer
+def _hailo_rows(per_class: dict[int, list[list[float]]]) -> np.ndarray:
+    """The hailo engine's output: pyhailort's per-class [n, 5] arrays as rows (1, N, 6) with the class id last."""
+    rows = [[*box, class_id] for class_id, boxes in sorted(per_class.items()) for box in boxes]
+    return np.array(rows, np.float32).reshape(1, -1, 6)
 
 
 def test_hailo_on_chip_nms_decode():
     # y_min, x_min, y_max, x_max (0..1 of the 640x640 input), score
     people = [[0.25, 0.1, 0.75, 0.3, 0.9], [0.1, 0.1, 0.2, 0.2, 0.2]]
-    buffer = _hailo_buffer({0: people, 2: [[0.5, 0.5, 0.6, 0.7, 0.8]]})
+    rows = _hailo_rows({0: people, 2: [[0.5, 0.5, 0.6, 0.7, 0.8]]})
     pre = Preprocessing(width=640, height=640, anchor="center")
     spec = ModelSpec("hef", "hailo-nms", pre, dict(enumerate(COCO80)))
     # 1280x720 letterboxed into 640x640: scale 0.5, 140 rows of padding on top
     ctx = DecodeContext(spec, ImageTransform.fit(1280, 720, pre), conf_threshold=0.3)
-    person, car = DECODERS["hailo-nms"].decode([buffer[None, :]], ctx)  # highest score first; 0.2 is dropped
+    person, car = DECODERS["hailo-nms"].decode([rows], ctx)  # highest score first; 0.2 is dropped
     assert (person.label, car.label) == ("person", "car")
     np.testing.assert_allclose(person.box.as_list(3), [128, 40, 384, 680], atol=1e-3)
     np.testing.assert_allclose(car.box.as_list(3), [640, 360, 896, 488], atol=1e-3)
     assert person.score == pytest.approx(0.9) and car.score == pytest.approx(0.8)
-    assert DECODERS["hailo-nms"].decode([_hailo_buffer({})], ctx) == []
+    assert DECODERS["hailo-nms"].decode([_hailo_rows({})], ctx) == []
 
 
 def test_hailo_nms_is_never_guessed_and_a_malformed_buffer_says_so():
     from edge_inference.models.errors import ModelError
 
-    with pytest.raises(UnknownLayoutError):
-        detect_decoder([(1, 40080)], ["yolov8n/yolov8_nms_postprocess"], 640, 640)  # a flat buffer says nothing
-    broken = _hailo_buffer({})
-    broken[0] = 1e6
+    # rows of six are also what NMS-free YOLO gives: only the engine's word picks the Hailo decoder
+    assert detect_decoder([(1, 12, 6)], ["yolov8n/yolov8_nms_postprocess"], 640, 640).name == "yolo-end2end"
+    flat = np.zeros(40080, np.float32)  # HailoRT's raw flat buffer is not what the engine hands on
     pre = Preprocessing(width=640, height=640)
     ctx = DecodeContext(ModelSpec("hef", "hailo-nms", pre, dict(enumerate(COCO80))), ImageTransform.fit(640, 640, pre))
-    with pytest.raises(ModelError, match="malformed Hailo NMS output: class 0 claims 1e\\+06 boxes"):
-        DECODERS["hailo-nms"].decode([broken], ctx)
+    with pytest.raises(ModelError, match=r"Hailo NMS output of shape \(40080,\): expected rows of 6"):
+        DECODERS["hailo-nms"].decode([flat], ctx)
 
 
 def test_raw_yolov8_heads_from_a_hef_read_as_per_level_distributions():

@@ -6,7 +6,6 @@ the real ones instead of the fakes."""
 from __future__ import annotations
 
 import cv2
-import numpy as np
 import pytest
 
 from edge_inference.backends import BackendError, BackendOptions, get_engine
@@ -15,7 +14,6 @@ from edge_inference.backends.hailo_backend import (
 )
 from edge_inference.backends.hailo_backend import (
     explain_load_failure,
-    pack_nms_by_class,
     version_mismatch,
 )
 from edge_inference.backends.hailo_backend import require_device as require_hailo
@@ -29,7 +27,6 @@ from edge_inference.backends.hardware import (
 )
 from edge_inference.backends.rknn_backend import core_mask
 from edge_inference.backends.rknn_backend import require_device as require_rknpu
-from edge_inference.models.decoders.hailo_nms import parse_nms_by_class
 from tests import fake_devices
 from tests.conftest import skimage_photo
 from tests.helpers import run_edge
@@ -91,22 +88,6 @@ def test_hailo_refusals_in_words_a_user_can_act_on(tmp_path):
     assert explain_load_failure("boom", hef) == "HailoRT could not open yolov8n.hef: boom"
 
 
-def test_hailo_nms_result_is_handed_on_in_hailorts_documented_layout():
-    """pyhailort gives one [n, 5] array per class; the engine packs it the way HailoRT documents the buffer."""
-    person = np.array([[0.25, 0.1, 0.75, 0.3, 0.9]], np.float32)
-    car = np.array([[0.5, 0.5, 0.6, 0.7, 0.8], [0.1, 0.1, 0.2, 0.2, 0.4]], np.float32)
-    per_class = [person, np.empty((0, 5), np.float32), car] + [np.empty((0, 5), np.float32)] * 77
-    buffer = pack_nms_by_class(per_class, classes=80, max_boxes=100)
-    assert buffer.shape == (80 * 501,)
-    # count 1, person's five floats, count 0, count 2, car's ten floats, then 77 zero counts
-    np.testing.assert_array_equal(buffer[:18], [1, *person[0], 0, 2, *car[0], *car[1]])
-    assert not buffer[18:].any()
-    boxes, scores, classes = parse_nms_by_class(buffer, 80)
-    np.testing.assert_array_equal(classes, [0, 2, 2])
-    np.testing.assert_allclose(scores, [0.9, 0.8, 0.4])
-    np.testing.assert_allclose(boxes[0], person[0, :4])
-
-
 def test_rknpu_discovery_and_core_selection(sysroot):
     assert rockchip_soc() is None
     with pytest.raises(BackendError, match="not a Rockchip board with an NPU"):
@@ -127,6 +108,7 @@ def test_rknpu_discovery_and_core_selection(sysroot):
     ]
     with pytest.raises(BackendError, match=r"rk3566 has 1 NPU core.*auto, 0$"):
         core_mask("2", "rk3566")
+    assert core_mask("0", "rk3566") == "NPU_CORE_AUTO"  # the mask is documented for RK3576/RK3588 only
     assert core_mask("all", "rk3576") == "NPU_CORE_0_1"
     status = get_engine("rknn").probe()
     assert status.devices == ["rk3588 NPU, 3 core(s), driver v0.9.6"]

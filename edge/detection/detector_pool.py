@@ -10,6 +10,7 @@ A shared engine that hangs is left to its thread: the next stream that reloads g
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -36,11 +37,18 @@ class EngineKey:
     threads: int | None
     allow_fallback: bool
     input_size: tuple[int, int] | None
+    engine_options: str = "{}"  # streams with different engine options do not share an engine
 
     @classmethod
     def of(cls, engine: str, path: Path, options: BackendOptions) -> EngineKey:
         return cls(
-            engine, str(path.resolve()), options.device, options.threads, options.allow_fallback, options.input_size
+            engine,
+            str(path.resolve()),
+            options.device,
+            options.threads,
+            options.allow_fallback,
+            options.input_size,
+            json.dumps(dict(options.engine_options), sort_keys=True, default=str),
         )
 
 

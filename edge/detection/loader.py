@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from edge_inference.backends import Backend, BackendError, BackendOptions, engine_keys, open_backend
+from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.model_files import (
     locate_model,
@@ -34,12 +36,15 @@ class DetectorConfig:
     overrides: SpecOverrides = field(default_factory=SpecOverrides)
     # input buffers: 1 for one frame at a time, more for a pipeline that prepares ahead
     buffers: int = 1
+    # each engine's own options, by engine (`engine_options:` in a stream, `--engine-option` on the command line)
+    engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def check_reference(config: DetectorConfig) -> None:
     """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
     if config.backend != "auto" and config.backend not in engine_keys():
         raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(engine_keys())}")
+    check_engine_options(config.engine_options)
     model_reference(engine_model(config))  # a registry name must also have a file this engine reads
 
 
@@ -77,6 +82,7 @@ def load_detector(
 ) -> Detector:
     """`opener` opens the engine: `open_backend`, or a detector pool's, which hands out shared engines."""
     settings = settings or get_settings()
+    check_engine_options(config.engine_options)  # every block, also those of engines not loaded now
     note = None
     if config.backend == "auto":
         config, note = resolve_auto(config, settings)
@@ -86,7 +92,9 @@ def load_detector(
     overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
     size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
     threads = config.threads or engine_threads()
-    backend = opener(key, path, BackendOptions(device, threads, config.allow_fallback, size))
+    own = config.engine_options.get(key, {})
+    options = BackendOptions(device, threads, config.allow_fallback, size, own, settings.model_cache)
+    backend = opener(key, path, options)
     if note:
         backend.notes.insert(0, note)
     io = ModelIO(

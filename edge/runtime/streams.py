@@ -38,6 +38,7 @@ def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
         threads=stream.threads,
         allow_fallback=stream.fallback,
         buffers=buffers,
+        engine_options=stream.engine_options,
     )
 
 

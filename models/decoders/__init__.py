@@ -9,10 +9,13 @@ from edge_inference.models.decoders.hailo_nms import HAILO_NMS
 from edge_inference.models.decoders.nanodet import NANODET
 from edge_inference.models.decoders.ssd import SSD
 from edge_inference.models.decoders.yolo import END2END, YOLOV5, YOLOV8, YOLOX
+from edge_inference.models.decoders.yolo_split import YOLOV8_SPLIT
 from edge_inference.models.errors import ModelError
 
 # Order matters only for layouts that could fit two entries; none of these do for real input sizes.
-DECODERS: dict[str, Decoder] = {d.name: d for d in (YOLOX, YOLOV5, YOLOV8, END2END, SSD, NANODET, HAILO_NMS)}
+DECODERS: dict[str, Decoder] = {
+    d.name: d for d in (YOLOX, YOLOV5, YOLOV8, END2END, SSD, NANODET, HAILO_NMS, YOLOV8_SPLIT)
+}
 
 
 class UnknownLayoutError(ModelError):

@@ -1,0 +1,59 @@
+"""Each engine's own settings: a pydantic model declared in the engine's module, like Frigate's detector configs.
+
+A stream carries them as `engine_options: {<engine>: {<key>: <value>}}` (a block per engine, so `auto` and `compare`
+find theirs), the command line as `--engine-option <engine>.<key>=<value>`. A mistake is one line that names the
+engine and its allowed keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, get_args
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from edge_inference.backends.base import BackendError
+
+
+class EngineOptions(BaseModel):
+    """An engine without settings of its own; engines with some subclass it, with a description per field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _type_name(annotation: Any) -> str:
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if args and all(isinstance(a, str) for a in args):  # a Literal's choices
+        return " | ".join(args)
+    if args:
+        return " | ".join(_type_name(a) for a in args)
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def describe_options(model: type[EngineOptions]) -> list[dict[str, Any]]:
+    """Each option's name, type, default and meaning, for `edge backends` and the README."""
+    return [
+        {"name": name, "type": _type_name(info.annotation), "default": info.default, "help": info.description or ""}
+        for name, info in model.model_fields.items()
+    ]
+
+
+def allowed(model: type[EngineOptions]) -> str:
+    names = list(model.model_fields)
+    return f"allowed: {', '.join(names)}" if names else "it has no options"
+
+
+def parse_options(engine: str, model: type[EngineOptions], raw: Mapping[str, Any]) -> EngineOptions:
+    """The engine's options from a config block or flags, or one line that says what is wrong and what is allowed."""
+    if not isinstance(raw, Mapping):
+        raise BackendError(f"engine_options.{engine} must be a mapping of option: value ({allowed(model)})")
+    try:
+        return model.model_validate(dict(raw))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            problem = f"unknown option {key!r} for {engine}"
+        else:
+            problem = f"engine option {engine}.{key}: {error['msg'].lower()} (got {error.get('input')!r})"
+        raise BackendError(f"{problem}; {allowed(model)}") from None

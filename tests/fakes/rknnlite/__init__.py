@@ -1,0 +1,1 @@
+"""A stand-in for rknn-toolkit-lite2 (`rknnlite`), for the tests only; see rknnlite/api."""

@@ -1,0 +1,340 @@
+"""The accelerator engines through `load` and `run`, against stand-ins that copy the vendors' runtimes (tests/fakes:
+pyhailort 4.13 and 4.20, RKNNLite 2.3.2, ONNX Runtime's own provider normalisation), and each engine's options.
+Where the real runtime and device are present these engines are exercised by test_npu_backends and test_backends."""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from edge_inference.backends import Backend, BackendError, BackendOptions, TensorInfo, get_engine, open_backend
+from edge_inference.edge.config import ConfigError, load_config
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.settings import Settings
+from tests import fake_devices
+from tests.conftest import MODELS, skimage_photo
+from tests.fakes import onnxruntime_gpu
+from tests.helpers import run_edge
+
+FAKES = Path(__file__).parent / "fakes"
+YOLOV8N = MODELS / "onnx" / "yolov8n_int8.onnx"
+YOLOX = MODELS / "onnx" / "yolox_nano.onnx"
+EDGETPU_MODEL = MODELS / "tflite" / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite"
+
+
+def _forget_stand_ins() -> None:
+    for name in [m for m in sys.modules if m.split(".")[0] in ("hailo_platform", "rknnlite")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def vendor(monkeypatch, tmp_path):
+    """The stand-ins importable as the vendors' modules, on a fake device tree; forgotten afterwards, so later tests
+    see this machine's own runtimes (or none)."""
+    monkeypatch.syspath_prepend(str(FAKES))
+    monkeypatch.setenv("EDGE_SYSROOT", str(tmp_path / "root"))
+    _forget_stand_ins()
+    yield tmp_path
+    _forget_stand_ins()
+
+
+# --- Hailo ---------------------------------------------------------------------------------------------------------
+
+PERSON = [0.25, 0.1, 0.75, 0.3, 0.9]  # y_min, x_min, y_max, x_max, score
+NMS_OUTPUT = {"name": "yolov8n/yolov8_nms_postprocess", "order": "HAILO_NMS_BY_CLASS", "classes": 80}
+
+
+def hailo_model(vendor: Path, outputs: list[dict], detections: dict[int, list[list[float]]]) -> Path:
+    import hailo_platform
+
+    fake_devices.hailo(vendor / "root")
+    return hailo_platform.write_hef(vendor / "yolov8n.hef", outputs, detections)
+
+
+@pytest.mark.parametrize("version", ["4.13.0", "4.20.0"])
+def test_hailo_runs_under_the_scheduler_without_activate_on_both_pyhailort_behaviours(vendor, version, caplog):
+    model = hailo_model(vendor, [NMS_OUTPUT], {0: [PERSON], 2: [[0.5, 0.5, 0.6, 0.7, 0.8]]})
+    import hailo_platform
+
+    hailo_platform.__version__ = version
+    hailo_platform.CALLS.clear()
+    caplog.set_level(logging.WARNING, logger="pyhailort")
+    detector = load_detector(DetectorConfig(str(model), backend="hailo"), Settings(model_cache=vendor / "cache"))
+    assert detector.backend.engine == f"hailort {version}" and detector.spec.decoder == "hailo-nms"
+    image = np.zeros((480, 640, 3), np.uint8)  # letterboxed into 640x640: 80 px of padding above and below
+    found = {d.label: d for d in detector.detect(image).detections}
+    assert set(found) == {"person", "car"}
+    box = found["person"].box
+    assert (box.x1, box.y1, box.x2, box.y2) == pytest.approx((64, 80, 192, 400), abs=0.5)
+    detector.close()
+    assert hailo_platform.CALLS == ["VDevice(ROUND_ROBIN)", "release"]  # no activate(): no warning, no refusal
+    assert not [r for r in caplog.records if "deprecated" in r.getMessage()]
+
+
+def test_the_stand_in_refuses_activate_under_the_scheduler_as_pyhailort_4_13_does(vendor):
+    """The pattern the engine used before: it fails the load on 4.13 and warns on every load on 4.14+."""
+    model = hailo_model(vendor, [NMS_OUTPUT], {})
+    import hailo_platform as hp
+
+    hp.__version__ = "4.13.0"
+    group = hp.VDevice().configure(hp.HEF(str(model)))[0]
+    with pytest.raises(hp.HailoRTException, match="not allowed when the core-op scheduler is active"):
+        group.activate(group.create_params())
+
+
+def test_hailo_without_the_scheduler_activates_for_this_process(vendor):
+    model = hailo_model(vendor, [NMS_OUTPUT], {0: [PERSON]})
+    import hailo_platform
+
+    hailo_platform.__version__ = "4.13.0"
+    hailo_platform.CALLS.clear()
+    options = BackendOptions(engine_options={"scheduler": "none"})
+    backend = get_engine("hailo").load(model, options)
+    (rows,) = backend.run(np.zeros((1, 640, 640, 3), np.uint8))
+    np.testing.assert_allclose(rows, [[[*PERSON, 0]]])  # rows straight from pyhailort's per-class arrays
+    backend.close()
+    assert hailo_platform.CALLS == ["VDevice(NONE)", "activate", "release"]
+    assert backend.device == "hailo:0 (not scheduled)"
+
+
+def test_hailo_keeps_classes_beyond_the_labels_and_refuses_segmentation_outputs(vendor):
+    model = hailo_model(vendor, [{**NMS_OUTPUT, "classes": 90}], {85: [PERSON]})
+    detector = load_detector(DetectorConfig(str(model), backend="hailo"), Settings(model_cache=vendor / "cache"))
+    (found,) = detector.detect(np.zeros((640, 640, 3), np.uint8)).detections
+    assert (found.class_id, found.label) == (85, "class_85")  # a 90-class .hef with COCO-80 labels: nothing dropped
+    detector.close()
+    masks = hailo_model(vendor, [{**NMS_OUTPUT, "order": "HAILO_NMS_WITH_BYTE_MASK"}], {})
+    with pytest.raises(BackendError, match=r"HAILO_NMS_WITH_BYTE_MASK \(instance segmentation.*detection build"):
+        get_engine("hailo").load(masks, BackendOptions())
+
+
+# --- Rockchip ------------------------------------------------------------------------------------------------------
+
+
+def dfl_logits(distances: np.ndarray, bins: int = 16) -> np.ndarray:
+    """DFL logits whose softmax expectation is exactly `distances` (4, n): two neighbouring bins share the weight."""
+    distances = np.clip(distances, 0, bins - 1 - 1e-4)
+    low = np.floor(distances).astype(int)
+    weight_high = distances - low
+    probabilities = np.full((4, bins, distances.shape[1]), 1e-9, np.float64)
+    side, cell = np.indices(distances.shape)
+    probabilities[side, low, cell] += 1 - weight_high
+    probabilities[side, low + 1, cell] += weight_high
+    return np.log(probabilities).reshape(4 * bins, -1).astype(np.float32)
+
+
+def zoo_outputs(boxes_xyxy: np.ndarray, scores: np.ndarray, size: int = 640, sums: bool = True) -> list[np.ndarray]:
+    """rknn_model_zoo's split head for a (4, N) box set and (C, N) class scores over the usual anchor points."""
+    outputs, start = [], 0
+    for stride in (8, 16, 32):
+        grid = size // stride
+        count = grid * grid
+        ys, xs = np.divmod(np.arange(count), grid)
+        centre = np.stack([xs + 0.5, ys + 0.5])
+        box = boxes_xyxy[:, start : start + count] / stride
+        distances = np.concatenate([centre - box[:2], box[2:] - centre])
+        classes = scores[:, start : start + count]
+        outputs += [dfl_logits(distances).reshape(1, -1, grid, grid), classes.reshape(1, -1, grid, grid)]
+        if sums:
+            outputs.append(np.clip(classes.sum(axis=0), 0, 1).reshape(1, 1, grid, grid))
+        start += count
+    return outputs
+
+
+def test_zoo_split_head_decodes_a_box_built_by_hand(vendor):
+    """One car at cell (12, 7) of stride 16, 2, 3, 4 and 1.5 cells from its edges, through RKNNLite's stand-in."""
+    boxes, scores = np.zeros((4, 8400), np.float32), np.zeros((80, 8400), np.float32)
+    column = 6400 + 7 * 40 + 12
+    boxes[:, column] = [(12.5 - 2) * 16, (7.5 - 3) * 16, (12.5 + 4) * 16, (7.5 + 1.5) * 16]
+    scores[2, column] = 0.9
+    import rknnlite.api as rknn
+
+    fake_devices.rk3588(vendor / "root")
+    model = rknn.write_rknn(vendor / "yolov8n.rknn", (1, 640, 640, 3), zoo_outputs(boxes, scores))
+    detector = load_detector(DetectorConfig(str(model), backend="rknn"), Settings(model_cache=vendor / "cache"))
+    assert detector.spec.decoder == "yolov8-rknn"  # recognised from the nine output shapes
+    (car,) = detector.detect(np.zeros((640, 640, 3), np.uint8)).detections
+    assert car.label == "car" and car.score == pytest.approx(0.9)
+    assert (car.box.x1, car.box.y1, car.box.x2, car.box.y2) == pytest.approx((168, 72, 264, 144), abs=0.01)
+    detector.close()
+    assert rknn.CALLS[-1] == "release"
+
+
+def test_single_core_rockchip_socs_get_the_auto_core_mask(vendor):
+    import rknnlite.api as rknn
+
+    (vendor / "root").mkdir()
+    fake_devices.write(vendor / "root", "/proc/device-tree/compatible", "radxa,zero3\x00rockchip,rk3566\x00")
+    fake_devices.write(vendor / "root", "/sys/kernel/debug/rknpu/version", "RKNPU driver: v0.9.2\n")
+    rknn.SOC = "rk3566"
+    try:
+        model = rknn.write_rknn(vendor / "m.rknn", (1, 640, 640, 3), [np.zeros((1, 10), np.float32)])
+        rknn.CALLS.clear()
+        backend = get_engine("rknn").load(model, BackendOptions("0"))
+        assert rknn.CALLS[0] == f"init_runtime(core_mask={rknn.RKNNLite.NPU_CORE_AUTO})"
+        backend.close()
+    finally:
+        rknn.SOC = "rk3588"
+
+
+@dataclass
+class ZooLayout(Backend):
+    """yolov8n's real outputs (1, 84, 8400) in rknn_model_zoo's split layout, as its RKNN export would give them."""
+
+    source: Backend | None = None
+
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        assert self.source is not None
+        (pred,) = self.source.run(tensor)
+        xywh, scores = pred[0, :4], pred[0, 4:]
+        xyxy = np.concatenate([xywh[:2] - xywh[2:] / 2, xywh[:2] + xywh[2:] / 2])
+        return zoo_outputs(xyxy, scores)
+
+
+@pytest.mark.parametrize("photo", ["astronaut", "chelsea", "coffee"])
+def test_zoo_split_head_gives_the_onnx_decoders_boxes_on_a_real_model(photo):
+    reference = load_detector(DetectorConfig(str(YOLOV8N), backend="onnx", threads=1))
+    backend = reference.backend
+    outputs = [TensorInfo(f"output{i}", (), np.dtype(np.float32)) for i in range(9)]
+    split = ZooLayout("rknn", "", "", "", backend.inputs, outputs, source=backend)
+    detector = Detector(split, replace(reference.spec, decoder="yolov8-rknn"))
+    image = skimage_photo(photo)
+    expected = reference.detect(image).detections
+    got = detector.detect(image).detections
+    assert expected and [d.label for d in got] == [d.label for d in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert a.box.iou(b.box) >= 0.99 and a.score == pytest.approx(b.score, abs=1e-4)
+    reference.close()
+
+
+# --- TensorRT / CUDA / OpenVINO EP ---------------------------------------------------------------------------------
+
+
+def test_tensorrt_gets_cuda_behind_it_fp16_and_its_caches_under_the_model_cache(monkeypatch, tmp_path):
+    sessions = onnxruntime_gpu.install(monkeypatch)
+    detector = load_detector(DetectorConfig(str(YOLOX), "onnx", "tensorrt"), Settings(model_cache=tmp_path))
+    cache = str(tmp_path / "tensorrt")
+    (session,) = sessions
+    assert session["providers"] == ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert session["options"]["TensorrtExecutionProvider"] == {
+        "device_id": "0",
+        "trt_fp16_enable": "True",
+        "trt_engine_cache_enable": "True",
+        "trt_engine_cache_path": cache,
+        "trt_timing_cache_enable": "True",
+        "trt_timing_cache_path": cache,
+    }
+    assert session["options"]["CUDAExecutionProvider"] == {"device_id": "0"}
+    assert Path(cache).is_dir() and detector.backend.device == "TensorrtExecutionProvider:0"
+    assert detector.detect(skimage_photo("astronaut")).detections  # runs (on the CPU provider here)
+
+
+def test_tensorrt_options_from_a_stream_config_and_the_openvino_ep_device_type(monkeypatch, tmp_path):
+    sessions = onnxruntime_gpu.install(monkeypatch)
+    config = DetectorConfig(
+        str(YOLOX), "onnx", "tensorrt:1", engine_options={"onnx": {"trt_fp16": False, "trt_engine_cache": False}}
+    )
+    load_detector(config, Settings(model_cache=tmp_path)).close()
+    trt = sessions[-1]["options"]["TensorrtExecutionProvider"]
+    assert trt["trt_fp16_enable"] == "False" and "trt_engine_cache_enable" not in trt and trt["device_id"] == "1"
+    assert trt["trt_timing_cache_enable"] == "True"
+    monkeypatch.setattr(onnxruntime_gpu, "GPU_PROVIDERS", ["OpenVINOExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(
+        "onnxruntime.get_available_providers", lambda: ["OpenVINOExecutionProvider", "CPUExecutionProvider"]
+    )
+    open_backend("onnx", YOLOX, BackendOptions("openvino:GPU")).close()
+    assert sessions[-1]["options"]["OpenVINOExecutionProvider"] == {"device_type": "GPU"}
+
+
+# --- Coral ---------------------------------------------------------------------------------------------------------
+
+
+def test_edgetpu_uses_one_runtime_and_the_library_edge_libedgetpu_names_even_with_pycoral(monkeypatch, tmp_path):
+    """pycoral's loader hard-codes libedgetpu.so.1 and brings tflite_runtime: with a pycoral importable, the engine
+    still opens the library EDGE_LIBEDGETPU names, through LiteRT alone."""
+    fake = tmp_path / "pycoral" / "utils"
+    fake.mkdir(parents=True)
+    (tmp_path / "pycoral" / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "edgetpu.py").write_text("def load_edgetpu_delegate(options=None):\n    raise AssertionError('used')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    libm = ctypes.util.find_library("m")
+    monkeypatch.setenv("EDGE_LIBEDGETPU", libm)
+    with pytest.raises(BackendError, match=f"{libm} is not a TFLite delegate library"):
+        open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+    assert "tflite_runtime" not in sys.modules and "pycoral.utils.edgetpu" not in sys.modules
+
+
+DELEGATE_STUB = r"""
+#include <stdio.h>
+#include <stdlib.h>
+/* Writes the options libedgetpu's delegate would receive, then declines (returns no delegate). */
+void* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (*report)(const char*)) {
+    FILE* f = fopen(getenv("STUB_RECORD"), "w");
+    for (size_t i = 0; i < n; i++) fprintf(f, "%s=%s\n", keys[i], values[i]);
+    fclose(f);
+    return NULL;
+}
+void tflite_plugin_destroy_delegate(void* delegate) {}
+"""
+
+
+@pytest.mark.skipif(
+    not ctypes.util.find_library("c")
+    or subprocess.run(["cc", "--version"], capture_output=True, check=False).returncode != 0,
+    reason="no C compiler to build a stand-in delegate library",
+)
+def test_edgetpu_hands_the_device_to_the_library_edge_libedgetpu_names(monkeypatch, tmp_path):
+    source, library, record = tmp_path / "stub.c", tmp_path / "libstub.so", tmp_path / "options.txt"
+    source.write_text(DELEGATE_STUB)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    monkeypatch.setenv("EDGE_LIBEDGETPU", str(library))
+    monkeypatch.setenv("STUB_RECORD", str(record))
+    monkeypatch.setenv("EDGE_SYSROOT", str(tmp_path))  # no accelerator on the bus: the message says so
+    with pytest.raises(BackendError, match="no Edge TPU found"):
+        open_backend("edgetpu", EDGETPU_MODEL, BackendOptions(":1"))
+    assert record.read_text() == "device=:1\n"  # ":N": the N-th Edge TPU of any kind, as libedgetpu reads it
+
+
+# --- engine options ------------------------------------------------------------------------------------------------
+
+
+def test_a_wrong_engine_option_is_one_line_naming_the_engine_and_its_keys(tmp_path):
+    with pytest.raises(BackendError) as unknown:
+        load_detector(DetectorConfig(str(YOLOX), "onnx", engine_options={"onnx": {"fp17": True}}))
+    assert str(unknown.value) == (
+        "unknown option 'fp17' for onnx; allowed: trt_fp16, trt_engine_cache, trt_timing_cache, trt_cache_dir"
+    )
+    with pytest.raises(BackendError, match=r"^engine option openvino.performance_hint: .*'FAST'.*allowed: perf"):
+        load_detector(DetectorConfig(str(YOLOX), "openvino", engine_options={"openvino": {"performance_hint": "FAST"}}))
+    with pytest.raises(BackendError, match=r"^unknown option 'x' for tflite; it has no options$"):
+        load_detector(DetectorConfig(str(YOLOX), "onnx", engine_options={"tflite": {"x": 1}}))
+    config = tmp_path / "streams.yaml"
+    config.write_text("streams:\n  - id: gate\n    source: x.mp4\n    engine_options:\n      hailo: {scheduler: yes}\n")
+    with pytest.raises(ConfigError) as bad:
+        load_config(config)
+    assert "engine option hailo.scheduler" in str(bad.value) and "allowed: scheduler" in str(bad.value)
+    assert "\n" not in str(bad.value)
+
+
+def test_the_command_line_takes_engine_options_and_lists_them(tmp_path):
+    photo = tmp_path / "astronaut.png"
+    cv2.imwrite(str(photo), skimage_photo("astronaut"))
+    wrong = run_edge("detect", str(photo), "-m", str(YOLOX), "-b", "onnx", "--engine-option", "onnx.trt_fp16=maybe")
+    assert wrong.returncode != 0
+    (line,) = [x for x in wrong.stderr.splitlines() if x.strip()]
+    assert line.startswith("error: engine option onnx.trt_fp16") and "allowed: trt_fp16" in line
+    options = {r["key"]: r["options"] for r in json.loads(run_edge("backends", "--json").stdout)}
+    assert {o["name"]: o["default"] for o in options["onnx"]}["trt_fp16"] is True
+    assert {o["name"]: o["default"] for o in options["hailo"]} == {"scheduler": "round_robin"}
+    assert options["tflite"] == []
