@@ -11,8 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
-def png_bomb(side: int) -> bytes:
-    """A real, valid 1-bit PNG of side x side pixels: tiny on disk, side*side*3 bytes once decoded to BGR."""
+def png_bomb(side: int, bad_crc: bool = False) -> bytes:
+    """A real, valid 1-bit PNG of side x side pixels: tiny on disk, side*side*3 bytes once decoded to BGR.
+    `bad_crc`: with an ancillary tEXt chunk whose CRC is wrong (Pillow refuses the header, libpng only warns)."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
@@ -21,7 +22,10 @@ def png_bomb(side: int) -> bytes:
     packer = zlib.compressobj(9)
     body = b"".join(packer.compress(row) for _ in range(side)) + packer.flush()
     header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+    text = chunk(b"tEXt", b"Comment\0hello")
+    if bad_crc:
+        text = text[:-4] + bytes(4)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + text + chunk(b"IDAT", body) + chunk(b"IEND", b"")
 
 
 def jpeg_claiming(width: int, height: int) -> bytes:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 import yaml
 
+from edge_inference.edge.config import MAX_THREADS
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.registry import DEFAULT_MODEL
@@ -42,7 +43,7 @@ def detector_options(func: F) -> F:
         engine_option_flag(),
         click.option(
             "--threads",
-            type=click.IntRange(min=1),
+            type=click.IntRange(min=1, max=MAX_THREADS),
             help="Engine threads (default: the machine's usable cores, shared among the engines loaded).",
         ),
         click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True, help="Minimum score."),

@@ -12,7 +12,14 @@ import click
 
 from edge_inference.cli.app import cli
 from edge_inference.cli.options import engine_option_flag
-from edge_inference.edge.config import LOOPBACK, ServiceConfig, compare_member_ids, load_config, single_stream_config
+from edge_inference.edge.config import (
+    LOOPBACK,
+    MAX_THREADS,
+    ServiceConfig,
+    compare_member_ids,
+    load_config,
+    single_stream_config,
+)
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.registry import DEFAULT_MODEL
@@ -50,7 +57,7 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @click.option("--backend", "-b", default="auto", show_default=True)
 @click.option("--device", "-d", default="auto", show_default=True)
 @click.option("--fallback", is_flag=True, help="Run on the CPU if the device is unavailable, and say so.")
-@click.option("--threads", type=click.IntRange(min=1))
+@click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS))
 @engine_option_flag()
 @click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)
 @click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True)

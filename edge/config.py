@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,9 @@ from edge_inference.models.registry import DEFAULT_MODEL
 
 LOOPBACK = "127.0.0.1"
 MIN_TOKEN_LENGTH = 8
+# More engine threads than this only costs memory and switching (a million of them: 40 MB/s of RSS, and nothing
+# ever loads); the bound follows the machine the config is read on.
+MAX_THREADS = max(8, 4 * (os.cpu_count() or 1))
 
 
 class ConfigError(EdgeError):
@@ -114,6 +118,16 @@ class StreamConfig(BaseModel):
     events: EventsConfig | None = None
     # Run the detector only where something moves; `motion: {}` turns it on with the defaults. Off: every frame.
     motion: MotionConfig | None = None
+
+    @field_validator("threads")
+    @classmethod
+    def _threads_this_machine_can_use(cls, threads: int | None) -> int | None:
+        if threads is not None and threads > MAX_THREADS:
+            raise ValueError(
+                f"{threads} engine threads is more than this machine can use ({os.cpu_count()} cores): give at most "
+                f"{MAX_THREADS}, or leave it out for the default share of the cores"
+            )
+        return threads
 
     @field_validator("engine_options")
     @classmethod

@@ -55,6 +55,8 @@ def mask_url(url: str) -> str:
         user, colon, password = userinfo.partition(":")
         if colon and password:
             authority = f"{user}:{MASK}@{host}"
+        elif not colon and user:  # a key alone in the user info (`rtsp://KEY@host/`), as some cameras carry one
+            authority = f"{MASK}@{host}"
     path, qmark, query = tail.partition("?")
     if qmark:
         query, hash_, fragment = query.partition("#")
@@ -62,17 +64,42 @@ def mask_url(url: str) -> str:
     return f"{scheme}://{authority}{tail}"
 
 
+# A query parameter in a bare path (an access log's `GET /ws?token=...`), a header in a dump of an ASGI scope
+# (`(b'authorization', b'Bearer ...')`, `'cookie': '...'`), a bearer credential in free text.
+_QUERY_PARAM = re.compile(r"(?<=[?&;])([A-Za-z0-9_.%-]+)=([^&;\s'\"<>`]*)")
+_SECRET_HEADER = re.compile(
+    r"(?i)([\'\"]?(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-auth-token)[\'\"]?\s*[,:=]\s*b?)"
+    r"([\'\"])(.*?)(\2)"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
+
+
+def _mask_param(match: re.Match[str]) -> str:
+    key, value = match.group(1), match.group(2)
+    if value.startswith(MASK) or not is_secret_key(_unquote(key)):  # masked already (in a URL), or not a secret
+        return match.group(0)
+    return f"{key}={MASK}"
+
+
 def mask_text(text: str) -> str:
-    """Every URL inside a message, a log line or a traceback, masked; nothing else touched."""
-    if "://" not in text:
-        return text
+    """Every URL inside a message, a log line or a traceback masked, and secret query values of bare paths, secret
+    headers and bearer credentials; nothing else touched."""
+    if "://" in text:
 
-    def one(match: re.Match[str]) -> str:
-        url = match.group(0)
-        kept = url.rstrip(".,;:!)]}")  # sentence punctuation after a URL is not part of it
-        return mask_url(kept) + url[len(kept) :]
+        def one(match: re.Match[str]) -> str:
+            url = match.group(0)
+            kept = url.rstrip(".,;:!)]}")  # sentence punctuation after a URL is not part of it
+            return mask_url(kept) + url[len(kept) :]
 
-    return _URL_IN_TEXT.sub(one, text)
+        text = _URL_IN_TEXT.sub(one, text)
+    if "=" in text and ("?" in text or "&" in text):
+        text = _QUERY_PARAM.sub(_mask_param, text)
+    lowered = text.lower()
+    if any(word in lowered for word in ("authorization", "cookie", "x-api-key", "x-auth-token")):
+        text = _SECRET_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}{m.group(4)}", text)
+    if any(word in lowered for word in ("bearer", "basic", "token")):
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    return text
 
 
 def mask_in(message: str, secret_source: str) -> str:

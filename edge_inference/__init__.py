@@ -6,7 +6,14 @@ them, so the wheel, an editable install and the tools all see one package, ``edg
 lands in site-packages.
 """
 
+import os
 from importlib.metadata import PackageNotFoundError, version
+
+# OpenCV's decoders refuse images above this many pixels (its own default: 2**30). It is read once, when cv2 is
+# first imported, so it is set here, before any part of the package imports cv2; raise it in the environment for
+# max_upload_megapixels above 250. The upload path checks the header first; this holds where that cannot.
+DECODER_MAX_PIXELS = 250_000_000
+os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(DECODER_MAX_PIXELS))
 
 try:
     __version__ = version("edge-inference")

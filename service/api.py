@@ -152,11 +152,14 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
     slots = _slots(websocket)
     try:
         slots.take(stream_id)
-    except HTTPException as exc:
-        await websocket.close(code=1013, reason=str(exc.detail)[:120])  # 1013: try again later
+    except HTTPException as exc:  # refused before the handshake: 503 with Retry-After, as for SSE and MJPEG
+        busy = JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        await websocket.send_denial_response(busy)
         return
     send_timeout = websocket.app.state.config.server.send_timeout_s
     cache = _cache(websocket)
+    state = websocket.app.state
+    state.websockets += 1
     try:
         await websocket.accept()
         async with contextlib.aclosing(_batches(websocket, pipeline)) as batches:  # unsubscribes on any way out
@@ -167,6 +170,7 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
     except (WebSocketDisconnect, RuntimeError, TimeoutError, OSError):
         return
     finally:
+        state.websockets -= 1
         slots.give_back(stream_id)
 
 
@@ -246,12 +250,25 @@ async def mjpeg(
     )
 
 
+UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "image/*": {"schema": {"type": "string", "format": "binary"}},
+        "multipart/form-data": {
+            "schema": {"type": "object", "properties": {"image": {"type": "string", "format": "binary"}}}
+        },
+    },
+}
+
+
 @router.post(
     "/detect",
     response_model=DetectResponse,
     summary="Detect objects in an uploaded image",
+    openapi_extra={"requestBody": UPLOAD_BODY},  # read from the raw body, so FastAPI cannot declare it itself
     responses={
         400: {"description": "empty or malformed body"},
+        404: {"description": "no such stream (the `stream` parameter)"},
         408: {"description": "the body did not arrive in time"},
         413: {"description": "body or pixel count over the limit"},
         415: {"description": "not an image, or a truncated one"},

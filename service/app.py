@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
@@ -69,6 +70,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.state.metrics = ServiceMetrics(manager, app.state.upload_gate, config.server.strict_ready)
     app.state.client_slots = ClientSlots(config.server.max_clients_per_stream)
     app.state.encodings = EncodingCache()
+    app.state.websockets = 0  # open WebSockets: shutdown lets them close with 1001 before uvicorn's 1012
     app.state.shutdown = asyncio.Event()  # replaced in the lifespan, on the serving loop
     errors.install(app)
     # Outermost last: Host check, then the slow-client clock, then Origin and token, then CORS when configured.
@@ -82,6 +84,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.add_middleware(AccessMiddleware, policy=access)
     app.add_middleware(SendTimeoutMiddleware, timeout_s=config.server.send_timeout_s)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
+    _declare_unknown_streams(api.router)
     app.include_router(api.router, prefix=API_PREFIX)
     app.include_router(events_api.router, prefix=API_PREFIX)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -92,3 +95,10 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.add_api_route("/health/live", api.live, methods=["GET"], include_in_schema=False)
     app.add_api_route("/health/ready", api.ready, methods=["GET"], include_in_schema=False)
     return app
+
+
+def _declare_unknown_streams(router: APIRouter) -> None:
+    """Every route with a stream id in its path answers 404 for an id that is not configured: say so in OpenAPI."""
+    for route in router.routes:
+        if isinstance(route, APIRoute) and "{stream_id}" in route.path:
+            route.responses.setdefault(404, {"description": "no such stream; the message lists the streams"})

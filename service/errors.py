@@ -29,7 +29,12 @@ def _bounded(value: Any) -> Any:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = [
-        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "input": _bounded(e.get("input"))}
+        {
+            "loc": list(e.get("loc", ())),
+            "msg": e.get("msg", ""),
+            "type": e.get("type", "value_error"),  # required by the published ValidationError schema
+            "input": _bounded(e.get("input")),
+        }
         for e in exc.errors()[:10]
     ]
     return JSONResponse({"detail": errors}, status_code=422)
@@ -45,10 +50,15 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=500)
 
 
+def invalid(where: str, name: str, message: str, value: object) -> RequestValidationError:
+    """A 422 in the same shape as FastAPI's own, for a value only the handler can judge (a cursor)."""
+    return RequestValidationError([{"loc": (where, name), "msg": message, "type": "value_error", "input": value}])
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(EdgeError, _user_error)
     app.add_exception_handler(Exception, _unexpected)
 
 
-__all__ = ["HTTPException", "install", "quoted"]
+__all__ = ["HTTPException", "install", "invalid", "quoted"]

@@ -15,7 +15,7 @@ from sse_starlette.sse import EventSourceResponse
 from edge_inference.edge.events.recorder import EventRecorder
 from edge_inference.edge.events.store import EventQuery, EventStore
 from edge_inference.service.api import EVENT_STREAM, manager_of, media
-from edge_inference.service.errors import quoted
+from edge_inference.service.errors import invalid, quoted
 from edge_inference.service.schemas import EventOut, EventPage
 from edge_inference.service.streaming import ClosingEventSourceResponse
 
@@ -39,8 +39,9 @@ def _cursor(text: str | None) -> tuple[float, str] | None:
     try:
         start, event_id = json.loads(base64.urlsafe_b64decode(text.encode()))
         return float(start), str(event_id)
-    except (ValueError, TypeError, binascii.Error):
-        raise HTTPException(422, "cursor: not one this service gave; pass the `next` of the previous page") from None
+    except (ValueError, TypeError, binascii.Error, RecursionError):  # RecursionError: thousands of nested '['
+        message = "not a cursor this service gave; pass the `next` of the previous page"
+        raise invalid("query", "cursor", message, text) from None
 
 
 @router.get("/events", response_model=EventPage, summary="Stored events, newest first, filtered and paged")

@@ -3,6 +3,9 @@
 - uvicorn's keep-alive clock starts only after a first response, so a connection that sends half a request header
   is held forever; `GuardedH11Protocol` closes it after `header_timeout_s` (also between keep-alive requests).
 - A streaming client that takes no data for `send_timeout_s` is cut (`SendTimeoutMiddleware`).
+- The connection cap (`max_connections`) is applied here rather than by uvicorn, so that it answers 503 with
+  Retry-After (uvicorn's own answer has none) and never to the health probes: anyone able to open that many sockets
+  must not get a healthy service restarted by its HEALTHCHECK or systemd.
 - On SIGTERM or Ctrl-C, `EdgeServer` ends every stream at once (SSE and MJPEG responses finish, WebSockets close
   with 1001 "going away") before uvicorn waits for connections, and `timeout_graceful_shutdown` bounds the rest.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from types import FrameType
 
 import anyio
@@ -25,8 +29,46 @@ from edge_inference.edge.config import ServiceConfig
 log = logging.getLogger("edge.server")
 
 
+WEBSOCKET_CLOSE_S = 1.0
+PROBE_PATHS = frozenset({"/health/live", "/health/ready"})
+RETRY_AFTER_S = 2
+
+
+async def _at_capacity(scope: Scope, receive: Receive, send: Send) -> None:
+    body = b"the service is at its connection limit (server.max_connections); try again shortly\n"
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(RETRY_AFTER_S).encode()),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 class GuardedH11Protocol(H11Protocol):
     header_timeout_s = 10.0
+    max_connections: int | None = None
+
+    # uvicorn reads `limit_concurrency` and `app` when a request's head has arrived (scope set): the cap is ours.
+    @property
+    def limit_concurrency(self) -> None:
+        return None
+
+    @limit_concurrency.setter
+    def limit_concurrency(self, value: int | None) -> None:
+        pass
+
+    @property
+    def app(self) -> ASGIApp:
+        cap = self.max_connections
+        scope = getattr(self, "scope", None) or {}
+        busy = cap is not None and (len(self.connections) >= cap or len(self.tasks) >= cap)
+        return _at_capacity if busy and scope.get("path") not in PROBE_PATHS else self._edge_app
+
+    @app.setter
+    def app(self, value: ASGIApp) -> None:
+        self._edge_app = value
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -116,10 +158,23 @@ class EdgeServer(uvicorn.Server):
             self.edge_app.state.manager.begin_stop()
         super().handle_exit(sig, frame)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Let WebSockets end with 1001 "going away" (their streams are ending) before uvicorn closes what is left
+        with 1012 "service restart"; a second at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WEBSOCKET_CLOSE_S
+        while getattr(self.edge_app.state, "websockets", 0) > 0 and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        await super().shutdown(sockets)
+
 
 def make_server(app: FastAPI, config: ServiceConfig, log_level: str) -> EdgeServer:
     server = config.server
-    protocol = type("Protocol", (GuardedH11Protocol,), {"header_timeout_s": server.header_timeout_s})
+    protocol = type(
+        "Protocol",
+        (GuardedH11Protocol,),
+        {"header_timeout_s": server.header_timeout_s, "max_connections": server.max_connections},
+    )
     uvicorn_config = uvicorn.Config(
         app,
         host=server.host,
@@ -127,7 +182,6 @@ def make_server(app: FastAPI, config: ServiceConfig, log_level: str) -> EdgeServ
         log_level=log_level,
         access_log=False,
         http=protocol,
-        limit_concurrency=server.max_connections,
         timeout_keep_alive=server.keep_alive_timeout_s,
         timeout_graceful_shutdown=server.shutdown_timeout_s,
     )

@@ -47,13 +47,24 @@ class Server:
         env: dict[str, str] | None = None,
         token: str | None = None,
         port: int | None = None,  # a restart on the port of the one before
+        log_level: str = "info",
     ) -> None:
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self._log = log_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "edge_inference", "serve", *args, "--port", str(self.port), "--log-level", "info"],
+            [
+                sys.executable,
+                "-m",
+                "edge_inference",
+                "serve",
+                *args,
+                "--port",
+                str(self.port),
+                "--log-level",
+                log_level,
+            ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {}), **({"EDGE_TOKEN": token} if token else {})},
@@ -100,9 +111,13 @@ class Server:
 
 @contextlib.contextmanager
 def running_server(
-    args: list[str], log_path: Path, env: dict[str, str] | None = None, token: str | None = None
+    args: list[str],
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    token: str | None = None,
+    log_level: str = "info",
 ) -> Iterator[Server]:
-    server = Server(args, log_path, env, token)
+    server = Server(args, log_path, env, token, log_level=log_level)
     try:
         yield server
     finally:

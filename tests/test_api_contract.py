@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.inprocess import app_client, service_config, wait_ready
 
 
@@ -31,6 +33,38 @@ def test_every_route_documents_what_it_answers():
     assert _schema(document, "/api/v1/setup")["$ref"].endswith("/ServiceSetup")
     assert _schema(document, "/api/v1/events")["$ref"].endswith("/EventPage")
     assert _schema(document, "/api/v1/events/{event_id}")["$ref"].endswith("/EventOut")
+
+
+def test_what_a_client_can_get_wrong_is_in_the_document_in_the_shape_it_is_answered():
+    """Unknown stream ids (404), the upload's body (required), and 422s in the published ValidationError shape."""
+    with app_client(service_config()) as client:
+        wait_ready(client)
+        document = client.get("/openapi.json").json()
+        for path, operations in document["paths"].items():
+            if "{stream_id}" in path:
+                assert all("404" in op["responses"] for op in operations.values()), path
+        upload = document["paths"]["/api/v1/detect"]["post"]
+        assert upload["requestBody"]["required"] and {"image/*", "multipart/form-data"} <= set(
+            upload["requestBody"]["content"]
+        )
+        assert "404" in upload["responses"]
+        assert client.get("/api/v1/streams/nope/snapshot.jpg").status_code == 404
+        required = document["components"]["schemas"]["ValidationError"]["required"]
+        answer = client.get("/api/v1/events", params={"limit": "many"})
+        assert answer.status_code == 422
+        for problem in answer.json()["detail"]:
+            assert set(required) <= set(problem), problem
+
+
+def test_numbers_a_machine_cannot_honour_are_refused_in_one_line(tmp_path):
+    from edge_inference.edge.config import ConfigError, load_config
+
+    config = tmp_path / "streams.yaml"
+    config.write_text("streams:\n  - id: main\n    source: x.mp4\n    threads: 1000000\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(config)
+    message = str(refused.value)
+    assert "1000000 engine threads is more than this machine can use" in message and "\n" not in message
 
 
 def test_every_json_route_has_a_response_model_and_answers_by_it():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -11,7 +13,7 @@ import psutil
 import pytest
 
 from benchmarks.hostile import jpeg_claiming, png_bomb
-from edge_inference.edge.stream.images import ImageTooLargeError, decode_image
+from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
 from tests.conftest import VTEST
 from tests.inprocess import app_client, service_config, wait_ready
 
@@ -36,6 +38,28 @@ def test_bombs_are_refused_from_their_header_before_any_decoding():
     assert decode_image(frame, "frame.png", max_pixels=500_000).shape == (576, 768, 3)
     with pytest.raises(ImageTooLargeError, match="768x576"):
         decode_image(frame, "frame.png", max_pixels=400_000)
+
+
+def test_a_bomb_with_a_damaged_chunk_is_refused_and_the_decoder_holds_a_limit_of_its_own():
+    """A wrong CRC in an ancillary chunk makes Pillow give up on the header, and libpng only warns about it: the size
+    is read from IHDR itself. Behind that check, OpenCV's own limit (set before cv2 is imported) refuses too."""
+    bomb = png_bomb(30000, bad_crc=True)
+    rss = psutil.Process().memory_info().rss
+    with pytest.raises(ImageTooLargeError, match="30000x30000"):
+        decode_image(bomb, "bomb.png")
+    assert psutil.Process().memory_info().rss - rss < 50 * 2**20
+    with pytest.raises(ImageError, match=r"not a readable image.*header cannot be read"):
+        decode_image(b"BM" + bytes(20), "odd.bmp")  # a header nothing can read is refused, not handed on
+    decoder_alone = (
+        "import edge_inference, cv2, numpy, psutil, sys; from benchmarks.hostile import png_bomb; "
+        "data = numpy.frombuffer(png_bomb(20000, bad_crc=True), numpy.uint8)\n"
+        "try:\n    cv2.imdecode(data, cv2.IMREAD_COLOR); print('decoded')\n"
+        "except cv2.error as exc:\n    print('refused', 'CV_IO_MAX_IMAGE_PIXELS' in str(exc))\n"
+        "print(psutil.Process().memory_info().rss // 2**20)"
+    )
+    run = subprocess.run([sys.executable, "-c", decoder_alone], capture_output=True, text=True, check=True)
+    verdict, rss_mib = run.stdout.splitlines()
+    assert verdict == "refused True" and int(rss_mib) < 1000  # 400 MP would be 1.2 GB of pixels
 
 
 def test_the_api_answers_bombs_and_bad_bodies_with_4xx_messages(photo_jpeg):

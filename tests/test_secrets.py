@@ -1,8 +1,16 @@
 """Credentials in URLs are masked wherever text leaves the program, and nothing else is touched."""
 
+import contextlib
 import logging
 
+import httpx
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
 from edge_inference.edge.secrets import install_log_masking, is_secret_key, mask_in, mask_text, mask_url
+from tests.conftest import VTEST
+from tests.server import running_server
+from tests.test_watchdogs import wait_for
 
 
 def test_user_info_and_secret_query_keys_are_masked():
@@ -17,7 +25,9 @@ def test_user_info_and_secret_query_keys_are_masked():
     assert mask_url("http://h/x?pass=1&pwd=2&secret=3&auth=4&sig=5&password=6") == (
         "http://h/x?pass=***&pwd=***&secret=***&auth=***&sig=***&password=***"
     )
-    for untouched in ("/dev/video0", "rtsp://cam/stream", "http://user@host/a?b=c%20d&e", "0"):
+    # a user info without a password may be a camera's key (rtsp://KEY@host/): masked whole
+    assert mask_url("http://user@host/a?b=c%20d&e") == "http://***@host/a?b=c%20d&e"
+    for untouched in ("/dev/video0", "rtsp://cam/stream", "http://host/a?b=c%20d&e", "0"):
         assert mask_url(untouched) == untouched
     assert not is_secret_key("keyframe") and not is_secret_key("monkey") and is_secret_key("session_key")
 
@@ -48,3 +58,31 @@ def test_every_log_record_is_masked(caplog):
     text = caplog.text
     assert "s3cr3t" not in text and "abc" not in text
     assert "rtsp://admin:***@cam/1?token=***" in text and "http://u:***@h/" in text
+
+
+def test_the_api_token_never_reaches_the_log_at_any_level(tmp_path):
+    """uvicorn logs every WebSocket's path with its query (`?token=`), right or wrong; at debug level headers and
+    cookies pass through too. A camera key in the user info alone (`rtsp://KEY@host/`) is a secret as well."""
+    token, wrong = "the-right-token-1234", "a-wrong-token-5678"
+    camera = "rtsp://CAMKEY9876@127.0.0.1:9/stream"
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        f"streams:\n  - id: main\n    source: {VTEST}\n    loop: true\n  - id: door\n    source: {camera}\n"
+    )
+    with running_server(["--config", str(config)], tmp_path / "log", token=token, log_level="debug") as server:
+        server.wait_until("/health/ready")
+        for candidate in (token, wrong):
+            with (
+                contextlib.suppress(InvalidStatus),
+                connect(
+                    f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws?token={candidate}", open_timeout=60
+                ) as websocket,
+            ):
+                websocket.recv(timeout=60)
+        cookie = {"Cookie": f"edge_token={token}", "Authorization": f"Bearer {wrong}"}
+        assert httpx.get(f"{server.base}/api/v1/streams?token={token}", headers=cookie, timeout=30).status_code == 200
+        wait_for(lambda: "CAMKEY" in server.log or "door" in server.log, "the camera to be tried", timeout=60)
+        log = server.log
+    assert "WebSocket /api/v1/streams/main/ws?token=***" in log  # the line is there, the token is not
+    for secret in (token, wrong, "CAMKEY9876"):
+        assert secret not in log

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 import warnings
 from pathlib import Path
 
@@ -27,19 +28,35 @@ class ImageTooLargeError(ImageError):
     pass
 
 
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    """A PNG's size from its IHDR, which must come first: read directly, so a damaged later chunk (a wrong CRC, which
+    Pillow refuses and libpng only warns about) cannot hide it."""
+    if data.startswith(_PNG_START) and len(data) >= 24 and data[12:16] == b"IHDR":
+        width, height = struct.unpack(">II", data[16:24])
+        return int(width), int(height)
+    return None
+
+
 def check_pixels(data: bytes, name: str, max_pixels: int) -> None:
-    """Refuse an image whose header claims more than `max_pixels`, before a single pixel is decoded."""
+    """Refuse an image whose header claims more than `max_pixels`, or whose header cannot be read, before a single
+    pixel is decoded. (The decoder holds a limit too: OPENCV_IO_MAX_IMAGE_PIXELS, set in edge_inference/__init__.)"""
     from PIL import Image, UnidentifiedImageError
 
+    size = _png_size(data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
-            with Image.open(io.BytesIO(data)) as image:  # lazy: reads the header only
-                width, height = image.size
+            if size is None:
+                with Image.open(io.BytesIO(data)) as image:  # lazy: reads the header only
+                    size = image.size
         except Image.DecompressionBombError:  # Pillow's own limit (about 179 MP) tripped: far above ours
-            width, height = int(Image.MAX_IMAGE_PIXELS or 0) * 2 + 1, 1
+            size = (int(Image.MAX_IMAGE_PIXELS or 0) * 2 + 1, 1)
         except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
-            return  # a header Pillow does not know: OpenCV's own limit (OPENCV_IO_MAX_IMAGE_PIXELS) still applies
+            raise ImageError(
+                f"{name}: not a readable image (its header cannot be read: another format, or damaged); send a "
+                "JPEG, PNG, BMP, WebP or TIFF file"
+            ) from None
+    width, height = size
     if width * height > max_pixels:
         claimed = f"{width}x{height}" if height > 1 else f"over {width / 1e6:.0f} megapixels"
         raise ImageTooLargeError(
