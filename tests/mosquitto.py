@@ -35,14 +35,22 @@ def require_mosquitto() -> str:
 class Broker:
     """Persistent (queued QoS 1 messages survive a restart, as on a real install), stopped by its own pid."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, users: dict[str, str] | None = None) -> None:
         self.folder = folder
         self.port = free_port()
         self.url = f"mqtt://127.0.0.1:{self.port}"
         folder.mkdir(parents=True, exist_ok=True)
         self.config = folder / "mosquitto.conf"
+        access = "allow_anonymous true\n"
+        if users:  # a password file made by mosquitto_passwd, as a secured broker has
+            passwords = folder / "passwords"
+            passwords.write_text("")
+            for user, password in users.items():
+                subprocess.run(["mosquitto_passwd", "-b", str(passwords), user, password], check=True)
+            passwords.chmod(0o600)
+            access = f"allow_anonymous false\npassword_file {passwords}\n"
         self.config.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
+            f"listener {self.port} 127.0.0.1\n{access}persistence true\n"
             f"persistence_location {folder}/\nautosave_interval 1\nmax_queued_messages 100000\n"
             # as root it would switch to the `mosquitto` user, who cannot write the test's private folder
             + ("user root\n" if os.geteuid() == 0 else "")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.events.builder import EventBuilder, EventChange
-from edge_inference.edge.events.homeassistant import discovery_messages
+from edge_inference.edge.events.homeassistant import discovery_messages, removals
 from edge_inference.edge.events.mqtt import MqttLink, default_device_id, parse_broker
 from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
@@ -59,8 +59,9 @@ class EventLayer:
         self._pipelines: dict[str, StreamPipeline] = {}
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="event-ticker", daemon=True)
+        self._data_dir = data_dir(config, settings)
         if self.builders:
-            self._open_store(data_dir(config, settings))
+            self._open_store(self._data_dir)
 
     def _open_store(self, folder: Path) -> None:
         try:
@@ -106,12 +107,12 @@ class EventLayer:
             mqtt_config = self.mqtt.config
             if mqtt_config.discovery:
                 device = self.mqtt.topics.base.rsplit("/", 1)[-1]
-                self.mqtt.set_startup(
-                    discovery_messages(self.mqtt.topics, device, streams, mqtt_config.discovery_prefix)
-                )
+                messages = discovery_messages(self.mqtt.topics, device, streams, mqtt_config.discovery_prefix)
+                self.mqtt.set_startup(removals(self._announced(messages), messages) + messages)
             for stream in streams:
                 for label in stream.events.labels if stream.events else []:
-                    self.mqtt.set_state(self.mqtt.topics.stream(stream.id, label), b"OFF")
+                    self.mqtt.set_state(self.mqtt.topics.label(stream.id, label), b"OFF")
+                    self.mqtt.set_state(self.mqtt.topics.label(stream.id, label, "count"), b"0")
             self.mqtt.start()
         if self.recorder is not None:
             self._end_unfinished()
@@ -120,6 +121,20 @@ class EventLayer:
             sender.start()
         if self.mqtt is not None:
             self._ticker.start()
+
+    def _announced(self, messages: list[tuple[str, bytes]]) -> list[str]:
+        """The discovery topics announced by the last run (kept in the data folder), replaced by this run's."""
+        record = self._data_dir / "mqtt-discovery.json"
+        try:
+            previous = json.loads(record.read_text()) if record.exists() else []
+        except (OSError, ValueError):
+            previous = []
+        try:
+            self._data_dir.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps([topic for topic, _ in messages]))
+        except OSError as exc:
+            log.warning("cannot keep the announced Home Assistant entities in %s (%s): stale ones stay", record, exc)
+        return [str(topic) for topic in previous] if isinstance(previous, list) else []
 
     def _end_unfinished(self) -> None:
         """A previous run that was killed left events open: they end when they were last updated, and say so."""
@@ -160,7 +175,17 @@ class EventLayer:
         else:
             active.add(event.id)
         on = bool(active)
-        self.mqtt.set_state(self.mqtt.topics.stream(event.stream, event.label), b"ON" if on else b"OFF")
+        topics = self.mqtt.topics
+        self.mqtt.set_state(topics.label(event.stream, event.label), b"ON" if on else b"OFF")
+        self.mqtt.set_state(topics.label(event.stream, event.label, "count"), str(len(active)).encode())
+        attributes = {
+            "event_id": event.id,
+            "score": round(event.best_score, 3),
+            "zones": list(event.zones),
+            "snapshot_url": f"/api/v1/events/{event.id}/snapshot.jpg",  # the service's path (404 until it is stored)
+            "ongoing": change.kind != "end",
+        }
+        self.mqtt.set_state(topics.label(event.stream, event.label, "attributes"), json.dumps(attributes).encode())
         if jpeg is not None:
             self.mqtt.set_state(self.mqtt.topics.stream(event.stream, "snapshot"), jpeg)
 

@@ -16,6 +16,7 @@ persistence, or a consumer that joins late, still gets the current state.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import ssl
 import threading
@@ -29,6 +30,7 @@ from edge_inference.edge.secrets import mask_url
 
 log = logging.getLogger("edge.mqtt")
 PUBACK_TIMEOUT_S = 10.0
+RECONNECT_MAX_S = 5
 
 
 @dataclass(frozen=True)
@@ -68,15 +70,25 @@ def default_device_id() -> str:
     return name[:64] or "edge"
 
 
+def slug(name: str) -> str:
+    """A label as a topic level and a Home Assistant object id ([a-zA-Z0-9_-]+): "traffic light" -> traffic_light."""
+    return re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_").lower() or "unnamed"
+
+
 class Topics:
     def __init__(self, prefix: str, device_id: str) -> None:
         self.base = f"{prefix.rstrip('/')}/{device_id}"
         self.availability = f"{self.base}/availability"
         self.events = f"{self.base}/events"
         self.stats = f"{self.base}/stats"
+        self.discovery = f"{self.base}/discovery"  # retained: the discovery topics this device announced last time
 
     def stream(self, stream_id: str, *parts: str) -> str:
         return "/".join([self.base, stream_id, *parts])
+
+    def label(self, stream_id: str, label: str, *parts: str) -> str:
+        """A label's topics: `<stream>/<slug>` (ON/OFF), `.../count`, `.../attributes`."""
+        return self.stream(stream_id, slug(label), *parts)
 
 
 class MqttLink:
@@ -96,6 +108,7 @@ class MqttLink:
         self._startup: list[tuple[str, bytes]] = []  # discovery: published, retained, on every connection
         self._lock = threading.Lock()
         self._stopping = False
+        self._refused = False
         self._client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
             client_id=config.client_id or f"edge-inference-{device_id}",
@@ -106,7 +119,8 @@ class MqttLink:
         if broker.tls:
             self._client.tls_set(ca_certs=str(config.ca_file) if config.ca_file else None, cert_reqs=ssl.CERT_REQUIRED)
         self._client.will_set(self.topics.availability, b"offline", qos=1, retain=True)
-        self._client.reconnect_delay_set(min_delay=1, max_delay=30)
+        # paho's cap is 120 s: back within 5 s of the broker's return (issue: 30 s was seen)
+        self._client.reconnect_delay_set(min_delay=1, max_delay=RECONNECT_MAX_S)
         self._client.on_connect = self._connected
         self._client.on_disconnect = self._disconnected
 
@@ -129,8 +143,10 @@ class MqttLink:
 
     def _connected(self, client: object, userdata: object, flags: object, reason: object, props: object) -> None:
         if getattr(reason, "is_failure", False):
+            self._refused = True  # the disconnect that follows says only "Unspecified error": keep the broker's word
             self._note(f"MQTT broker {self.broker.description} refused the connection: {reason}")
             return
+        self._refused = False
         log.info("MQTT: connected to %s as %s", self.broker.description, self.topics.base)
         self.last_error = None
         self._client.publish(self.topics.availability, b"online", qos=1, retain=True)
@@ -148,6 +164,8 @@ class MqttLink:
         self.connected.clear()
         if self._stopping:
             log.info("MQTT: disconnected from %s", self.broker.description)
+            return
+        if self._refused:
             return
         self._note(f"MQTT broker {self.broker.description} is unreachable ({reason}); events wait in the outbox")
 
