@@ -80,3 +80,37 @@ def serve_stalling_camera(video: Path) -> tuple[str, type[StallingCamera], Threa
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"127.0.0.1:{server.server_address[1]}", handler, server
+
+
+class FlappingCamera(BaseHTTPRequestHandler):
+    """An HTTP camera that sends the start of its video on every request, then goes silent with the socket open:
+    each reopen succeeds and delivers a few frames, then stalls again."""
+
+    video: Path
+    stop: threading.Event
+    requests = 0
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        type(self).requests += 1
+        data = self.video.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "video/x-msvideo")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            self.wfile.write(data[:600_000])
+            self.wfile.flush()
+            self.stop.wait(300)
+        except OSError:
+            pass
+
+
+def serve_flapping_camera(video: Path) -> tuple[str, type[FlappingCamera], ThreadingHTTPServer]:
+    """(host:port, the handler class, the server); release with handler.stop.set() and server.shutdown()."""
+    handler = type("Camera", (FlappingCamera,), {"video": video, "stop": threading.Event(), "requests": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"127.0.0.1:{server.server_address[1]}", handler, server

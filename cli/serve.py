@@ -137,7 +137,8 @@ def _config(
     if compare:
         stream["compare"] = [item.strip() for item in compare.split(",") if item.strip()]
     stream["pace"] = not stream.pop("no_pace")
-    stream["engine_options"] = stream.pop("engine_option")
+    if engine_options := stream.pop("engine_option", None):
+        stream["engine_options"] = engine_options
     if stream.pop("motion"):
         stream["motion"] = {}
     return single_stream_config(stream, server)

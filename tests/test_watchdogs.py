@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from benchmarks.hostile import serve_stalling_camera
+from benchmarks.hostile import serve_flapping_camera, serve_stalling_camera
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.runtime.watchdog import Watchdog
 from edge_inference.edge.stream.pipeline import StreamPipeline
@@ -81,6 +81,50 @@ def test_a_camera_that_goes_silent_is_declared_stalled_reopened_and_reported(tmp
     assert stats["stalls"] >= 1 and stats["reconnects"] >= 1 and camera.requests >= 2
     for text in [*texts, server.log]:
         assert "s3cr3tpw" not in text
+
+
+def test_a_camera_that_flaps_is_degraded_and_no_delivering_stream_is_down(tmp_path):
+    """Each reopen of a flapping camera succeeds, so it reads `running` most of the time: the reconnects in the last
+    minute make it degraded. A service whose only camera delivers nothing is down (503) though its model is loaded."""
+    address, camera, http = serve_flapping_camera(VTEST)
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        f"streams:\n  - id: door\n    source: http://{address}/video.avi\n    mode: live\n"
+        f"    stall_timeout_s: 1\n    model: {SSD_ONNX}\n"
+        f"  - id: dead\n    source: http://127.0.0.1:9/none.avi\n    mode: live\n    model: {SSD_ONNX}\n"
+    )
+    try:
+        with running_server(["--config", str(config)], tmp_path / "log") as server:
+            server.wait_until("/health/live")
+
+            def flapping():
+                body = server.client.get("/health/ready").json()
+                return body if (body["streams"]["door"]["unstable"] or "").startswith("unstable: ") else None
+
+            body = wait_for(flapping, "the camera to be seen flapping", timeout=180)
+            assert body["status"] == "degraded" and body["streams"]["door"]["unstable"].endswith("reconnects in 60 s")
+            assert camera.requests >= 3
+        only_dead = tmp_path / "dead.yaml"
+        only_dead.write_text(
+            f"streams:\n  - id: dead\n    source: http://127.0.0.1:9/none.avi\n    mode: live\n    model: {SSD_ONNX}\n"
+        )
+        with running_server(["--config", str(only_dead)], tmp_path / "dead.log") as server:
+            server.wait_until("/health/live")
+
+            def loaded_but_dark():
+                answer = server.client.get("/health/ready")
+                stream = answer.json()["streams"]["dead"]
+                return (
+                    answer
+                    if stream["state"] in ("connecting", "reconnecting") and answer.json()["status"] != "starting"
+                    else None
+                )
+
+            answer = wait_for(loaded_but_dark, "the model to load while the camera stays dark", timeout=120)
+            assert answer.status_code == 503 and answer.json()["status"] == "down"
+    finally:
+        camera.stop.set()
+        http.shutdown()
 
 
 def test_a_model_that_cannot_load_is_retried_until_it_can(tmp_path):

@@ -1,11 +1,13 @@
 """Is the service doing its job? One rule, used by /health/*, the dashboard and the metrics.
 
 - starting: some stream's model is still on its first load (nothing has failed yet).
-- ok: every stream delivers frames (a file that played to its end counts as done, not as a fault).
-- degraded: anything else: a source reconnecting or stalled, a model that failed and is being retried, a detector
-  being reloaded. Ready answers 200 while degraded (the service still works: other streams, /detect, the API), and 503
-  in strict mode, where ready means "every stream delivers frames".
-- down: no stream delivers frames and no model is loaded: nothing can be detected at all; ready is 503.
+- ok: every stream delivers frames steadily (a file that played to its end counts as done, not as a fault).
+- degraded: anything else while some stream delivers: a source reconnecting, stalled or flapping (several reconnects
+  within a minute, each reopen succeeding), a model that failed and is being retried, a detector being reloaded.
+  Ready answers 200 while degraded (the service still works: other streams, /detect, the API), and 503 in strict
+  mode, where ready means "every stream delivers frames".
+- down: no stream delivers frames, whatever the models' state: ready is 503, so a probe that reads only the status
+  code is told the truth.
 Live is 503 only when the process itself is unsound: the watchdog or a stream's worker threads are dead.
 """
 
@@ -42,15 +44,14 @@ def is_live(manager: StreamManager) -> bool:
 def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
     streams: dict[str, StreamHealth] = {}
     starting = False
-    all_up, any_up, any_model = True, False, False
+    all_up, any_up = True, False
     for stream_id, pipeline in manager.pipelines.items():
         health = pipeline.health()
         up = health.state in UP_STATES
-        all_up &= up
+        all_up &= up and health.unstable is None
         any_up |= up
-        any_model |= pipeline.ready
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
         streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
-    status: Status = "starting" if starting else "ok" if all_up else "degraded" if any_up or any_model else "down"
+    status: Status = "starting" if starting else "ok" if all_up else "degraded" if any_up else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
     return ServiceHealth(status, ready, strict, streams)

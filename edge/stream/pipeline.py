@@ -37,6 +37,10 @@ from edge_inference.models.detection import Detection
 log = logging.getLogger("edge.pipeline")
 
 # loading: the model is loading; failed: it failed to load and is retried; the others are the source's.
+# A camera that delivers a few seconds and stalls, again and again, reads "running" most of the time: this many
+# reconnections within the window make it degraded while it flaps.
+FLAPPING_RECONNECTS = 3
+FLAPPING_WINDOW_S = 60.0
 State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
 
 
@@ -79,6 +83,8 @@ class Health:
     detector_restarts: int
     stalls: int
     workers_alive: bool
+    # a source that keeps dropping and coming back ("unstable: 6 reconnects in 60 s"); None when steady
+    unstable: str | None = None
 
 
 class StreamPipeline:
@@ -204,7 +210,12 @@ class StreamPipeline:
             detector_restarts=self.stats.restarts,
             stalls=self.stats.stalls,
             workers_alive=self.workers_alive,
+            unstable=self._unstable(),
         )
+
+    def _unstable(self) -> str | None:
+        count = self.stats.reconnects_within(FLAPPING_WINDOW_S)
+        return f"unstable: {count} reconnects in {FLAPPING_WINDOW_S:g} s" if count >= FLAPPING_RECONNECTS else None
 
     # -- control -----------------------------------------------------------------------------------------------
     def add_listener(self, listener: Callable[[FrameResult], None]) -> None:

@@ -42,6 +42,7 @@ class StreamStats:
         self.frames_in = self.frames_processed = self.frames_dropped = self.frames_still = 0
         self.errors = self.reconnects = 0
         self.stalls = self.restarts = self.load_failures = 0
+        self._reconnect_times: deque[float] = deque(maxlen=64)
 
     def frame_in(self) -> None:
         with self._lock:
@@ -71,6 +72,13 @@ class StreamStats:
     def reconnect(self) -> None:
         with self._lock:
             self.reconnects += 1
+            self._reconnect_times.append(time.monotonic())
+
+    def reconnects_within(self, window_s: float) -> int:
+        """Reconnections (reopens and stalls) in the last `window_s`: a camera that flaps, each reopen succeeding."""
+        since = time.monotonic() - window_s
+        with self._lock:
+            return sum(1 for t in self._reconnect_times if t >= since)
 
     def stall(self) -> None:
         with self._lock:
