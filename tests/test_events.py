@@ -164,10 +164,17 @@ def test_a_full_outbox_drops_its_oldest_messages_and_says_how_many(tmp_path, cap
 class _Hooks(BaseHTTPRequestHandler):
     received: ClassVar[list[dict]] = []
     refuse = 0  # answer this many requests with 503 first
+    reject: ClassVar[set[str]] = set()  # event ids answered 422 for good
+    too_many = 0  # answer this many requests with 429 (try again) first
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        if _Hooks.refuse > 0:
+        if json.loads(body)["event"]["id"] in _Hooks.reject:
+            self.send_response(422)
+        elif _Hooks.too_many > 0:
+            _Hooks.too_many -= 1
+            self.send_response(429)
+        elif _Hooks.refuse > 0:
             _Hooks.refuse -= 1
             self.send_response(503)
         else:
@@ -205,6 +212,33 @@ def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
     assert _Hooks.received[0]["event"]["has_snapshot"] is True
     assert store.outbox_counts()[hook.sink]["waiting"] == 0
     assert store.snapshot_path("a") is not None and store.snapshot_path("a").read_bytes()[:2] == b"\xff\xd8"
+
+
+def test_a_webhook_that_refuses_an_event_for_good_does_not_block_the_ones_after_it(tmp_path):
+    """A 4xx (but 408/429) is counted as rejected and skipped; 429 is retried; every later event still arrives."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hooks.received, _Hooks.refuse, _Hooks.reject, _Hooks.too_many = [], 0, {"bad"}, 2
+    store = _store(tmp_path)
+    hook = Webhook(0, WebhookConfig(url=f"http://127.0.0.1:{server.server_port}/hook"))
+    recorder = EventRecorder(store, [(hook.sink, "event")])
+    sender = OutboxSender(store, hook.sink, hook.deliver)
+    recorder.on_stored.append(sender.wake.set)
+    recorder.start()
+    sender.start()
+    try:
+        recorder.submit([_event_change("start", "a"), _event_change("start", "bad"), _event_change("start", "c")])
+        deadline = time.monotonic() + 60
+        while len(_Hooks.received) < 2 or store.outbox_counts()[hook.sink]["waiting"]:
+            assert time.monotonic() < deadline, (_Hooks.received, hook.last_error)
+            time.sleep(0.05)
+    finally:
+        sender.stop()
+        recorder.stop()
+        server.shutdown()
+        _Hooks.reject = set()
+    assert [m["event"]["id"] for m in _Hooks.received] == ["a", "c"]
+    assert hook.rejected == 1  # counted once, and the 429s were retried, not rejected
 
 
 def test_broker_urls_are_parsed_and_their_passwords_never_shown():

@@ -1,4 +1,9 @@
-"""Event changes POSTed as JSON to the configured URLs, through the outbox (retried until a 2xx)."""
+"""Event changes POSTed as JSON to the configured URLs, through the outbox (retried until a 2xx).
+
+A 4xx other than 408 and 429 says the receiver will never take this message (a schema it refuses, a wrong path):
+retrying it would block every later event at the head of the queue, so it is counted as rejected, logged once per
+kind of answer, and the next message goes.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from edge_inference.edge.events.store import Message
 from edge_inference.edge.secrets import mask_url
 
 log = logging.getLogger("edge.webhooks")
+RETRYABLE_4XX = (408, 429)  # request timeout, too many requests: the receiver asks to try again
 
 
 class Webhook:
@@ -19,8 +25,10 @@ class Webhook:
         self.url = config.url.get_secret_value()
         self.timeout_s = config.timeout_s
         self.last_error: str | None = None
+        self.rejected = 0  # messages the receiver refused for good (4xx), dropped from the outbox
 
     def deliver(self, messages: list[Message]) -> int:
+        """How many messages, from the first, are done with: delivered (2xx) or rejected for good (4xx)."""
         for done, message in enumerate(messages):
             request = urllib.request.Request(  # noqa: S310 - http(s) only, checked in the config
                 self.url, data=message.payload, method="POST", headers={"Content-Type": "application/json"}
@@ -28,11 +36,22 @@ class Webhook:
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
                     response.read()
+            except urllib.error.HTTPError as exc:
+                if 400 <= exc.code < 500 and exc.code not in RETRYABLE_4XX:
+                    self.rejected += 1
+                    self._say(f"rejected an event ({exc.code} {exc.reason}); counted and skipped")
+                    continue
+                self._say(f"failed: {exc}; kept in the outbox and retried")
+                return done
             except (urllib.error.URLError, OSError, ValueError) as exc:
-                error = f"webhook {mask_url(self.url)} failed: {exc}; kept in the outbox and retried"
-                if error != self.last_error:
-                    log.warning("%s", error)
-                self.last_error = error
+                self._say(f"failed: {exc}; kept in the outbox and retried")
                 return done
             self.last_error = None
         return len(messages)
+
+    def _say(self, what: str) -> None:
+        """One log line per change of trouble, not one per message."""
+        error = f"webhook {mask_url(self.url)} {what}"
+        if error != self.last_error:
+            log.warning("%s", error)
+        self.last_error = error

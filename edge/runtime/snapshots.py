@@ -153,10 +153,13 @@ def event_figures(manager: StreamManager) -> EventFigures | None:
         return None
     recorder, store, mqtt = layer.recorder, layer.store, layer.mqtt
     errors = [e for e in (recorder and recorder.last_error, mqtt and mqtt.last_error) if e]
+    outbox = store.outbox_counts() if store else {}
+    for webhook in layer.webhooks:  # refused for good (4xx): skipped, not retried
+        outbox.setdefault(webhook.sink, {"waiting": 0, "dropped": 0})["rejected"] = webhook.rejected
     return EventFigures(
         recorded=recorder.recorded if recorder else 0,
         lost=recorder.lost if recorder else 0,
-        outbox=store.outbox_counts() if store else {},
+        outbox=outbox,
         mqtt_connected=mqtt.connected.is_set() if mqtt else None,
         last_error=errors[0] if errors else None,
     )
