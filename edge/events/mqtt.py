@@ -21,6 +21,7 @@ import socket
 import ssl
 import threading
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from edge_inference.edge.config import ConfigError, MqttConfig
@@ -31,6 +32,7 @@ from edge_inference.edge.secrets import mask_url
 log = logging.getLogger("edge.mqtt")
 PUBACK_TIMEOUT_S = 10.0
 RECONNECT_MAX_S = 5
+NOT_CONNECTED = 4  # paho's MQTT_ERR_NO_CONN: the message is queued and sent once connected
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ class MqttLink:
         self._lock = threading.Lock()
         self._stopping = False
         self._refused = False
+        self._in_flight: dict[int, Any] = {}  # outbox seq -> paho's handle, until the broker acknowledges it
         self._client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
             client_id=config.client_id or f"edge-inference-{device_id}",
@@ -190,20 +193,31 @@ class MqttLink:
             self._client.publish(topic, payload, qos=0, retain=False)
 
     def deliver(self, messages: list[Message]) -> int:
-        """The outbox's destination: publish in order at QoS 1; count the messages the broker acknowledged."""
+        """The outbox's destination: publish in order at QoS 1; count the messages the broker acknowledged.
+
+        A message handed to paho and not yet acknowledged is never published again: paho itself sends its
+        unacknowledged QoS 1 messages again when it reconnects, so publishing the outbox's copy too would deliver
+        every such message twice after each outage. Its pending handle is waited on instead."""
         if not self.connected.is_set():
             return 0
-        sent = []
+        handles = []
         for message in messages:
-            info = self._client.publish(message.topic, message.payload, qos=1, retain=message.retain)
-            if info.rc != 0:
-                break
-            sent.append(info)
-        for done, info in enumerate(sent):
+            info = self._in_flight.get(message.seq)
+            if info is None:
+                info = self._client.publish(message.topic, message.payload, qos=1, retain=message.retain)
+                if info.rc not in (0, NOT_CONNECTED):  # NOT_CONNECTED: paho keeps it and sends it on reconnect
+                    break
+                self._in_flight[message.seq] = info
+            handles.append(info)
+        done = 0
+        for info in handles:
             try:
                 info.wait_for_publish(PUBACK_TIMEOUT_S)
-            except RuntimeError:
-                return done
+            except RuntimeError:  # disconnected meanwhile: paho resends it after reconnecting
+                break
             if not info.is_published():
-                return done
-        return len(sent)
+                break
+            done += 1
+        for message in messages[:done]:
+            self._in_flight.pop(message.seq, None)
+        return done

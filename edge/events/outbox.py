@@ -3,7 +3,9 @@
 A sender thread takes the oldest waiting messages, hands them to its destination, and deletes from the outbox
 only what the destination confirmed (a broker's PUBACK, a webhook's 2xx). What was not confirmed is tried again,
 from the same place, after a backoff; so a broker that is down for an hour gets that hour's events, in order, when
-it comes back. A consumer removes the rare duplicate by the event id and change.
+it comes back. A message the destination already holds (paho keeps its unacknowledged QoS 1 messages and sends them
+itself after reconnecting) is not sent again by the destination: a consumer sees a duplicate only where QoS 1
+itself allows one (an acknowledgement lost on the way back), and removes it by the event id and change.
 """
 
 from __future__ import annotations
