@@ -26,7 +26,7 @@ import httpx
 import psutil
 
 from benchmarks.common import MODELS, SHARED, VTEST, machine, pct
-from benchmarks.hostile import jpeg_claiming, png_bomb, serve_stalling_camera
+from benchmarks.hostile import jpeg_claiming, png_bomb, serve_flapping_camera, serve_stalling_camera
 from tests.server import Server
 
 PHOTO = SHARED / "media" / "kite_and_cold.jpg"  # a real 1.4 MB photo
@@ -139,6 +139,7 @@ def upload_cases(server: Served) -> list[Row]:
     for case, data in [
         ("PNG 30000x30000 (1-bit, 109 KB)", png_bomb(30000)),
         ("PNG 33000x33000 (1-bit, 132 KB)", png_bomb(33000)),
+        ("PNG 30000x30000 with a damaged ancillary chunk (bad CRC)", png_bomb(30000, bad_crc=True)),
         ("JPEG header claiming 65000x65000", jpeg_claiming(65000, 65000)),
         ("truncated JPEG (half of a 1.4 MB photo)", PHOTO.read_bytes()[: PHOTO.stat().st_size // 2]),
         ("not an image (text)", b"hello, this is not an image" * 10),
@@ -264,6 +265,84 @@ def stall_case(work: Path) -> tuple[Row, str]:
         http.shutdown()
 
 
+def flapping_case(work: Path) -> Row:
+    """A camera that sends a few seconds and goes silent, again and again: each reopen succeeds."""
+    address, camera, http = serve_flapping_camera(VTEST)
+    config = work / "flap.yaml"
+    config.write_text(
+        f"streams:\n  - id: main\n    source: http://{address}/cam.avi\n    mode: live\n    stall_timeout_s: 1\n"
+        f"    model: {SSD}\n"
+    )
+    server = Served(["--config", str(config)])
+    try:
+        server.wait(lambda: server.answers("/health/live"))
+
+        def flaps() -> tuple[str, str]:
+            def unstable() -> bool:
+                return bool(server.client.get("/health/ready").json()["streams"]["main"]["unstable"])
+
+            took = server.wait(unstable, 180)
+            body = server.client.get("/health/ready").json()
+            return (
+                f"ready {body['status']}: {body['streams']['main']['unstable']} ({camera.requests} opens)",
+                f"seen flapping after {took:.0f} s",
+            )
+
+        return measured(server, "camera that flaps (600 KB, then silence; stall limit 1 s)", flaps)
+    finally:
+        camera.stop.set()
+        server.stop()
+        http.shutdown()
+
+
+def broker_outage_case(work: Path) -> Row | None:
+    """Mosquitto stopped for 15 s while people walk: time to reconnect once it is back, and duplicates delivered."""
+    import shutil as which
+
+    if which.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
+        return None
+    import yaml
+
+    from tests.mosquitto import Broker, Subscriber
+
+    broker = Broker(work / "broker")
+    broker.start()
+    config = yaml.safe_load((Path(__file__).parent.parent / "deploy/events.example.yaml").read_text())
+    config["streams"][0] |= {"source": str(VTEST), "loop": True}
+    config["streams"][0]["events"]["end_after_s"] = 1
+    config["mqtt"] |= {"device_id": "faults"}
+    path = work / "events.yaml"
+    path.write_text(yaml.safe_dump(config))
+    subscriber = Subscriber(broker, ["edge-inference/faults/events"], client_id="faults-consumer")
+    server = Served(["--config", str(path)], {"EDGE_MQTT_URL": broker.url, "EDGE_DATA_DIR": str(work / "data")})
+    stream = config["streams"][0]["id"]
+
+    def connected() -> bool:
+        return bool(server.client.get("/api/v1/stats").json()["events"]["mqtt_connected"])
+
+    try:
+        server.wait(lambda: server.answers("/health/ready") and connected(), 180)
+
+        def outage() -> tuple[str, str]:
+            broker.stop()
+            time.sleep(15)
+            broker.start()
+            back = server.wait(connected, 120)
+            server.wait(lambda: server.client.get("/api/v1/stats").json()["events"]["outbox"]["mqtt"]["waiting"] == 0)
+            changes = [m.json() for m in subscriber.received("/events")]
+            keys = [(c["event"]["id"], c["type"], c["event"]["frames"]) for c in changes]
+            return (
+                f"reconnected {back:.1f} s after the broker came back (limit 5 s)",
+                f"{len(keys) - len(set(keys))} duplicates in {len(keys)} messages",
+            )
+
+        return measured(server, f"MQTT broker down 15 s ({stream} walking)", outage)
+    finally:
+        server.stop()
+        subscriber.close()
+        broker.stop()
+
+
 def model_retry_case(work: Path) -> Row:
     mirror, cache = work / "mirror", work / "cache"
     (mirror / "onnx").mkdir(parents=True)
@@ -346,7 +425,11 @@ def main() -> None:
             server.stop()
         stall_row, _ = stall_case(work)
         rows.append(stall_row)
+        rows.append(flapping_case(work))
         rows.append(model_retry_case(work))
+        outage = broker_outage_case(work)
+        if outage is not None:
+            rows.append(outage)
     rows.append(sigterm_case())
     rows.append(token_case())
     print(f"machine: {machine()}")
