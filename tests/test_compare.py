@@ -33,9 +33,8 @@ def test_compare_api_and_its_event_stream(tmp_path):
         tflite = rows["tflite"]["agreement"]
         assert tflite["reference"] == "yard-onnx" and tflite["frames"] >= 10 and tflite["map50"] >= 0.95
         assert rows["tflite"]["fps_processed"] > 0 and rows["tflite"]["latency_ms"]["inference"]["p50"] > 0
-        # both pipelines were offered the very same frames: their results cover common frame indices
-        latest = {sid: server.client.get(f"/api/v1/streams/{sid}/detections/latest").json()["frame"] for sid in streams}
-        assert abs(latest["yard-onnx"] - latest["yard-tflite"]) < 10
+        # both pipelines were offered the very same frames: the agreement above is computed on common frame indices
+        # (`frames` >= 10); how far apart their newest frames are depends on each engine's speed, so it is not checked
         with server.client.stream("GET", "/api/v1/compare/events?interval=0.5") as response:
             lines = (line for line in response.iter_lines() if line.startswith("data:"))
             first = json.loads(next(lines).split(":", 1)[1])
