@@ -241,6 +241,34 @@ def test_a_webhook_that_refuses_an_event_for_good_does_not_block_the_ones_after_
     assert hook.rejected == 1  # counted once, and the 429s were retried, not rejected
 
 
+def test_a_delivery_that_outlives_the_stop_does_not_write_to_the_closed_store(tmp_path):
+    """At shutdown the store closes after the senders' join timeout; a delivery still waiting (a PUBACK that never
+    comes) must not raise into the log when it returns: its messages stay for the next start."""
+    store = _store(tmp_path)
+    store.record(_event_change(event_id="a").event, None, [("slow", "t", b"1", False)])
+    started, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def slow(messages):
+        started.set()
+        release.wait(30)
+        return len(messages)
+
+    previous = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        sender = OutboxSender(store, "slow", slow)
+        sender.start()
+        assert started.wait(30)
+        sender.stop(timeout=0.1)
+        store.close()
+        release.set()
+        sender._thread.join(30)
+    finally:
+        threading.excepthook = previous
+    assert not sender._thread.is_alive() and errors == []
+
+
 def test_broker_urls_are_parsed_and_their_passwords_never_shown():
     from edge_inference.edge.config import ConfigError, MqttConfig
     from edge_inference.edge.events.mqtt import parse_broker

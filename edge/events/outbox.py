@@ -11,6 +11,7 @@ itself allows one (an acknowledgement lost on the way back), and removes it by t
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 
@@ -44,6 +45,14 @@ class OutboxSender:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._deliver_until_stopped()
+        except sqlite3.ProgrammingError:  # the store closed under a delivery that outlived stop(): kept for next time
+            if not self._stop.is_set():
+                raise
+            log.info("%s: stopped during a delivery; its messages stay in the outbox for the next start", self.sink)
+
+    def _deliver_until_stopped(self) -> None:
         backoff = 1.0
         while not self._stop.is_set():
             self.wake.clear()
