@@ -44,9 +44,8 @@ def backends(as_json: bool, bench_model: str | None, quiet: bool) -> None:
         models = ", ".join(report.models) or "none in the registry: bring your own file (README, Hardware)"
         click.echo(f"          models: {models}")
         for option in report.options:
-            click.echo(
-                f"          option {report.key}.{option['name']} ({option['type']}, default {option['default']})"
-            )
+            described = f"{option['type']}, default {option['default']}"
+            click.echo(f"          option {report.key}.{option['name']} ({described}): {option['help']}")
 
 
 def _bench(model: str, as_json: bool, quiet: bool) -> None:
