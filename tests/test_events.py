@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -186,10 +187,12 @@ class _Hooks(BaseHTTPRequestHandler):
         pass
 
 
-def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
+@contextlib.contextmanager
+def _webhook_delivery(tmp_path, refuse: int = 0, reject: frozenset[str] = frozenset(), too_many: int = 0):
+    """A real HTTP receiver (`_Hooks`), a store, a recorder and a webhook sender, running; stopped afterwards."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Hooks.received, _Hooks.refuse = [], 2
+    _Hooks.received, _Hooks.refuse, _Hooks.reject, _Hooks.too_many = [], refuse, set(reject), too_many
     store = _store(tmp_path)
     hook = Webhook(0, WebhookConfig(url=f"http://127.0.0.1:{server.server_port}/hook"))
     recorder = EventRecorder(store, [(hook.sink, "event")])
@@ -198,16 +201,25 @@ def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
     recorder.start()
     sender.start()
     try:
-        changes = [_event_change("start", "a"), _event_change("update", "a"), _event_change("start", "b")]
-        recorder.submit(changes)
-        deadline = time.monotonic() + 60
-        while len(_Hooks.received) < 3:
-            assert time.monotonic() < deadline, (_Hooks.received, hook.last_error)
-            time.sleep(0.05)
+        yield store, hook, recorder
     finally:
         sender.stop()
         recorder.stop()
         server.shutdown()
+        _Hooks.reject = set()
+
+
+def _until(condition, hook: Webhook) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, (_Hooks.received, hook.last_error)
+        time.sleep(0.05)
+
+
+def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
+    with _webhook_delivery(tmp_path, refuse=2) as (store, hook, recorder):
+        recorder.submit([_event_change("start", "a"), _event_change("update", "a"), _event_change("start", "b")])
+        _until(lambda: len(_Hooks.received) >= 3, hook)
     assert [(m["type"], m["event"]["id"]) for m in _Hooks.received] == [("start", "a"), ("update", "a"), ("start", "b")]
     assert _Hooks.received[0]["event"]["has_snapshot"] is True
     assert store.outbox_counts()[hook.sink]["waiting"] == 0
@@ -216,27 +228,9 @@ def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
 
 def test_a_webhook_that_refuses_an_event_for_good_does_not_block_the_ones_after_it(tmp_path):
     """A 4xx (but 408/429) is counted as rejected and skipped; 429 is retried; every later event still arrives."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Hooks.received, _Hooks.refuse, _Hooks.reject, _Hooks.too_many = [], 0, {"bad"}, 2
-    store = _store(tmp_path)
-    hook = Webhook(0, WebhookConfig(url=f"http://127.0.0.1:{server.server_port}/hook"))
-    recorder = EventRecorder(store, [(hook.sink, "event")])
-    sender = OutboxSender(store, hook.sink, hook.deliver)
-    recorder.on_stored.append(sender.wake.set)
-    recorder.start()
-    sender.start()
-    try:
+    with _webhook_delivery(tmp_path, reject=frozenset({"bad"}), too_many=2) as (store, hook, recorder):
         recorder.submit([_event_change("start", "a"), _event_change("start", "bad"), _event_change("start", "c")])
-        deadline = time.monotonic() + 60
-        while len(_Hooks.received) < 2 or store.outbox_counts()[hook.sink]["waiting"]:
-            assert time.monotonic() < deadline, (_Hooks.received, hook.last_error)
-            time.sleep(0.05)
-    finally:
-        sender.stop()
-        recorder.stop()
-        server.shutdown()
-        _Hooks.reject = set()
+        _until(lambda: len(_Hooks.received) >= 2 and not store.outbox_counts()[hook.sink]["waiting"], hook)
     assert [m["event"]["id"] for m in _Hooks.received] == ["a", "c"]
     assert hook.rejected == 1  # counted once, and the 429s were retried, not rejected
 
