@@ -110,6 +110,7 @@ class StreamConfig(BaseModel):
     # default: 5 s, or 10 frame intervals for sources slower than 2 fps (opens get three times as long).
     stall_timeout_s: float | None = Field(default=None, gt=0)
     # An inference that has not returned for this long marks the detector stuck; it is reloaded (Frigate: 10 s).
+    # On a slow device the limit is 10x what an inference normally takes there, when that is longer.
     inference_timeout_s: float = Field(default=10, gt=0)
     # Boxes to events: a tracker gives every detection a track_id; zones and lines count; events are stored.
     tracking: TrackingConfig | None = None

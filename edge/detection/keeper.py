@@ -8,8 +8,10 @@ object's business, and it reports each change of state through `on_state`.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Literal
 
@@ -20,6 +22,7 @@ from edge_inference.edge.detection.detector import Detector
 DetectorState = Literal["loading", "failed", "ready"]
 FIRST_LOAD_BACKOFF_S = 1.0
 MAX_LOAD_BACKOFF_S = 60.0
+STUCK_MULTIPLE = 10  # an inference this many times slower than usual on this device is stuck
 
 
 def _ignore(*_: object) -> None:
@@ -53,6 +56,9 @@ class DetectorKeeper:
         self.state: DetectorState = "loading"
         self.generation = 0
         self._inference_started: float | None = None  # monotonic start of the inference in progress
+        # what an inference takes on this device (the warm-up's, then recent ones): on a slow device (a Pi Zero, a
+        # large model, emulation) a fixed limit would call every inference stuck and reload forever
+        self._recent_s: deque[float] = deque(maxlen=32)
 
     def current(self) -> tuple[int, Detector | None]:
         with self._lock:
@@ -64,6 +70,17 @@ class DetectorKeeper:
     @property
     def inferring(self) -> bool:
         return self._inference_started is not None
+
+    @property
+    def normal_s(self) -> float | None:
+        """The median time of recent inferences (the warm-up's until there are some), or None before any."""
+        return statistics.median(self._recent_s) if self._recent_s else None
+
+    @property
+    def stuck_after_s(self) -> float:
+        """An inference is stuck past the configured limit, or past STUCK_MULTIPLE normal ones, whichever is later."""
+        normal = self.normal_s
+        return max(self.inference_timeout_s, STUCK_MULTIPLE * normal) if normal else self.inference_timeout_s
 
     # -- loading -----------------------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -82,7 +99,9 @@ class DetectorKeeper:
             detector = None
             try:
                 detector = self._load()
+                started = time.monotonic()
                 detector.warmup()
+                warm_s = time.monotonic() - started
             except Exception as exc:  # noqa: BLE001 - any loading failure is reported and retried
                 if detector is not None:
                     detector.close()
@@ -95,6 +114,8 @@ class DetectorKeeper:
             if self._stop.is_set():
                 detector.close()
                 return None
+            self._recent_s.clear()
+            self._recent_s.append(warm_s)
             return detector
         return None
 
@@ -103,17 +124,20 @@ class DetectorKeeper:
         """One inference on `detector`, watched for getting stuck: its outputs and time in ms, or None when the
         keeper gave up on this detector while it ran (then it is closed here, and the caller's loop must end).
         Raises what the engine raised."""
-        self._inference_started = time.monotonic()
+        started = self._inference_started = time.monotonic()
         error: Exception | None = None
         outcome: tuple[list[np.ndarray], float] | None = None
         try:
             outcome = detector.infer_timed(tensor)
         except Exception as exc:  # noqa: BLE001 - handed to the caller once the stuck-inference bookkeeping is done
             error = exc
+        took = time.monotonic() - started
         with self._lock:
             still_current = generation == self.generation
             if still_current:
                 self._inference_started = None
+                if error is None:
+                    self._recent_s.append(took)
         if not still_current:
             detector.close()  # given up on while it ran: nobody else holds it any more
             return None
@@ -124,17 +148,20 @@ class DetectorKeeper:
     def check(self) -> bool:
         """The watchdog's call: True when an inference has outlived the timeout and the keeper gave up on its
         detector (state `loading`); the caller then runs `load` on a thread of its own to put a new one in place."""
-        started = self._inference_started
-        if started is None or time.monotonic() - started <= self.inference_timeout_s:
+        started, limit = self._inference_started, self.stuck_after_s
+        if started is None or time.monotonic() - started <= limit:
             return False
         with self._lock:
             if self._inference_started != started:
                 return False  # it returned meanwhile
             self._retire()
             self._on_replaced()
+            normal = self.normal_s
+            learned = normal is not None and limit > self.inference_timeout_s
+            usual = f", {STUCK_MULTIPLE}x the {normal:.2g} s one takes here" if learned else ""
             self._set_state(
                 "loading",
-                f"inference did not return within {self.inference_timeout_s:g} s: the detector is stuck "
+                f"inference did not return within {limit:g} s{usual}: the detector is stuck "
                 "(accelerator unplugged or hung?); reloading it",
             )
         return True
