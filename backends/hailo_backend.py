@@ -34,7 +34,7 @@ from pydantic import Field
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import hailo_driver_version, hailo_nodes, hailo_pci_devices
-from edge_inference.backends.options import EngineOptions
+from edge_inference.backends.options import EngineOptions, parse_options
 
 INSTALL = (
     "Raspberry Pi OS: `sudo apt install hailo-all` then reboot (driver, firmware, HailoRT and its Python API); other "
@@ -185,8 +185,7 @@ def load(path: Path, options: BackendOptions) -> HailoBackend:
     require_device()
     import hailo_platform as hp
 
-    settings = ENGINE.parse_options(options.engine_options)
-    assert isinstance(settings, HailoOptions)
+    settings = parse_options("hailo", HailoOptions, options.engine_options)
     scheduled = settings.scheduler == "round_robin"
     stack = contextlib.ExitStack()
     try:

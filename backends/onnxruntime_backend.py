@@ -19,7 +19,7 @@ from pydantic import Field
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import nvidia_gpus
-from edge_inference.backends.options import EngineOptions
+from edge_inference.backends.options import EngineOptions, parse_options
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -142,8 +142,7 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
     except ImportError:
         raise BackendError("ONNX Runtime is not installed: pip install onnxruntime") from None
 
-    settings = ENGINE.parse_options(options.engine_options)
-    assert isinstance(settings, OnnxRuntimeOptions)  # the engine's own model, declared below
+    settings = parse_options("onnx", OnnxRuntimeOptions, options.engine_options)
     name, detail = parse_device(options.device)
     wanted = PROVIDERS[name]
     notes: list[str] = []

@@ -16,7 +16,7 @@ from pydantic import Field
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, Quantization, TensorInfo
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import intel_accelerators
-from edge_inference.backends.options import EngineOptions
+from edge_inference.backends.options import EngineOptions, parse_options
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO", "MYRIAD")
 DEVICE_HINTS = {
@@ -153,8 +153,7 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
     version = ov.__version__.split("-")[0]
     device = check_device(options.device, core.available_devices, version)
     model = _read(core, path)
-    settings = ENGINE.parse_options(options.engine_options)
-    assert isinstance(settings, OpenVINOOptions)  # the engine's own model, declared below
+    settings = parse_options("openvino", OpenVINOOptions, options.engine_options)
     config: dict[str, Any] = {"PERFORMANCE_HINT": settings.performance_hint}
     if options.threads and device.startswith("CPU"):
         config["INFERENCE_NUM_THREADS"] = options.threads

@@ -8,7 +8,7 @@ engine and its allowed keys.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -19,6 +19,9 @@ class EngineOptions(BaseModel):
     """An engine without settings of its own; engines with some subclass it, with a description per field."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Options = TypeVar("Options", bound=EngineOptions)
 
 
 def _type_name(annotation: Any) -> str:
@@ -43,7 +46,7 @@ def allowed(model: type[EngineOptions]) -> str:
     return f"allowed: {', '.join(names)}" if names else "it has no options"
 
 
-def parse_options(engine: str, model: type[EngineOptions], raw: Mapping[str, Any]) -> EngineOptions:
+def parse_options(engine: str, model: type[Options], raw: Mapping[str, Any]) -> Options:
     """The engine's options from a config block or flags, or one line that says what is wrong and what is allowed."""
     if not isinstance(raw, Mapping):
         raise BackendError(f"engine_options.{engine} must be a mapping of option: value ({allowed(model)})")

@@ -74,6 +74,11 @@ class RateWindow:
         self._times.append(now)
         self._trim(now)
 
+    def count(self, now: float) -> int:
+        """Events within the window."""
+        self._trim(now)
+        return len(self._times)
+
     def rate(self, now: float) -> float:
         self._trim(now)
         if len(self._times) < 2:

@@ -83,7 +83,6 @@ class Topics:
         self.availability = f"{self.base}/availability"
         self.events = f"{self.base}/events"
         self.stats = f"{self.base}/stats"
-        self.discovery = f"{self.base}/discovery"  # retained: the discovery topics this device announced last time
 
     def stream(self, stream_id: str, *parts: str) -> str:
         return "/".join([self.base, stream_id, *parts])
@@ -200,6 +199,9 @@ class MqttLink:
         every such message twice after each outage. Its pending handle is waited on instead."""
         if not self.connected.is_set():
             return 0
+        head = messages[0].seq if messages else None
+        for seq in [s for s in self._in_flight if head is not None and s < head]:  # rows gone from the outbox
+            del self._in_flight[seq]
         handles = []
         for message in messages:
             info = self._in_flight.get(message.seq)

@@ -30,7 +30,7 @@ from edge_inference.edge.stream.delivery import END, Delivered, Mode, delivery_f
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.publish import Broadcaster
 from edge_inference.edge.stream.sources import Frame, FrameSource
-from edge_inference.edge.stream.stats import StreamStats
+from edge_inference.edge.stream.stats import FLAPPING_WINDOW_S, StreamStats
 from edge_inference.edge.stream.tracking import LineState, StreamTracker, ZoneState
 from edge_inference.models.detection import Detection
 
@@ -40,7 +40,6 @@ log = logging.getLogger("edge.pipeline")
 # A camera that delivers a few seconds and stalls, again and again, reads "running" most of the time: this many
 # reconnections within the window make it degraded while it flaps.
 FLAPPING_RECONNECTS = 3
-FLAPPING_WINDOW_S = 60.0
 State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
 
 
@@ -214,7 +213,7 @@ class StreamPipeline:
         )
 
     def _unstable(self) -> str | None:
-        count = self.stats.reconnects_within(FLAPPING_WINDOW_S)
+        count = self.stats.recent_reconnects()
         return f"unstable: {count} reconnects in {FLAPPING_WINDOW_S:g} s" if count >= FLAPPING_RECONNECTS else None
 
     # -- control -----------------------------------------------------------------------------------------------

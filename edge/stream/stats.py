@@ -11,6 +11,8 @@ import numpy as np
 
 from edge_inference.edge.detection.timings import STAGES, FrameTiming, Percentiles, RateWindow, percentiles
 
+FLAPPING_WINDOW_S = 60.0  # reconnections are counted over this window (a camera that flaps)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamFigures:
@@ -42,7 +44,7 @@ class StreamStats:
         self.frames_in = self.frames_processed = self.frames_dropped = self.frames_still = 0
         self.errors = self.reconnects = 0
         self.stalls = self.restarts = self.load_failures = 0
-        self._reconnect_times: deque[float] = deque(maxlen=64)
+        self._recent_reconnects = RateWindow(FLAPPING_WINDOW_S)
 
     def frame_in(self) -> None:
         with self._lock:
@@ -72,13 +74,13 @@ class StreamStats:
     def reconnect(self) -> None:
         with self._lock:
             self.reconnects += 1
-            self._reconnect_times.append(time.monotonic())
+            self._recent_reconnects.add(time.monotonic())
 
-    def reconnects_within(self, window_s: float) -> int:
-        """Reconnections (reopens and stalls) in the last `window_s`: a camera that flaps, each reopen succeeding."""
-        since = time.monotonic() - window_s
+    def recent_reconnects(self) -> int:
+        """Reconnections (reopens and stalls) in the last FLAPPING_WINDOW_S: a camera that flaps, each reopen
+        succeeding."""
         with self._lock:
-            return sum(1 for t in self._reconnect_times if t >= since)
+            return self._recent_reconnects.count(time.monotonic())
 
     def stall(self) -> None:
         with self._lock:
