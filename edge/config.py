@@ -219,6 +219,8 @@ class StorageConfig(BaseModel):
     max_events: int = Field(default=20_000, ge=10)
     max_snapshot_mb: float = Field(default=500, gt=0)  # oldest snapshots are deleted beyond this
     max_outbox: int = Field(default=50_000, ge=100)  # undelivered messages kept per destination; oldest dropped
+    min_free_mb: float = Field(default=200, ge=0)  # below this free on the data folder's disk, oldest snapshots go
+    required: bool = False  # true: refuse to start when events cannot be stored (default: detect, report it)
 
 
 class MqttConfig(BaseModel):

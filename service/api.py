@@ -419,5 +419,5 @@ def live(request: Request) -> JSONResponse:
 )
 def ready(request: Request) -> JSONResponse:
     health = service_health(manager_of(request), request.app.state.config.server.strict_ready)
-    body = Health(status=health.status, strict=health.strict, streams=health.streams)
+    body = Health(status=health.status, strict=health.strict, streams=health.streams, problems=health.problems)
     return JSONResponse(body.model_dump(), status_code=200 if health.ready else 503)

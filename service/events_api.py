@@ -26,11 +26,19 @@ NOT_CONFIGURED = (
 )
 
 
-def _recorder(request: Request) -> tuple[EventStore, EventRecorder]:
-    layer = manager_of(request).events
-    if layer.store is None or layer.recorder is None:
+def _recorder(request: Request) -> EventRecorder:
+    recorder = manager_of(request).events.recorder
+    if recorder is None:
         raise HTTPException(404, NOT_CONFIGURED)
-    return layer.store, layer.recorder
+    return recorder
+
+
+def _store(request: Request) -> EventStore:
+    layer = manager_of(request).events
+    _recorder(request)
+    if layer.store is None:  # configured, but the data folder cannot be written: live changes only
+        raise HTTPException(503, layer.problem or "events are not stored")
+    return layer.store
 
 
 def _cursor(text: str | None) -> tuple[float, str] | None:
@@ -44,7 +52,12 @@ def _cursor(text: str | None) -> tuple[float, str] | None:
         raise invalid("query", "cursor", message, text) from None
 
 
-@router.get("/events", response_model=EventPage, summary="Stored events, newest first, filtered and paged")
+@router.get(
+    "/events",
+    response_model=EventPage,
+    summary="Stored events, newest first, filtered and paged",
+    responses={404: {}, 503: {}},  # 404: events not configured; 503: configured, but not stored
+)
 def list_events(
     request: Request,
     stream: str | None = None,
@@ -55,7 +68,7 @@ def list_events(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="The `next` of the previous page")] = None,
 ) -> EventPage:
-    store, _ = _recorder(request)
+    store = _store(request)
     query = EventQuery(stream, label, zone, after, before, limit, _cursor(cursor))
     rows = store.query(query)
     page_end = None
@@ -71,7 +84,7 @@ def list_events(
     responses=media(EVENT_STREAM, '`event: event`, `data:` {"type": "start"|"update"|"end", "event": an EventOut}'),
 )
 async def event_changes(request: Request) -> EventSourceResponse:
-    _, recorder = _recorder(request)
+    recorder = _recorder(request)
     subscription = recorder.changes.subscribe(256)
 
     async def generate() -> AsyncIterator[dict[str, str]]:
@@ -87,9 +100,9 @@ async def event_changes(request: Request) -> EventSourceResponse:
     )
 
 
-@router.get("/events/{event_id}", response_model=EventOut, summary="One event", responses={404: {}})
+@router.get("/events/{event_id}", response_model=EventOut, summary="One event", responses={404: {}, 503: {}})
 def get_event(request: Request, event_id: str) -> EventOut:
-    store, _ = _recorder(request)
+    store = _store(request)
     stored = store.get(event_id)
     if stored is None:
         raise HTTPException(404, f"no event {quoted(event_id)}; it may have passed retention (storage.max_age_days)")
@@ -100,10 +113,10 @@ def get_event(request: Request, event_id: str) -> EventOut:
     "/events/{event_id}/snapshot.jpg",
     summary="The event's best snapshot: the frame where its object was seen most clearly, with its box",
     response_class=FileResponse,
-    responses=media("image/jpeg", "the snapshot") | {404: {}},
+    responses=media("image/jpeg", "the snapshot") | {404: {}, 503: {}},
 )
 def event_snapshot(request: Request, event_id: str) -> FileResponse:
-    store, _ = _recorder(request)
+    store = _store(request)
     path = store.snapshot_path(event_id)
     if path is None:
         known = store.get(event_id) is not None

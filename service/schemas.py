@@ -43,9 +43,10 @@ class LatestDetections(FrameEvent):
 
 
 class Health(BaseModel):
-    status: str  # live: alive | unsound; ready: ok | degraded | starting
+    status: str  # live: alive | unsound; ready: ok | degraded | starting | down
     strict: bool = False
     streams: dict[str, StreamHealth] = {}
+    problems: list[str] = []  # the service's own (events not stored), beside each stream's
 
 
 class EventOut(BaseModel):

@@ -20,6 +20,7 @@ from edge_inference.edge.config import EventsConfig, StorageConfig, WebhookConfi
 from edge_inference.edge.events.builder import EventBuilder, EventChange
 from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
+from edge_inference.edge.events.storage import StorageWatch
 from edge_inference.edge.events.store import EventQuery, EventStore
 from edge_inference.edge.events.webhooks import Webhook
 from edge_inference.edge.stream.tracking import LineState, ZoneState
@@ -195,7 +196,7 @@ def _webhook_delivery(tmp_path, refuse: int = 0, reject: frozenset[str] = frozen
     _Hooks.received, _Hooks.refuse, _Hooks.reject, _Hooks.too_many = [], refuse, set(reject), too_many
     store = _store(tmp_path)
     hook = Webhook(0, WebhookConfig(url=f"http://127.0.0.1:{server.server_port}/hook"))
-    recorder = EventRecorder(store, [(hook.sink, "event")])
+    recorder = EventRecorder(store, [(hook.sink, "event")], StorageWatch(store, store.config))
     sender = OutboxSender(store, hook.sink, hook.deliver)
     recorder.on_stored.append(sender.wake.set)
     recorder.start()

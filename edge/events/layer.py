@@ -19,6 +19,7 @@ from edge_inference.edge.events.homeassistant import discovery_messages, removal
 from edge_inference.edge.events.mqtt import MqttLink, default_device_id, parse_broker
 from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
+from edge_inference.edge.events.storage import StorageWatch, open_store
 from edge_inference.edge.events.store import EventStore, default_data_dir
 from edge_inference.edge.events.webhooks import Webhook
 from edge_inference.edge.settings import Settings
@@ -55,6 +56,8 @@ class EventLayer:
         }
         self.store: EventStore | None = None
         self.recorder: EventRecorder | None = None
+        self.storage: StorageWatch | None = None
+        self.storage_notice: str | None = None  # what opening the store took (a damaged database moved aside)
         self.senders: list[OutboxSender] = []
         self._pipelines: dict[str, StreamPipeline] = {}
         self._stop = threading.Event()
@@ -64,20 +67,27 @@ class EventLayer:
             self._open_store(self._data_dir)
 
     def _open_store(self, folder: Path) -> None:
-        try:
-            self.store = EventStore(folder, self.config.storage)
-        except OSError as exc:
-            raise ConfigError(str(exc)) from None
+        opened = open_store(folder, self.config.storage)
+        self.store, self.storage_notice = opened.store, opened.notice
+        self.storage = StorageWatch(self.store, self.config.storage, opened.problem)
         destinations = [(w.sink, "event") for w in self.webhooks]
         if self.mqtt is not None:
             destinations.insert(0, ("mqtt", self.mqtt.topics.events))
-            self.senders.append(OutboxSender(self.store, "mqtt", self.mqtt.deliver))
-            self.mqtt.on_connect_hooks.append(self.senders[-1].wake.set)
-        self.senders += [OutboxSender(self.store, w.sink, w.deliver) for w in self.webhooks]
-        self.recorder = EventRecorder(self.store, destinations)
+        if self.store is not None:
+            if self.mqtt is not None:
+                self.senders.append(OutboxSender(self.store, "mqtt", self.mqtt.deliver))
+                self.mqtt.on_connect_hooks.append(self.senders[-1].wake.set)
+            self.senders += [OutboxSender(self.store, w.sink, w.deliver) for w in self.webhooks]
+        self.recorder = EventRecorder(self.store, destinations, self.storage)
         self.recorder.on_stored += [sender.wake.set for sender in self.senders]
         if self.mqtt is not None:
             self.recorder.listeners.append(self._publish_event_state)
+            self.recorder.unstored.append(self._publish_unstored)
+
+    @property
+    def problem(self) -> str | None:
+        """Why events are not being kept now (None when they are, or when none are configured)."""
+        return self.storage.problem if self.storage else None
 
     @property
     def active(self) -> bool:
@@ -138,7 +148,9 @@ class EventLayer:
 
     def _end_unfinished(self) -> None:
         """A previous run that was killed left events open: they end when they were last updated, and say so."""
-        assert self.store is not None and self.recorder is not None
+        assert self.recorder is not None
+        if self.store is None:
+            return
         unfinished = self.store.unfinished()
         if unfinished:
             log.info("ending %d events left open by a previous run", len(unfinished))
@@ -188,6 +200,11 @@ class EventLayer:
         self.mqtt.set_state(topics.label(event.stream, event.label, "attributes"), json.dumps(attributes).encode())
         if jpeg is not None:
             self.mqtt.set_state(self.mqtt.topics.stream(event.stream, "snapshot"), jpeg)
+
+    def _publish_unstored(self, body: bytes) -> None:
+        """A change the store refused goes to the events topic straight away (QoS 1 if connected, else lost)."""
+        assert self.mqtt is not None
+        self.mqtt.publish(self.mqtt.topics.events, body, qos=1)
 
     def _zone_publisher(self, stream_id: str) -> Callable[[FrameResult], None]:
         assert self.mqtt is not None

@@ -186,10 +186,10 @@ class MqttLink:
         if self.connected.is_set():
             self._client.publish(topic, payload, qos=1, retain=True)
 
-    def publish(self, topic: str, payload: bytes) -> None:
-        """A figure that is only worth sending now (stats): lost while the broker is away."""
+    def publish(self, topic: str, payload: bytes, qos: int = 0) -> None:
+        """What is only worth sending now (stats, an event the store refused): lost while the broker is away."""
         if self.connected.is_set():
-            self._client.publish(topic, payload, qos=0, retain=False)
+            self._client.publish(topic, payload, qos=qos, retain=False)
 
     def deliver(self, messages: list[Message]) -> int:
         """The outbox's destination: publish in order at QoS 1; count the messages the broker acknowledged.

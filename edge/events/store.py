@@ -78,21 +78,43 @@ class EventQuery:
     cursor: tuple[float, str] | None = None  # (start, id) of the last event of the previous page
 
 
+class DamagedDatabase(Exception):
+    """events.db exists but SQLite finds it damaged (a corrupt page, not a database at all)."""
+
+
 class EventStore:
+    DATABASE = "events.db"
+
     def __init__(self, folder: Path, config: StorageConfig) -> None:
         self.folder = folder
         self.config = config
         self.snapshots = folder / "snapshots"
+        self.path = folder / self.DATABASE
         try:
             self.snapshots.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(folder / "events.db", check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
-            raise OSError(f"cannot keep events in {folder}: {exc}; set storage.data_dir or EDGE_DATA_DIR") from exc
+            raise OSError(f"cannot keep events in {folder}: {exc}") from exc
+        try:
+            self._prepare()
+        except sqlite3.OperationalError as exc:  # cannot write: read-only, no permission, locked
+            self._db.close()
+            raise OSError(f"cannot keep events in {folder}: {exc}") from exc
+        except (sqlite3.DatabaseError, DamagedDatabase) as exc:
+            self._db.close()
+            raise DamagedDatabase(str(exc)) from exc
         self._lock = threading.Lock()  # one connection, shared by the recorder, the senders and the API
         self.sinks: set[str] = set()  # destinations with a sender: counted even while nothing waits for them
+
+    def _prepare(self) -> None:
+        """WAL, the schema, and a quick check of every page: a damaged file is found now, not at a later write."""
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        problems = [row[0] for row in self._db.execute("PRAGMA quick_check(3)").fetchall()]
+        if problems != ["ok"]:
+            lines = [" ".join(str(p).split()) for p in problems]  # SQLite's report, one line
+            raise DamagedDatabase("; ".join(line for line in lines if not line.startswith("***")))
+        self._db.executescript(SCHEMA)
 
     def close(self) -> None:
         with self._lock:
@@ -132,7 +154,8 @@ class EventStore:
                 )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
+                    self._db.execute("ROLLBACK")
                 raise
         self._bound_outbox({sink for sink, *_ in messages})
 
@@ -240,6 +263,23 @@ class EventStore:
         for name in files:
             (self.snapshots / name).unlink(missing_ok=True)
         return len(old)
+
+    def free_snapshots(self, needed: int) -> int:
+        """Make room on a disk running out: the oldest snapshots go (their events stay). Returns the bytes freed."""
+        freed, chosen = 0, []
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, snapshot, snapshot_bytes FROM events WHERE snapshot IS NOT NULL ORDER BY start"
+            ).fetchall()
+        for event_id, name, size in rows:
+            if freed >= needed:
+                break
+            (self.snapshots / name).unlink(missing_ok=True)  # the files first: the update below needs the room
+            chosen.append((event_id,))
+            freed += size
+        with self._lock:
+            self._db.executemany("UPDATE events SET snapshot=NULL, snapshot_bytes=0 WHERE id=?", chosen)
+        return freed
 
     def _over_snapshot_cap(self) -> list[str]:
         cap = int(self.config.max_snapshot_mb * 1024 * 1024)

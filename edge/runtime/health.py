@@ -6,6 +6,8 @@
   within a minute, each reopen succeeding), a model that failed and is being retried, a detector being reloaded.
   Ready answers 200 while degraded (the service still works: other streams, /detect, the API), and 503 in strict
   mode, where ready means "every stream delivers frames".
+  Events that cannot be stored (a full disk, no writable data folder) make an otherwise ok service degraded, with
+  the reason in `problems`: detection still works, but something the user relies on does not.
 - down: no stream delivers frames, whatever the models' state: ready is 503, so a probe that reads only the status
   code is told the truth.
 Live is 503 only when the process itself is unsound: the watchdog or a stream's worker threads are dead.
@@ -35,6 +37,7 @@ class ServiceHealth:
     ready: bool
     strict: bool
     streams: dict[str, StreamHealth]
+    problems: list[str]  # the service's own, beside the streams': events not stored
 
 
 def is_live(manager: StreamManager) -> bool:
@@ -52,6 +55,7 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         any_up |= up
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
         streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
-    status: Status = "starting" if starting else "ok" if all_up else "degraded" if any_up else "down"
+    problems = [p for p in (manager.events.problem,) if p]
+    status: Status = "starting" if starting else "ok" if all_up and not problems else "degraded" if any_up else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
-    return ServiceHealth(status, ready, strict, streams)
+    return ServiceHealth(status, ready, strict, streams, problems)

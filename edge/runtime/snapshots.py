@@ -65,10 +65,12 @@ class StreamLoad(StreamFigures):
 @dataclass(frozen=True)
 class EventFigures:
     recorded: int  # event changes stored since start
-    lost: int  # changes refused because the disk could not keep up
+    lost: int  # changes not stored (disk full or too slow, no writable data folder); live listeners still got them
     outbox: dict[str, dict[str, int]]  # per destination: waiting, dropped
     mqtt_connected: bool | None  # None when no broker is configured
     last_error: str | None
+    storage_problem: str | None = None  # why events are not being stored now
+    storage_notice: str | None = None  # what opening the store took: a damaged database moved aside
 
 
 @dataclass
@@ -162,6 +164,8 @@ def event_figures(manager: StreamManager) -> EventFigures | None:
         outbox=outbox,
         mqtt_connected=mqtt.connected.is_set() if mqtt else None,
         last_error=errors[0] if errors else None,
+        storage_problem=layer.problem,
+        storage_notice=layer.storage_notice,
     )
 
 

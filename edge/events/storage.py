@@ -1,0 +1,147 @@
+"""Keeping events whatever the disk does: a damaged database, a folder that cannot be written, a disk filling up.
+
+Detection is the job and events are a service on top of it, so none of these stops the cameras:
+- a damaged `events.db` is moved aside (kept, its new name logged and shown in the stats) and a fresh one opened;
+- a data folder that cannot be written leaves events live only (SSE, MQTT), reported as a problem, unless
+  `storage.required: true` asks to refuse to start;
+- writes that fail (a full disk) are counted as lost and reported while they fail: one log line when they start
+  failing and one when they work again, never a traceback per event;
+- free space is checked every DISK_CHECK_S; below `storage.min_free_mb` the oldest snapshots make room, and while
+  it stays low, new snapshots are not written (the rows, a few hundred bytes each, still are).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_inference.edge.config import ConfigError, StorageConfig
+from edge_inference.edge.events.store import DamagedDatabase, EventStore
+
+log = logging.getLogger("edge.events")
+DISK_CHECK_S = 10.0
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class OpenedStore:
+    store: EventStore | None
+    problem: str | None  # why events are not stored (None: they are)
+    notice: str | None  # what was done to open it (a damaged database moved aside)
+
+
+def open_store(folder: Path, config: StorageConfig) -> OpenedStore:
+    try:
+        return OpenedStore(EventStore(folder, config), None, None)
+    except DamagedDatabase as exc:
+        kept = _move_aside(folder / EventStore.DATABASE)
+        notice = f"the events database was damaged ({exc}): moved to {kept}; a fresh one is in use"
+        log.warning("%s", notice)
+    except OSError as exc:
+        return _unwritable(folder, exc, config)
+    try:
+        return OpenedStore(EventStore(folder, config), None, notice)
+    except (OSError, DamagedDatabase) as exc:
+        return _unwritable(folder, exc, config)
+
+
+def _unwritable(folder: Path, exc: Exception, config: StorageConfig) -> OpenedStore:
+    problem = f"events are not stored: cannot write to {folder} ({exc.__cause__ or exc})"
+    fix = "make the folder writable or set storage.data_dir / EDGE_DATA_DIR"
+    if config.required:
+        raise ConfigError(f"{problem}: {fix} (storage.required is true)")
+    log.error("%s: %s; detection goes on, events reach live listeners and MQTT only", problem, fix)
+    return OpenedStore(None, f"{problem}: {fix}", None)
+
+
+def _move_aside(database: Path) -> Path:
+    """The damaged file and its WAL and shared memory, renamed with the time: kept for whoever wants to look."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = database.with_name(f"{database.name}.damaged-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(f"{database}{suffix}")
+        if part.exists():
+            part.replace(Path(f"{kept}{suffix}"))
+    return kept
+
+
+class StorageWatch:
+    """Whether events are being stored now, and why not: read by health and the stats, written by the recorder."""
+
+    def __init__(self, store: EventStore | None, config: StorageConfig, problem: str | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.fixed_problem = problem  # no store at all: stays until a restart
+        self.write_problem: str | None = None
+        self.disk_problem: str | None = None
+        self.failed_writes = 0
+        self._lock = threading.Lock()
+        self._next_disk_check = 0.0
+
+    @property
+    def problem(self) -> str | None:
+        return self.fixed_problem or self.write_problem or self.disk_problem
+
+    @property
+    def snapshots_allowed(self) -> bool:
+        return self.disk_problem is None
+
+    def failed(self, what: str, exc: Exception) -> None:
+        """A write failed: said once when writes start failing, counted every time."""
+        reason = _reason(exc)
+        with self._lock:
+            self.failed_writes += 1
+            first = self.write_problem is None
+            self.write_problem = f"events are not being stored: {what} failed ({reason})"
+        if first:
+            log.error("%s; they still reach live listeners and MQTT, and are counted as lost", self.write_problem)
+
+    def succeeded(self) -> None:
+        if self.write_problem is None:
+            return
+        with self._lock:
+            self.write_problem = None
+        log.warning("storing events works again (%d writes failed since start)", self.failed_writes)
+
+    def check_disk(self, now: float | None = None) -> None:
+        """Every DISK_CHECK_S: room made from the oldest snapshots when free space is below storage.min_free_mb."""
+        now = time.monotonic() if now is None else now
+        if self.store is None or now < self._next_disk_check or self.config.min_free_mb <= 0:
+            return
+        self._next_disk_check = now + DISK_CHECK_S
+        minimum = int(self.config.min_free_mb * MB)
+        free = _free_bytes(self.store.folder)
+        if free < minimum:
+            freed = self.store.free_snapshots(minimum - free)
+            if freed:
+                log.warning("data folder nearly full: removed %.1f MB of the oldest snapshots", freed / MB)
+            free = _free_bytes(self.store.folder)
+        problem = None
+        if free < minimum:
+            problem = (
+                f"the data folder {self.store.folder} has {free / MB:.0f} MB free, under storage.min_free_mb "
+                f"({self.config.min_free_mb:g}): snapshots are paused; free some space"
+            )
+        if problem != self.disk_problem:
+            log.warning("%s", problem or "the data folder has room again: snapshots resume")
+            self.disk_problem = problem
+
+
+def _free_bytes(folder: Path) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, sqlite3.Error) and "full" in str(exc):
+        return "the disk is full"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__

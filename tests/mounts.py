@@ -1,0 +1,55 @@
+"""Small file systems for the disk's failures: a tmpfs that fills up, one mounted read-only.
+
+Mounting needs root (or CAP_SYS_ADMIN); where it is not allowed the test is skipped and says why. Each mount is
+undone by the test that made it, lazily, so a process still holding a file in it cannot keep it mounted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size_kb: int, read_only: bool = False) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    options = f"size={size_kb}k,mode=0755" + (",ro" if read_only else "")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(folder: Path, name: str = "filler") -> Path:
+    """A file that takes every free byte of the file system under `folder`; delete it to give the room back."""
+    filler = folder / name
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        for size in (1 << 16, 1 << 10, 1):  # big blocks, then the last few bytes
+            try:
+                while True:
+                    os.write(descriptor, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(descriptor)
+    return filler
+
+
+def leave_free(folder: Path, free_bytes: int, name: str = "filler") -> Path:
+    """A file that leaves about `free_bytes` free on the file system under `folder`."""
+    filler = folder / name
+    size = shutil.disk_usage(folder).free - free_bytes
+    assert size > 0
+    filler.write_bytes(b"\0" * size)
+    return filler

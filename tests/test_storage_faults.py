@@ -1,0 +1,201 @@
+"""The data folder's failures, on real file systems and a real `edge serve`: a full disk, a damaged database, a
+folder that cannot be written. Detection goes on in every case; events reach live listeners (and MQTT where a
+broker listens), what is not stored is counted, and health says why, in one log line per change of state.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edge_inference.edge.config import StorageConfig
+from edge_inference.edge.events.storage import StorageWatch, open_store
+from edge_inference.edge.events.store import EventQuery
+from tests.conftest import REPO, VTEST
+from tests.helpers import run_edge
+from tests.mosquitto import Broker, Subscriber, require_mosquitto
+from tests.mounts import fill, leave_free, tmpfs
+from tests.server import Server, sse_data
+from tests.test_events import _event_change, _store
+
+MB = 1024 * 1024
+
+
+def wait_for(condition: Callable[[], object], what: str, server: Server | None = None, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}\n{server.log if server else ''}")
+        time.sleep(0.2)
+
+
+def events_config(tmp_path: Path, data_dir: Path, **storage: object) -> Path:
+    """The shipped events example on the pedestrian video, events ending 1 s after their person is lost."""
+    config = yaml.safe_load((REPO / "deploy/events.example.yaml").read_text())
+    config.pop("mqtt")
+    config["storage"] |= {"data_dir": str(data_dir), **storage}
+    stream = config["streams"][0]
+    stream["source"] = str(VTEST)
+    stream["events"]["end_after_s"] = 1
+    path = tmp_path / "events.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def event_figures(server: Server) -> dict:
+    return server.client.get("/api/v1/stats").json()["events"]
+
+
+def readiness(server: Server) -> dict:
+    return server.client.get("/health/ready").json()
+
+
+def test_a_full_disk_loses_no_live_event_counts_what_it_could_not_store_and_recovers(tmp_path):
+    require_mosquitto()
+    broker = Broker(tmp_path / "broker")
+    broker.start()
+    data = tmp_path / "data"
+    with tmpfs(data, 4096):
+        config = events_config(tmp_path, data, min_free_mb=0)  # the watch would make room; here nothing may
+        subscriber = Subscriber(broker, ["edge-inference/+/events"])
+        server = Server(["--config", str(config)], tmp_path / "serve.log", env={"EDGE_MQTT_URL": broker.url})
+        try:
+            server.wait_until("/health/ready", timeout=180)
+            wait_for(lambda: event_figures(server)["recorded"] >= 1, "a first event stored", server)
+            filler = fill(data)
+            wait_for(lambda: event_figures(server)["lost"] >= 2, "changes counted as lost on the full disk", server)
+            sent_while_full = len(subscriber.event_changes())
+            # live listeners still get every change: SSE now, and MQTT straight from the recorder
+            (change,) = sse_data(server.client, "/api/v1/events/stream", "event", 1, timeout=120)
+            assert change["type"] in ("start", "update", "end")
+            subscriber.wait_for(lambda: len(subscriber.event_changes()) > sent_while_full, what="MQTT while full")
+            health = readiness(server)
+            assert health["status"] == "degraded" and "the disk is full" in health["problems"][0], health
+            assert server.client.get("/health/ready").status_code == 200  # detection works: ready, not down
+            figures = event_figures(server)
+            assert "the disk is full" in figures["storage_problem"]
+
+            filler.unlink()
+            wait_for(lambda: readiness(server)["status"] == "ok", "storing again once there is room", server)
+            stored = event_figures(server)["recorded"]
+            wait_for(lambda: event_figures(server)["recorded"] > stored, "new events stored", server)
+        finally:
+            server.stop()
+            subscriber.close()
+            broker.stop()
+    log = server.log
+    assert "Traceback" not in log
+    assert log.count("events are not being stored") == 1  # one line when it started, not one per event
+    assert log.count("storing events works again") == 1
+
+
+def damage(database: Path) -> None:
+    """Garbage over one page in the middle of a database whose header is intact (a torn write, a bad sector)."""
+    size = database.stat().st_size
+    assert size >= 6 * 4096
+    with open(database, "r+b") as file:
+        file.seek(4096 * 4)
+        file.write(os.urandom(4096))
+
+
+def test_a_damaged_database_is_moved_aside_and_the_service_starts_with_a_fresh_one(tmp_path):
+    data = tmp_path / "data"
+    store = _store(data)
+    for i in range(300):
+        change = _event_change(event_id=f"old-{i:04d}-{'x' * 40}", start=1000.0 + i, zones=("door", "garden"))
+        store.record(change.event, None, [("mqtt", "t/events", b"y" * 300, False)])
+    store.close()
+    damage(data / "events.db")
+
+    server = Server(["--config", str(events_config(tmp_path, data))], tmp_path / "serve.log")
+    try:
+        server.wait_until("/health/ready", timeout=180)
+        (kept,) = data.glob("events.db.damaged-*")
+        assert kept.stat().st_size >= 6 * 4096  # the damaged file is kept, not deleted
+        notice = event_figures(server)["storage_notice"]
+        assert "damaged" in notice and str(kept) in notice
+        wait_for(lambda: event_figures(server)["recorded"] >= 1, "events stored in the fresh database", server)
+        listed = server.client.get("/api/v1/events").json()["events"]
+        assert listed and not any(e["id"].startswith("old-") for e in listed)
+        assert readiness(server)["status"] == "ok"
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log and f"moved to {kept}" in server.log
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path):
+    """A data folder the service cannot write: a read-only mount as root (root ignores permissions), else 0555."""
+    folder = tmp_path / "read-only"
+    if os.geteuid() == 0:
+        with tmpfs(folder, 1024, read_only=True):
+            yield folder
+    else:
+        folder.mkdir()
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+
+
+def test_a_data_folder_that_cannot_be_written_leaves_detection_and_live_events_running(tmp_path, read_only_folder):
+    config = events_config(tmp_path, read_only_folder)
+    server = Server(["--config", str(config)], tmp_path / "serve.log")
+    try:
+        server.wait_until("/health/ready", timeout=180)
+        server.wait_for_frames("walkway", 5, timeout=120)
+        (change,) = sse_data(server.client, "/api/v1/events/stream", "event", 1, timeout=120)
+        assert change["type"] in ("start", "update", "end")
+        health = readiness(server)
+        assert health["status"] == "degraded" and "cannot write to" in health["problems"][0], health
+        listed = server.client.get("/api/v1/events")
+        assert listed.status_code == 503 and "make the folder writable" in listed.json()["detail"]
+        assert event_figures(server)["lost"] >= 1
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log
+
+    required = events_config(tmp_path, read_only_folder, required=True)
+    result = run_edge("serve", "--config", str(required), "--port", "0")
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "storage.required is true" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_disk_running_out_gives_room_from_the_oldest_snapshots_then_pauses_them(tmp_path):
+    folder = tmp_path / "small"
+    with tmpfs(folder, 8192):
+        config = StorageConfig(min_free_mb=4)
+        store = open_store(folder, config).store
+        assert store is not None
+        watch = StorageWatch(store, config)
+        for i in range(8):
+            change = _event_change(event_id=f"e{i}", start=1000.0 + i)
+            name = store.write_snapshot(change.event.id, os.urandom(300 * 1024))
+            store.record(change.event, (name, 300 * 1024), [])
+        watch.check_disk(now=0)
+        assert watch.problem is None  # room enough: nothing touched
+        assert all(store.snapshot_path(f"e{i}") for i in range(8))
+
+        first = leave_free(folder, 3 * MB, "first")
+        watch.check_disk(now=100)
+        kept = [i for i in range(8) if store.snapshot_path(f"e{i}") is not None]
+        assert 3 <= len(kept) < 8 and kept == list(range(8 - len(kept), 8)), kept  # the oldest went first
+        assert shutil.disk_usage(folder).free >= 4 * MB and watch.snapshots_allowed and watch.problem is None
+
+        second = fill(folder, "second")
+        watch.check_disk(now=200)  # every snapshot goes, and that is not enough
+        assert all(store.snapshot_path(f"e{i}") is None for i in range(8))
+        assert not watch.snapshots_allowed and "storage.min_free_mb" in str(watch.problem)
+        assert len(store.query(EventQuery())) == 8  # the events stay; only their pictures went
+        first.unlink()
+        second.unlink()
+        watch.check_disk(now=300)
+        assert watch.snapshots_allowed and watch.problem is None
+        store.close()
