@@ -14,6 +14,10 @@ from importlib.metadata import PackageNotFoundError, version
 # max_upload_megapixels above 250. The upload path checks the header first; this holds where that cannot.
 DECODER_MAX_PIXELS = 250_000_000
 os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(DECODER_MAX_PIXELS))
+# OpenCV holds one process-wide lock around every FFmpeg open unless told FFmpeg is thread-safe (it has been since
+# 4.0; the wheels bundle a newer one): without this, one camera that accepts the connection and never answers keeps
+# every other source, local files too, from opening for its whole open timeout.
+os.environ.setdefault("OPENCV_FFMPEG_IS_THREAD_SAFE", "1")
 
 try:
     __version__ = version("edge-inference")

@@ -292,10 +292,17 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
         return uploads.detect(stream_id, data, name, max_pixels)
 
     async with gate.slot():  # bounded: beyond the workers and the queue, 503 with Retry-After at once
-        body = await read_body(request, limit, server.send_timeout_s)
-        return await asyncio.to_thread(run, body)  # decoding and inference never run on the event loop
+        try:
+            body = await read_body(request, limit, server.send_timeout_s)
+            return await asyncio.to_thread(run, body)  # decoding and inference never run on the event loop
+        except asyncio.CancelledError:
+            if not request.app.state.shutdown.is_set():
+                raise
+            # uvicorn cancels what still runs once server.shutdown_timeout_s is up: an answer, not a 500
+            raise HTTPException(503, STOPPING, headers={"Retry-After": "10"}) from None
 
 
+STOPPING = "the service is stopping: send the image again once it is back"
 LIVE_SLOT = "(dashboards)"  # live channels count against max_clients_per_stream as one more "stream"
 
 

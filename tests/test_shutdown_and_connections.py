@@ -60,6 +60,62 @@ def test_sigterm_with_mjpeg_sse_and_websocket_clients_exits_promptly(tmp_path):
     assert "cameras and accelerators released" in log and "Traceback" not in log
 
 
+def test_an_upload_still_running_when_shutdown_time_is_up_gets_a_503_to_retry_not_a_500(tmp_path):
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"server: {{shutdown_timeout_s: 1}}\nstreams:\n  - {{id: main, source: {VTEST}, loop: true}}\n")
+    with running_server(["--config", str(config)], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+            head = b"POST /api/v1/detect HTTP/1.1\r\nHost: localhost\r\nContent-Type: image/jpeg\r\n"
+            sock.sendall(head + b"Content-Length: 500000\r\n\r\n" + b"\xff" * 1000)  # the rest never comes
+            wait_for(lambda: server.client.get("/api/v1/stats").status_code == 200, "the upload to be taken in")
+            server.process.send_signal(signal.SIGTERM)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        server.process.wait(60)
+        log = server.log
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 503"), answer[:300]
+    assert b"retry-after: 10" in rest.lower() and b"send the image again" in rest
+    assert "Traceback" not in log and "CancelledError" not in log
+
+
+def test_sources_stuck_opening_do_not_hold_up_shutdown(tmp_path):
+    """Cameras that accept the connection and never answer: FFmpeg's open cannot be interrupted, so shutdown
+    leaves those threads to close their sources whenever the open returns, instead of waiting on each in turn."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: [held.append(silent.accept()[0]) for _ in range(64)], daemon=True).start()
+    port = silent.getsockname()[1]
+    stuck = "".join(
+        f"  - {{id: s{i}, source: '{scheme}://127.0.0.1:{port}/cam{i}'}}\n"
+        for i, scheme in enumerate(["http", "rtsp", "http", "rtsp"])
+    )
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"streams:\n  - {{id: main, source: {VTEST}, loop: true}}\n{stuck}")
+    try:
+        with running_server(["--config", str(config)], tmp_path / "log") as server:
+            # the file opens while the cameras hang (OpenCV's FFmpeg open lock would hold it for their timeout)
+            server.wait_until("/health/ready", timeout=120)
+            server.wait_for_frames("main", 1, timeout=120)
+            wait_for(lambda: len(held) >= 4, "every stuck camera to be connected to")
+            streams = {s["id"]: s for s in server.client.get("/api/v1/streams").json()}
+            assert all(streams[f"s{i}"]["state"] in ("connecting", "reconnecting") for i in range(4)), streams
+            sent = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            server.process.wait(60)
+            elapsed = time.monotonic() - sent
+            log = server.log
+    finally:
+        silent.close()
+        for sock in held:
+            sock.close()
+    print(f"SIGTERM with 4 sources stuck opening: exited in {elapsed:.2f} s")
+    assert "sources still opening were left to close themselves" in log and "Traceback" not in log
+    assert elapsed < 30
+
+
 def test_clients_cannot_hold_the_service(tmp_path):
     config = tmp_path / "streams.yaml"
     config.write_text(

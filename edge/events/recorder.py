@@ -57,6 +57,7 @@ class EventRecorder:
         self.lost = 0  # changes not stored: the disk full or too slow, no writable data folder
         self.last_error: str | None = None
         self._has_snapshot: set[str] = set()
+        self._overflowing = False
 
     def start(self) -> None:
         self._thread.start()
@@ -67,7 +68,9 @@ class EventRecorder:
                 self._queue.put_nowait(change)
             except queue.Full:
                 self.lost += 1
-                log.error("event queue full: the disk cannot keep up; lost a %s of %s", change.kind, change.event.id)
+                if not self._overflowing:  # said once until the queue has room again
+                    self._overflowing = True
+                    log.error("event queue full: the disk cannot keep up; changes are lost (counted in events.lost)")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Everything submitted so far is recorded first."""
@@ -84,6 +87,7 @@ class EventRecorder:
             if change is None:
                 return
             if isinstance(change, EventChange):
+                self._overflowing = False
                 try:
                     self._record(change)
                 except Exception as exc:  # a bug loses this change, never the recorder

@@ -86,12 +86,13 @@ class CompareGroup:
         for member in self.members:
             member.begin_stop()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
         self.begin_stop()
         deadline = time.monotonic() + timeout
-        self.capture.stop(timeout)
+        released = self.capture.stop(timeout)
         for member in self.members:
             member.stop(max(0.1, deadline - time.monotonic()))
+        return released
 
     def check(self, now: float) -> None:
         self.capture.check(now)  # members' own checks (stuck inference) are made on them by the watchdog

@@ -158,10 +158,11 @@ class StreamManager:
         self.watchdog.stop()
         self.begin_stop()
         deadline = time.monotonic() + timeout
-        for unit in self._units:
-            unit.stop(max(0.1, deadline - time.monotonic()))
+        left = sum(not unit.stop(max(0.1, deadline - time.monotonic())) for unit in self._units)
         self.events.stop(time.time())
-        log.info("streams stopped; cameras and accelerators released")
+        # a source still opening (a camera that does not answer) closes itself when its open returns
+        behind = f" ({left} sources still opening were left to close themselves)" if left else ""
+        log.info("streams stopped; cameras and accelerators released%s", behind)
 
     def _checked(self) -> list[StreamPipeline | CompareGroup]:
         return [*self.pipelines.values(), *self.groups.values()]

@@ -15,6 +15,7 @@ from typing import Literal
 
 from edge_inference.edge.stream.sources import Frame, FrameSource, SourceError, describe_error
 
+OPEN_GRACE_S = 0.2  # how long shutdown waits for an open in progress before leaving it
 MAX_BACKOFF_S = 10.0
 DEFAULT_STALL_S = 5.0
 Outcome = Literal["failed", "ended", "stopped"]
@@ -178,11 +179,18 @@ class CaptureRunner:
             if self._loop is not None:
                 self._loop.stop.set()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
+        """True once the reading thread has ended. A read stuck in a driver is left behind after `timeout`; an open
+        still waiting on the network (FFmpeg's cannot be interrupted) after OPEN_GRACE_S: it closes its own source
+        whenever it returns, and the process exits around it."""
         self.begin_stop()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)  # a read stuck in a driver is left behind: the process exits around it
+        thread, loop = self._thread, self._loop
+        if thread is None:
+            return True
+        if loop is not None and loop.busy_with == "open" and loop.busy_since is not None:
+            timeout = min(timeout, OPEN_GRACE_S)
+        thread.join(timeout)
+        return not thread.is_alive()
 
     @property
     def alive(self) -> bool:

@@ -231,17 +231,18 @@ class StreamPipeline:
             self.capture.begin_stop()
         self.results.close()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Threads joined within `timeout`, devices released; False when the source's thread was left behind."""
         self.begin_stop()
         deadline = time.monotonic() + timeout
-        if self.capture is not None:
-            self.capture.stop(max(0.0, deadline - time.monotonic()))
+        released = self.capture is None or self.capture.stop(max(0.0, deadline - time.monotonic()))
         for thread in list(self._threads):
             thread.join(max(0.0, deadline - time.monotonic()))
         self.keeper.release()  # a detector stuck in an inference is left to its thread
         with self._lock:
             self._stopped = True
             self._note(None, clears=False)
+        return released
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=self._guarded(target, name), name=f"{self.stream_id}-{name}", daemon=True)
