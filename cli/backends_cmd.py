@@ -22,11 +22,14 @@ from edge_inference.edge.tools.backends_report import backends_report
     metavar="MODEL",
     help="Time every engine that can run MODEL here, as --backend auto does, and keep the result for it.",
 )
-@click.option("--quiet", is_flag=True, hidden=True)  # --backend auto's own call: progress only
-def backends(as_json: bool, bench_model: str | None, quiet: bool) -> None:
+@click.option("--candidate", hidden=True)  # --backend auto's own call: time one engine (JSON), print its figures
+def backends(as_json: bool, bench_model: str | None, candidate: str | None) -> None:
     """List inference backends, devices found and the registry models each can run."""
+    if bench_model and candidate:
+        _bench_one(bench_model, candidate)
+        return
     if bench_model:
-        _bench(bench_model, as_json, quiet)
+        _bench(bench_model, as_json)
         return
     reports = backends_report()
     if as_json:
@@ -48,19 +51,25 @@ def backends(as_json: bool, bench_model: str | None, quiet: bool) -> None:
             click.echo(f"          option {report.key}.{option['name']} ({described}): {option['help']}")
 
 
-def _bench(model: str, as_json: bool, quiet: bool) -> None:
-    from edge_inference.edge.detection.autoselect import fastest, measure
+def _bench_one(model: str, candidate: str) -> None:
+    from edge_inference.edge.detection.autoselect import Candidate, measure_one
 
-    check_reference(DetectorConfig(model))
     settings = get_settings()
 
     def load(name: str, backend: str, device: str) -> Detector:
         return load_detector(DetectorConfig(name, backend, device), settings)
 
-    _, results = measure(model, settings, load, say=lambda line: click.echo(line, err=True))
+    result = measure_one(Candidate(**json.loads(candidate)), load)
+    click.echo(json.dumps(asdict(result)))
+
+
+def _bench(model: str, as_json: bool) -> None:
+    from edge_inference.edge.detection.autoselect import fastest, measure
+
+    check_reference(DetectorConfig(model))
+    _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True))
     if as_json:
         click.echo(json.dumps([asdict(r) | {"fps": r.fps} for r in results], indent=2))
-    if quiet or as_json:
         return
     best = fastest(results)
     click.echo(f"\n{'backend':<10}{'device':<24}{'ms/frame':>10}{'fps':>8}  model")

@@ -49,3 +49,20 @@ def photos() -> dict[str, np.ndarray]:
 @pytest.fixture(scope="session")
 def vtest_frames() -> dict[int, np.ndarray]:
     return {index: video_frame(index) for index in (0, 100)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def auto_measured() -> None:
+    """`--backend auto` timed once per run for the models the servers in these tests run on, before any starts: a
+    service otherwise serves on the ranking's choice while it measures and moves to the pick mid-test (which
+    test_autoselect checks on its own)."""
+    if os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
+        return
+    from edge_inference.edge.detection.autoselect import cache_key, candidates, stored_results
+    from edge_inference.edge.settings import get_settings
+
+    settings = get_settings()
+    for model in ("yolox-nano", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx")):
+        found = candidates(model, settings)
+        if len(found) > 1:
+            stored_results(cache_key(found), model, settings)

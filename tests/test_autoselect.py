@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from edge_inference.edge.settings import Settings
 from tests.conftest import MODELS, REPO
 from tests.fake_devices import usb_device, write
 from tests.helpers import run_edge
+from tests.server import running_server
 
 
 @pytest.fixture
@@ -119,3 +122,89 @@ def test_a_measurement_that_cannot_be_kept_is_one_clear_line_and_detection_goes_
     assert len(errors) == 1 and "EDGE_AUTO_CACHE" in errors[0]
     assert "measuring the engines failed" in result.stderr  # the note on what auto did instead
     assert "cat" in [d["label"] for d in json.loads(result.stdout)["detections"]]
+
+
+# An engine that never finishes loading here (as OpenVINO under emulation, or a model far too large for the device):
+# ONNX Runtime underneath, ranked last so the ranking never picks it.
+SLUGGISH_ENGINE = textwrap.dedent(
+    """
+    import time
+
+    from edge_inference.backends.engine import Engine, Offer
+
+
+    def probe():
+        return ENGINE.status(True, engine="sluggish 0.1", devices=["slug0  a very slow device"])
+
+
+    def load(path, options):
+        time.sleep(3600)
+
+
+    def rank(path):
+        return Offer(1, "slug0", "a very slow device") if ENGINE.reads(path.name) else None
+
+
+    ENGINE = Engine(key="sluggish", formats=(".onnx",), install="-", probe=probe, load=load, rank=rank)
+    """
+)
+BUDGET_S = 15  # generous for a real engine on a loaded machine; the sluggish one never makes it
+
+
+@pytest.fixture
+def sluggish_plugin(tmp_path: Path) -> dict[str, str]:
+    site = tmp_path / "site"
+    dist = site / "sluggish_engine-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (site / "sluggish_engine.py").write_text(SLUGGISH_ENGINE)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sluggish-engine\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[edge_inference.engines]\nsluggish = sluggish_engine:ENGINE\n")
+    return {
+        "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]),
+        "EDGE_AUTO_BUDGET_S": str(BUDGET_S),
+        "EDGE_AUTO_CACHE": str(tmp_path / "auto.json"),
+        "EDGE_MODEL_CACHE": str(tmp_path / "cache"),
+        "EDGE_MODEL_MIRROR": str(MODELS),
+    }
+
+
+def test_an_engine_that_cannot_finish_within_its_budget_loses_and_the_others_are_still_compared(sluggish_plugin):
+    result = run_edge("backends", "--bench", "yolox-nano", env=sluggish_plugin, timeout=600)
+    assert result.returncode == 0, result.stderr
+    progress = [line for line in result.stderr.splitlines() if line.startswith("timing ")]
+    assert len(progress) == 4 and progress[-1].startswith("timing sluggish (slug0), 4 of 4, at most 15 s")
+    assert f"too slow here: not loaded and timed within {BUDGET_S} s" in result.stdout
+    stored = json.loads(Path(sluggish_plugin["EDGE_AUTO_CACHE"]).read_text())
+    (entry,) = stored.values()
+    timed = {r["backend"] for r in entry["results"] if r["ms_p50"]}
+    assert "sluggish" not in timed and timed & {"onnx", "openvino", "tflite"}
+    assert "<- --backend auto" in next(line for line in result.stdout.splitlines() if line.startswith(tuple(timed)))
+
+
+def test_the_service_serves_while_auto_measures_then_moves_to_the_measured_pick(sluggish_plugin, tmp_path: Path):
+    cache = Path(sluggish_plugin["EDGE_AUTO_CACHE"])
+    args = ["--source", str(MODELS.parent / "media" / "vtest.avi"), "--loop", "--backend", "auto"]
+    with running_server(args, tmp_path / "serve.log", env=sluggish_plugin) as server:
+        server.wait_until("/health/ready", timeout=120)
+        server.wait_for_frames("main", 5, timeout=120)
+        assert not cache.exists()  # frames flowed while the sluggish engine was still being waited for
+        notes = server.client.get("/api/v1/streams").json()[0]["notes"]
+        assert "the engines are being timed in the background" in notes[0]
+        deadline = time.monotonic() + BUDGET_S * 4 + 120
+        while not cache.exists():
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.5)
+        (entry,) = json.loads(cache.read_text()).values()
+        best = min((r for r in entry["results"] if r["ms_p50"]), key=lambda r: r["ms_p50"])
+        # on the measured pick, whichever it is (moved to it, or confirmed on it), and saying so
+        while True:
+            stream = server.client.get("/api/v1/streams").json()[0]
+            if stream["backend"] == best["backend"] and "fastest here when measured" in stream["notes"][0]:
+                break
+            assert time.monotonic() < deadline, (stream, server.log)
+            time.sleep(0.5)
+        done = server.client.get("/api/v1/stats").json()["streams"]["main"]["frames_processed"]
+        server.wait_for_frames("main", done + 5)
+        log = server.log
+    assert "timing sluggish (slug0), 4 of 4" in log and "too slow here" in log
+    assert "Traceback" not in log

@@ -4,13 +4,17 @@ A fixed rule cannot know: on one day OpenVINO ran yolox-nano 1.45x faster than O
 On first use of a model, every engine (and device) that can run it here is timed on a few warm inferences, the
 fastest wins, and the result is kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key
 made of the model files' hashes, the engines' versions and the machine (CPU, cores, accelerators found). Later
-runs read the choice without importing any engine they will not use. The measurement runs in a child process, so
-the engines it tried and dropped leave nothing behind in the service's memory. `edge backends --bench MODEL`
-shows the table; EDGE_AUTO_MEASURE=0 chooses by the engines' fixed ranking instead.
+runs read the choice without importing any engine they will not use. Each engine is timed in a child process of
+its own, so the engines tried and dropped leave nothing behind in the service's memory, and within a time budget
+(EDGE_AUTO_BUDGET_S, 120 s): an engine that cannot load and run a few inferences in it (a slow device, emulation, a
+model too large for it) loses, and the others are still compared. The service does not wait for a measurement: it
+serves on the engines' ranking's choice meanwhile and moves to the measured pick once it is known (`superseded`).
+`edge backends --bench MODEL` shows the table; EDGE_AUTO_MEASURE=0 chooses by the fixed ranking instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,8 +48,11 @@ from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
 
 WARM_RUNS, TIMED_RUNS, MAX_SECONDS = 2, 10, 3.0
+DEFAULT_BUDGET_S = 120.0  # per engine: load, warm up, time (a Pi 4 loads and times yolox-nano in a few seconds)
 _MEASURING = threading.Lock()
 _FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
+_BACKGROUND: set[str] = set()  # keys being measured in the background
+_PICKED: dict[str, tuple[str, str] | None] = {}  # key -> the measured pick (backend, device), once measured
 Say = Callable[[str], None]
 # (model, backend, device) -> a loaded detector; the loader's, passed in (the loader itself asks this module)
 Load = Callable[[str, str, str], Detector]
@@ -77,6 +84,25 @@ class AutoChoice:
     device: str
     model: str
     reason: str
+    pending: str | None = None  # the cache key being measured in the background: this choice is provisional
+
+    @property
+    def measured(self) -> bool:
+        """The background measurement this provisional choice waits for has ended."""
+        return self.pending is not None and self.pending in _PICKED
+
+    def superseded(self) -> bool:
+        """True once a background measurement picked another engine than this provisional choice."""
+        picked = _PICKED.get(self.pending) if self.pending else None
+        return picked is not None and picked != (self.backend, self.device)
+
+
+def candidate_budget_s() -> float:
+    try:
+        budget = float(os.environ.get("EDGE_AUTO_BUDGET_S", DEFAULT_BUDGET_S))
+    except ValueError:
+        raise EdgeError("EDGE_AUTO_BUDGET_S must be a number of seconds, such as 120") from None
+    return budget if budget > 0 else DEFAULT_BUDGET_S
 
 
 def candidates(model: str, settings: Settings) -> list[Candidate]:
@@ -184,16 +210,17 @@ def measure_one(candidate: Candidate, load: Load) -> Measurement:
     return Measurement(candidate.backend, candidate.device, candidate.model, round(float(np.median(times)), 3))
 
 
-def measure(model: str, settings: Settings, load: Load, say: Say | None = None) -> tuple[str, list[Measurement]]:
-    """Time every candidate and store the results; (cache key, results)."""
+def measure(model: str, settings: Settings, say: Say | None = None) -> tuple[str, list[Measurement]]:
+    """Time every candidate, each in a child process within the budget, and store the results; (cache key, results)."""
     found = candidates(model, settings)
     if not found:
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
+    budget = candidate_budget_s()
     results = []
-    for candidate in found:
+    for number, candidate in enumerate(found, 1):
         if say:
-            say(f"measuring {model} on {candidate.backend} ({candidate.device})...")
-        result = measure_one(candidate, load)
+            say(f"timing {candidate.backend} ({candidate.device}), {number} of {len(found)}, at most {budget:g} s...")
+        result = _measure_candidate_in_child(candidate, budget)
         if say:
             say(f"  {result.ms_p50:.1f} ms per frame" if result.ms_p50 else f"  cannot run: {result.error}")
         results.append(result)
@@ -202,33 +229,61 @@ def measure(model: str, settings: Settings, load: Load, say: Say | None = None) 
     return key, results
 
 
+def _measure_candidate_in_child(candidate: Candidate, budget_s: float) -> Measurement:
+    """`edge backends --bench` for one candidate, in a child process that is killed at the budget."""
+    spec = json.dumps(asdict(candidate))
+    command = [sys.executable, "-m", "edge_inference", "backends", "--bench", candidate.model, "--candidate", spec]
+    failed = Measurement(candidate.backend, candidate.device, candidate.model, None)
+    try:
+        child = subprocess.run(command, capture_output=True, text=True, timeout=budget_s, check=False)
+    except subprocess.TimeoutExpired:
+        why = f"too slow here: not loaded and timed within {budget_s:g} s (EDGE_AUTO_BUDGET_S)"
+        return dataclasses.replace(failed, error=why)
+    try:
+        return Measurement(**json.loads(child.stdout.strip().splitlines()[-1]))
+    except (ValueError, TypeError, IndexError):
+        errors = [line for line in child.stderr.splitlines() if line.startswith("error:")]
+        why = errors[-1][6:].strip() if errors else f"the measurement ended with status {child.returncode}"
+        return dataclasses.replace(failed, error=why[:200])
+
+
 def fastest(results: list[Measurement]) -> Measurement | None:
     timed = [r for r in results if r.ms_p50]
     return min(timed, key=lambda r: r.ms_p50 or 0.0) if timed else None
 
 
 def stored_results(key: str, model: str, settings: Settings) -> list[Measurement]:
-    """The measurement kept under `key`, made now (in a child process) when there is none; [] if that failed."""
+    """The measurement kept under `key`, made now when there is none; [] if that failed."""
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
         if key not in read_cache(settings) and key not in _FAILED:
-            _measure_in_child(model)
+            _measure_now(model, settings)
     entry = read_cache(settings).get(key)
     if entry is None:
         _FAILED.add(key)  # not again in this process: every stream and reload would wait for it
     try:
-        return [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
+        results = [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
     except (TypeError, KeyError):  # a hand-edited or older file: measure again next time
-        return []
+        results = []
+    best = fastest(results)
+    _PICKED[key] = (best.backend, best.device) if best else None
+    return results
 
 
-def auto_choice(model: str, settings: Settings | None = None, *, measure: bool = True) -> AutoChoice:
+def auto_choice(model: str, settings: Settings | None = None, *, measure: bool = True, wait: bool = True) -> AutoChoice:
     """The engine `--backend auto` runs `model` on, measured once per model, engines and machine; by the engines'
-    ranking when `measure` is off (a device the user named: only the ranking knows which engine has it)."""
+    ranking when `measure` is off (a device the user named: only the ranking knows which engine has it). With
+    `wait` off, a measurement still to make runs in the background and the ranking's choice comes back at once,
+    marked `pending` (the service: frames now, the measured pick once known)."""
     settings = settings or get_settings()
     found = candidates(model, settings)
     if not measure or len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
         return _by_rule(model, settings, found)
-    results = stored_results(cache_key(found), model, settings)
+    key = cache_key(found)
+    if not wait and key not in read_cache(settings) and key not in _FAILED:
+        _measure_in_background(key, model, settings)
+        meanwhile = "the engines are being timed in the background; until then"
+        return dataclasses.replace(_by_rule(model, settings, found, meanwhile), pending=key)
+    results = stored_results(key, model, settings)
     best = fastest(results)
     if best is None:
         return _by_rule(model, settings, found, "measuring the engines failed")
@@ -249,12 +304,23 @@ def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = 
     return AutoChoice(choice.backend, choice.device, model, prefix + choice.reason)
 
 
-def _measure_in_child(model: str) -> None:
-    """Measure in a child process: the engines tried leave no memory or threads in this one. The child says what
-    went wrong itself (one `error:` line); this process then falls back to the ranking."""
-    command = [sys.executable, "-m", "edge_inference", "backends", "--bench", model, "--quiet"]
-    print(f"--backend auto: timing the engines that can run {model} on this machine (once)...", file=sys.stderr)
+def _measure_in_background(key: str, model: str, settings: Settings) -> None:
+    with _MEASURING:
+        if key in _BACKGROUND:
+            return
+        _BACKGROUND.add(key)
+    threading.Thread(target=stored_results, args=(key, model, settings), name="auto-measure", daemon=True).start()
+
+
+def _say(line: str) -> None:
+    print(f"--backend auto: {line}", file=sys.stderr, flush=True)
+
+
+def _measure_now(model: str, settings: Settings) -> None:
+    """Time the engines (each in a child of its own) with progress on stderr; a failure is one `error:` line, and
+    the caller falls back to the ranking."""
+    _say(f"timing the engines that can run {model} on this machine (once; kept in {cache_path(settings)})")
     try:
-        subprocess.run(command, check=False, stdout=subprocess.DEVNULL, timeout=600)
-    except subprocess.TimeoutExpired:
-        print(f"--backend auto: timing the engines for {model} took over 600 s; choosing by ranking", file=sys.stderr)
+        measure(model, settings, say=_say)
+    except EdgeError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,8 @@ class Detector:
     ) -> None:
         self.backend = backend
         self.spec = spec
+        # `--backend auto` serving on the ranking's choice while the engines are timed: True once another won
+        self.superseded: Callable[[], bool] = lambda: False
         self.conf, self.iou, self.max_detections = conf, iou, max_detections
         tensor = backend.inputs[0]
         self._preprocess = Preprocessor(spec.preprocessing, tensor.dtype, tensor.quantization, buffers=buffers)

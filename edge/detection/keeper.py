@@ -8,6 +8,7 @@ object's business, and it reports each change of state through `on_state`.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 import time
@@ -19,6 +20,7 @@ import numpy as np
 
 from edge_inference.edge.detection.detector import Detector
 
+log = logging.getLogger("edge.detectors")
 DetectorState = Literal["loading", "failed", "ready"]
 FIRST_LOAD_BACKOFF_S = 1.0
 MAX_LOAD_BACKOFF_S = 60.0
@@ -147,7 +149,10 @@ class DetectorKeeper:
 
     def check(self) -> bool:
         """The watchdog's call: True when an inference has outlived the timeout and the keeper gave up on its
-        detector (state `loading`); the caller then runs `load` on a thread of its own to put a new one in place."""
+        detector (state `loading`), or when `--backend auto` measured another engine faster than the one it started
+        on; the caller then runs `load` on a thread of its own to put a new one in place."""
+        if self._superseded():
+            return True
         started, limit = self._inference_started, self.stuck_after_s
         if started is None or time.monotonic() - started <= limit:
             return False
@@ -164,6 +169,19 @@ class DetectorKeeper:
                 f"inference did not return within {limit:g} s{usual}: the detector is stuck "
                 "(accelerator unplugged or hung?); reloading it",
             )
+        return True
+
+    def _superseded(self) -> bool:
+        with self._lock:
+            detector = self.detector
+            if detector is None or not detector.superseded():
+                return False
+            busy = self._inference_started is not None
+            self._retire()
+            self._set_state("loading", None)
+        log.info("--backend auto measured another engine faster than %s: loading the measured pick", detector.backend.key)
+        if not busy:  # an inference in progress closes it itself when it returns (`infer`)
+            detector.close()
         return True
 
     def release(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_inference.backends import Backend, BackendError, BackendOptions, engine_keys, open_backend
 from edge_inference.backends.engine import check_engine_options
@@ -21,6 +21,9 @@ from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
 from edge_inference.models.registry import is_registry_name
 from edge_inference.models.resolve import ModelIO, resolve_spec
+
+if TYPE_CHECKING:
+    from edge_inference.edge.detection.autoselect import AutoChoice
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,12 @@ def engine_model(config: DetectorConfig) -> str:
     return model
 
 
-def resolve_auto(config: DetectorConfig, settings: Settings) -> tuple[DetectorConfig, str]:
-    """`--backend auto` made concrete (engine, device, that engine's file of the model), and the note saying why."""
+def resolve_auto(config: DetectorConfig, settings: Settings, wait: bool = True) -> tuple[DetectorConfig, AutoChoice]:
+    """`--backend auto` made concrete (engine, device, that engine's file of the model), and the choice with the
+    note saying why (its `reason`, rewritten for the user)."""
     from edge_inference.edge.detection.autoselect import auto_choice  # it loads detectors itself to time them
 
-    choice = auto_choice(config.model, settings, measure=config.device == "auto")
+    choice = auto_choice(config.model, settings, measure=config.device == "auto", wait=wait)
     # a family name means each engine's own file of it: say which one runs
     which = f" ({choice.model})" if choice.model != config.model else ""
     if config.device == "auto":
@@ -71,7 +75,7 @@ def resolve_auto(config: DetectorConfig, settings: Settings) -> tuple[DetectorCo
     else:  # the device was the user's: the choice's own device reasoning would contradict what runs
         note = f"--backend auto chose {choice.backend}{which} for {config.model}"
     device = choice.device if config.device == "auto" else config.device
-    return replace(config, model=choice.model, backend=choice.backend, device=device), note
+    return replace(config, model=choice.model, backend=choice.backend, device=device), replace(choice, reason=note)
 
 
 def load_detector(
@@ -79,13 +83,17 @@ def load_detector(
     settings: Settings | None = None,
     progress: Callable[[str, int, int | None], None] | None = None,
     opener: Callable[[str, Path, BackendOptions], Backend] = open_backend,
+    wait_for_auto: bool = True,
 ) -> Detector:
-    """`opener` opens the engine: `open_backend`, or a detector pool's, which hands out shared engines."""
+    """`opener` opens the engine: `open_backend`, or a detector pool's, which hands out shared engines. Without
+    `wait_for_auto`, `--backend auto` does not wait for a measurement still to make: the detector runs on the
+    ranking's choice and says, through `superseded`, when the measured pick is another engine."""
     settings = settings or get_settings()
     check_engine_options(config.engine_options)  # every block, also those of engines not loaded now
-    note = None
+    note, choice = None, None
     if config.backend == "auto":
-        config, note = resolve_auto(config, settings)
+        config, choice = resolve_auto(config, settings, wait_for_auto)
+        note = choice.reason
     name, path = locate_model(engine_model(config), settings, progress)
     key, device = config.backend, config.device
     sidecar = sidecar_path(path)
@@ -108,6 +116,27 @@ def load_detector(
     except Exception:
         backend.close()
         raise
-    return Detector(
+    detector = Detector(
         backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections, buffers=config.buffers
     )
+    if choice is not None and choice.pending:
+        detector.superseded = _watch_measurement(detector, choice, config.model)
+    return detector
+
+
+def _watch_measurement(detector: Detector, choice: AutoChoice, model: str) -> Callable[[], bool]:
+    """`superseded` for a detector on auto's provisional choice: True once another engine measured faster; when
+    this one won, its note says so from then on."""
+
+    def superseded() -> bool:
+        if not choice.measured:
+            return False
+        if choice.superseded():
+            return True
+        notes = detector.backend.notes
+        settled = f"--backend auto chose {choice.backend} on {choice.device}: fastest here when measured"
+        notes[0:1] = [f"{settled} (`edge backends --bench {model}` shows the figures)"]
+        detector.superseded = lambda: False
+        return False
+
+    return superseded

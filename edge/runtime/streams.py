@@ -131,7 +131,7 @@ class StreamManager:
             plan = self.engine_plan(key)
             config = replace(detector_config(stream, buffers), threads=plan.threads)
             opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes)
-            return load_detector(config, self.settings, opener=opener)
+            return load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
 
         return load
 
