@@ -344,6 +344,72 @@ def broker_outage_case(work: Path) -> Row | None:
         broker.stop()
 
 
+def full_disk_case(work: Path) -> Row | None:
+    """The data folder's disk (a 4 MB tmpfs) filled while people walk, then given room again."""
+    from tests.mounts import fill, tmpfs_mounted
+    from tests.test_storage_faults import events_config
+
+    data = work / "full"
+    with tmpfs_mounted(data, 4096) as failed:
+        if failed:
+            print(f"  full disk: skipped, {failed}", file=sys.stderr)
+            return None
+        server = Served(["--config", str(events_config(work, data, min_free_mb=0))])
+        try:
+            server.wait(lambda: server.answers("/health/ready"), 180)
+            events = lambda: server.client.get("/api/v1/stats").json()["events"]  # noqa: E731
+
+            server.wait(lambda: events()["recorded"] >= 1, 180)
+
+            def full() -> tuple[str, str]:
+                filler = fill(data)
+                server.wait(lambda: events()["lost"] >= 1, 180)
+                health = server.client.get("/health/ready").json()
+                lost = events()["lost"]
+                filler.unlink()
+                back = server.wait(lambda: server.client.get("/health/ready").json()["status"] == "ok", 180)
+                said = server.log.count("events are not being stored")
+                return (
+                    f"ready {health['status']}: {health['problems'][0][:90]}...; {said} log line",
+                    f"{lost} changes not stored, counted (live SSE/MQTT still got them); storing again "
+                    f"{back:.1f} s after room was made",
+                )
+
+            return measured(server, "data folder's disk full (4 MB tmpfs)", full)
+        finally:
+            server.stop()
+
+
+def damaged_database_case(work: Path) -> Row:
+    """A page of events.db overwritten with garbage (header intact) before the service starts."""
+    from tests.test_events import _event_change, _store
+    from tests.test_storage_faults import damage, events_config
+
+    data = work / "damaged"
+    store = _store(data)
+    for i in range(300):
+        change = _event_change(event_id=f"old-{i:04d}-{'x' * 40}", start=1000.0 + i, zones=("door",))
+        store.record(change.event, None, [("mqtt", "t/events", b"y" * 300, False)])
+    store.close()
+    damage(data / "events.db")
+    t0 = time.monotonic()
+    server = Served(["--config", str(events_config(work, data))])
+    try:
+        server.wait(lambda: server.answers("/health/ready"), 180)
+        ready = time.monotonic() - t0
+        notice = server.client.get("/api/v1/stats").json()["events"]["storage_notice"]
+        kept = next(data.glob("events.db.damaged-*")).name
+        return Row(
+            "events.db with a damaged page",
+            f"started (ready in {ready:.1f} s): {notice.split(':')[0]}; moved aside, a fresh one opened",
+            "-",
+            f"{server.rss_mib():.0f}",
+            f"the 300 old events kept in {kept}",
+        )
+    finally:
+        server.stop()
+
+
 def model_retry_case(work: Path) -> Row:
     mirror, cache = work / "mirror", work / "cache"
     (mirror / "onnx").mkdir(parents=True)
@@ -428,6 +494,10 @@ def main() -> None:
         rows.append(stall_row)
         rows.append(flapping_case(work))
         rows.append(model_retry_case(work))
+        full = full_disk_case(work)
+        if full is not None:
+            rows.append(full)
+        rows.append(damaged_database_case(work))
         outage = broker_outage_case(work)
         if outage is not None:
             rows.append(outage)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+import yaml
+
+from tests.video_detections import VideoDetections
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()
@@ -66,3 +70,17 @@ def auto_measured() -> None:
         found = candidates(model, settings)
         if len(found) > 1:
             stored_results(cache_key(found), model, settings)
+
+
+@functools.cache
+def example_detections() -> VideoDetections:
+    """yolox-nano's boxes on every frame of vtest.avi, at the shipped events example's threshold."""
+    config = yaml.safe_load((REPO / "deploy/events.example.yaml").read_text())
+    stream = config["streams"][0]
+    return VideoDetections(stream["model"], VTEST, float(stream["conf"]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def video_detections_started(auto_measured: None) -> None:
+    """Made beside the tests that come before the tracking tests (a minute of CPU on a fresh, loaded machine)."""
+    example_detections().start()

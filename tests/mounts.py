@@ -18,16 +18,26 @@ import pytest
 
 
 @contextlib.contextmanager
-def tmpfs(path: Path, size_kb: int, read_only: bool = False) -> Iterator[Path]:
+def tmpfs_mounted(path: Path, size_kb: int, read_only: bool = False) -> Iterator[str | None]:
+    """Yields None once mounted, or why it could not be."""
     path.mkdir(parents=True, exist_ok=True)
     options = f"size={size_kb}k,mode=0755" + (",ro" if read_only else "")
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+        yield f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}"
+        return
     try:
-        yield path
+        yield None
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size_kb: int, read_only: bool = False) -> Iterator[Path]:
+    with tmpfs_mounted(path, size_kb, read_only) as failed:
+        if failed:
+            pytest.skip(failed)
+        yield path
 
 
 def fill(folder: Path, name: str = "filler") -> Path:

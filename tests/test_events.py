@@ -195,7 +195,7 @@ def _webhook_delivery(tmp_path, refuse: int = 0, reject: frozenset[str] = frozen
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _Hooks.received, _Hooks.refuse, _Hooks.reject, _Hooks.too_many = [], refuse, set(reject), too_many
     store = _store(tmp_path)
-    hook = Webhook(0, WebhookConfig(url=f"http://127.0.0.1:{server.server_port}/hook"))
+    hook = Webhook(0, WebhookConfig.model_validate({"url": f"http://127.0.0.1:{server.server_port}/hook"}))
     recorder = EventRecorder(store, [(hook.sink, "event")], StorageWatch(store, store.config))
     sender = OutboxSender(store, hook.sink, hook.deliver)
     recorder.on_stored.append(sender.wake.set)
@@ -242,7 +242,7 @@ def test_a_delivery_that_outlives_the_stop_does_not_write_to_the_closed_store(tm
     store = _store(tmp_path)
     store.record(_event_change(event_id="a").event, None, [("slow", "t", b"1", False)])
     started, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
+    errors: list[BaseException | None] = []
 
     def slow(messages):
         started.set()

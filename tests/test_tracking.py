@@ -28,14 +28,14 @@ import pytest
 import yaml
 
 from edge_inference.edge.config import LineConfig, StreamConfig, TrackingConfig, ZoneConfig
-from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.stream.drawing import ZONE_COLOUR, render_jpeg
 from edge_inference.edge.stream.tracking import StreamTracker
 from edge_inference.models.detection import BoxXYXY, Detection
-from tests.conftest import REPO, VTEST
+from tests.conftest import REPO, VTEST, example_detections
 
 HAND_COUNT_IN, HAND_COUNT_OUT = 6, 8
 FPS = 10.0
+WIDTH, HEIGHT = 768, 576  # vtest.avi
 
 
 def example_stream() -> StreamConfig:
@@ -54,32 +54,22 @@ class VideoRun:
 
 @pytest.fixture(scope="module")
 def vtest_run() -> VideoRun:
-    """The example stream's model, tracker and line over every frame of the video, as file mode runs it."""
+    """The example stream's tracker and line over every frame of the video, as file mode runs it, on the example
+    model's boxes for each frame (made once per machine: tests/video_detections.py)."""
     stream = example_stream()
-    detector = load_detector(DetectorConfig(stream.model, backend="onnx", conf=stream.conf))
+    frames = example_detections().frames()
+    assert len(frames) == 795, f"read {len(frames)} frames of {VTEST}"
     tracker = StreamTracker(stream.tracking, [], stream.lines, FPS)
     run = VideoRun(Counter(), {}, [], 0, 0)
-    capture = cv2.VideoCapture(str(VTEST))
-    index = 0
-    try:
-        while True:
-            ok, frame = capture.read()
-            if not ok:
-                break
-            result = detector.detect(frame)
-            analysis = tracker.analyse(result.detections, result.width, result.height, index / FPS)
-            for det in analysis.detections:
-                if det.track_id is not None:
-                    run.frames_seen[det.track_id] += 1
-                    run.first_seen.setdefault(det.track_id, index)
-            (line,) = analysis.lines
-            run.crossings += [(index, t, "in") for t in line.just_in] + [(index, t, "out") for t in line.just_out]
-            run.crossed_in, run.crossed_out = line.crossed_in, line.crossed_out
-            index += 1
-    finally:
-        capture.release()
-        detector.close()
-    assert index == 795, f"read {index} frames of {VTEST}"
+    for index, detections in enumerate(frames):
+        analysis = tracker.analyse(detections, WIDTH, HEIGHT, index / FPS)
+        for det in analysis.detections:
+            if det.track_id is not None:
+                run.frames_seen[det.track_id] += 1
+                run.first_seen.setdefault(det.track_id, index)
+        (line,) = analysis.lines
+        run.crossings += [(index, t, "in") for t in line.just_in] + [(index, t, "out") for t in line.just_out]
+        run.crossed_in, run.crossed_out = line.crossed_in, line.crossed_out
     return run
 
 
