@@ -1,5 +1,10 @@
-# edge-inference service image: CPU engines only (ONNX Runtime; EXTRAS=tflite,openvino,events adds more).
+# edge-inference service image: CPU engines only (ONNX Runtime); EXTRAS=tflite,openvino,events adds more.
+#   docker build -t edge-inference .                      (or: --build-arg EXTRAS=tflite,openvino,events)
+#   docker run -p 127.0.0.1:8080:8080 -v $PWD/streams.yaml:/etc/edge/streams.yaml:ro edge-inference
+ARG EXTRAS=""
+
 FROM python:3.11-slim AS build
+ARG EXTRAS
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY cli ./cli
@@ -9,26 +14,29 @@ COPY models ./models
 COPY service ./service
 # the one import name: links to the five folders above (see edge_inference/__init__.py)
 COPY edge_inference ./edge_inference
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The project and every dependency of the extras asked for, as wheels: the final stage installs from these alone,
+# offline, so what this stage resolved is exactly what runs.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".${EXTRAS:+[$EXTRAS]}"
 
 FROM python:3.11-slim
-ARG EXTRAS=""
+ARG EXTRAS
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    EDGE_MODEL_CACHE=/var/lib/edge/models
-COPY --from=build /wheels /wheels
-# EXTRAS=tflite,openvino adds engines, EXTRAS=events tracking, events and MQTT; the base stays CPU-only and
-# small. The project's own wheel is the version pin here.
+    EDGE_MODEL_CACHE=/var/lib/edge/models \
+    EDGE_DATA_DIR=/var/lib/edge/data \
+    EDGE_IN_CONTAINER=1
+# The wheels are read through a bind mount of the build stage: no copy of them stays behind in a layer.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir --find-links /wheels "edge-inference${EXTRAS:+[$EXTRAS]}" \
-    && rm -rf /wheels \
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels "edge-inference${EXTRAS:+[$EXTRAS]}" \
     && useradd --system --uid 10001 --home-dir /var/lib/edge --create-home --groups video edge \
-    && mkdir -p /var/lib/edge/models && chown -R edge /var/lib/edge
+    && mkdir -p /var/lib/edge/models /var/lib/edge/data && chown -R edge /var/lib/edge
 USER 10001
 WORKDIR /var/lib/edge
 EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/health/live', timeout=4).status != 200)"]
-# Inside a container, binding all interfaces is what makes the published port reachable.
+# Inside a container, binding all interfaces is what makes the published port reachable. Without a mounted
+# config, `edge serve` exits with one line naming the file to mount.
 ENTRYPOINT ["edge", "serve", "--host", "0.0.0.0", "--port", "8080"]
 CMD ["--config", "/etc/edge/streams.yaml"]

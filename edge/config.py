@@ -319,6 +319,11 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def load_config(path: Path) -> ServiceConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        hint = "deploy/streams.example.yaml shows one"
+        if os.environ.get("EDGE_IN_CONTAINER"):  # set by our image: the file is the user's to mount
+            hint = f"mount yours: -v $PWD/streams.yaml:{path}:ro ({hint})"
+        raise ConfigError(f"no config at {path}: {hint}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -81,6 +82,13 @@ def example_detections() -> VideoDetections:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def video_detections_started(auto_measured: None) -> None:
-    """Made beside the tests that come before the tracking tests (a minute of CPU on a fresh, loaded machine)."""
-    example_detections().start()
+def video_detections_started(auto_measured: None, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Made beside the tests that come before the tracking tests (a minute of CPU on a fresh, loaded machine),
+    when those are in this run; finished before the session ends (an engine killed mid-run aborts the process)."""
+    if not any(item.nodeid.startswith("tests/test_tracking.py") for item in request.session.items):
+        yield
+        return
+    detections = example_detections()
+    detections.start()
+    yield
+    detections.wait()

@@ -26,7 +26,11 @@ def test_dockerfile_runs_as_non_root_with_a_health_check():
     text = (REPO / "Dockerfile").read_text()
     # /health/live: the one route open without the token the container's 0.0.0.0 bind makes
     assert "USER 10001" in text and "/health/live" in text and "HEALTHCHECK" in text
-    assert "slim" in text.splitlines()[1]
+    bases = [line.split()[1] for line in text.splitlines() if line.startswith("FROM ")]
+    assert bases and all(base.endswith("-slim") for base in bases)
+    # the wheels reach the final stage through a bind mount (no dead layer), resolved with the extras in the build
+    assert "--mount=type=bind,from=build,source=/wheels" in text and "--no-index" in text
+    assert 'pip wheel --no-cache-dir --wheel-dir /wheels ".${EXTRAS:+[$EXTRAS]}"' in text
 
 
 def test_example_config_is_valid():
@@ -46,3 +50,32 @@ def test_events_example_and_its_compose_file_agree():
     assert edge["environment"]["EDGE_MQTT_URL"].startswith("mqtt://mosquitto:")
     assert "./events.example.yaml:/etc/edge/streams.yaml:ro" in edge["volumes"]
     assert "./mosquitto.conf:/mosquitto/config/mosquitto.conf:ro" in compose["services"]["mosquitto"]["volumes"]
+
+
+def test_the_compose_files_start_without_a_camera_or_an_accelerator():
+    """Their configs are valid, need only what the image they build has, and read only what they mount."""
+    for name, extras in (("docker-compose.yml", set()), ("events-compose.yml", {"events"})):
+        compose = yaml.safe_load((REPO / "deploy" / name).read_text())
+        edge = compose["services"]["edge"]
+        assert "devices" not in edge, name  # a missing /dev/video0 would stop the container
+        mounts = dict(volume.split(":")[:2][::-1] for volume in edge["volumes"])
+        config = load_config(REPO / "deploy" / mounts["/etc/edge/streams.yaml"])
+        built = set(
+            filter(
+                None,
+                (edge["build"].get("args", {}) if isinstance(edge["build"], dict) else {}).get("EXTRAS", "").split(","),
+            )
+        )
+        assert built == extras, name
+        for stream in config.streams:
+            assert stream.backend in ("onnx", "auto"), (name, stream.id)  # ONNX Runtime: in every image
+            source = str(stream.source)
+            if source.startswith("../shared/"):  # relative to /var/lib/edge, the image's working directory
+                assert "/var/lib/shared/media" in mounts and source.startswith("../shared/media/"), name
+        assert edge["environment"]["EDGE_MODEL_MIRROR"] in mounts, name  # a mirror that is there
+
+
+def test_the_systemd_unit_has_its_user_and_working_directory():
+    unit = (REPO / "deploy/edge.service").read_text()
+    assert "User=edge" in unit and "WorkingDirectory=/var/lib/edge" in unit
+    assert "useradd --system --home-dir /var/lib/edge --create-home --groups video edge" in unit

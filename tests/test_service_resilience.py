@@ -163,7 +163,7 @@ def test_bad_configs_and_sources_get_one_line(tmp_path):
     bad.write_text("streams:\n  - id: a b\n    source: x.mp4\n")
     for args, fragment in [
         (["--config", str(bad)], "streams.0.id"),
-        (["--config", str(tmp_path / "missing.yaml")], "cannot read config"),
+        (["--config", str(tmp_path / "missing.yaml")], "no config at"),
         (["--source", str(tmp_path / "nothing.mp4")], "is not a camera, URL, or existing file"),
         (["--source", str(VTEST), "--model", "nope"], "no model named 'nope'"),
         ([], "give --source"),

@@ -54,6 +54,10 @@ class VideoDetections:
             self._started = True
         threading.Thread(target=self._make, name="video-detections", daemon=True).start()
 
+    def wait(self, timeout: float = 1200) -> None:
+        if self._started:
+            self._done.wait(timeout)
+
     def frames(self, timeout: float = 1200) -> Frames:
         self.start()
         if not self._done.wait(timeout):

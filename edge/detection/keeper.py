@@ -179,7 +179,9 @@ class DetectorKeeper:
             busy = self._inference_started is not None
             self._retire()
             self._set_state("loading", None)
-        log.info("--backend auto measured another engine faster than %s: loading the measured pick", detector.backend.key)
+        log.info(
+            "--backend auto measured another engine faster than %s: loading the measured pick", detector.backend.key
+        )
         if not busy:  # an inference in progress closes it itself when it returns (`infer`)
             detector.close()
         return True
