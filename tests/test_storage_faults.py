@@ -119,7 +119,7 @@ def test_a_damaged_database_is_moved_aside_and_the_service_starts_with_a_fresh_o
         (kept,) = data.glob("events.db.damaged-*")
         assert kept.stat().st_size >= 6 * 4096  # the damaged file is kept, not deleted
         notice = event_figures(server)["storage_notice"]
-        assert "damaged" in notice and str(kept) in notice
+        assert "damaged (Page " in notice and str(kept) in notice  # SQLite's own words on what is wrong
         wait_for(lambda: event_figures(server)["recorded"] >= 1, "events stored in the fresh database", server)
         listed = server.client.get("/api/v1/events").json()["events"]
         assert listed and not any(e["id"].startswith("old-") for e in listed)

@@ -112,8 +112,8 @@ class EventStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         problems = [row[0] for row in self._db.execute("PRAGMA quick_check(3)").fetchall()]
         if problems != ["ok"]:
-            lines = [" ".join(str(p).split()) for p in problems]  # SQLite's report, one line
-            raise DamagedDatabase("; ".join(line for line in lines if not line.startswith("***")))
+            report = " ".join(" ".join(str(p).split()) for p in problems)  # SQLite's report, on one line
+            raise DamagedDatabase(report.replace("*** in database main *** ", "")[:300])
         self._db.executescript(SCHEMA)
 
     def close(self) -> None:
