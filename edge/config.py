@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, V
 from edge_inference.backends import BackendError
 from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import get_settings
 from edge_inference.models.registry import DEFAULT_MODEL
 
 LOOPBACK = "127.0.0.1"
@@ -321,7 +322,7 @@ def load_config(path: Path) -> ServiceConfig:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         hint = "deploy/streams.example.yaml shows one"
-        if os.environ.get("EDGE_IN_CONTAINER"):  # set by our image: the file is the user's to mount
+        if get_settings().in_container:  # set by our image: the file is the user's to mount
             hint = f"mount yours: -v $PWD/streams.yaml:{path}:ro ({hint})"
         raise ConfigError(f"no config at {path}: {hint}") from None
     except OSError as exc:

@@ -18,6 +18,8 @@ class Settings(BaseSettings):
     # `--backend auto`'s measurements of the engines, per model, engine versions and machine
     # (edge/detection/autoselect.py)
     auto_cache: Path = Path.home() / ".cache" / "edge-inference" / "auto-backend.json"
+    # ... and how long one engine may take to load and be timed before it loses (EDGE_AUTO_BUDGET_S)
+    auto_budget_s: float = Field(default=120.0, gt=0)
     # A folder or URL laid out like the registry paths (onnx/..., tflite/...), for machines without internet.
     model_mirror: str | None = None
     # The service's API token (EDGE_TOKEN), or a file holding it (EDGE_TOKEN_FILE); a config file's own wins.
@@ -31,6 +33,8 @@ class Settings(BaseSettings):
     config: Path | None = None
     host: str | None = None
     port: int | None = Field(default=None, ge=0, le=65535)
+    # Set by our image (EDGE_IN_CONTAINER): a missing config is the user's to mount, and the message says how.
+    in_container: bool = False
 
     @field_validator("token", "token_file", "mqtt_url", "data_dir", "config", "host", "port", mode="before")
     @classmethod

@@ -63,3 +63,15 @@ def wedge_after_warmup(backend: Any, unblock: threading.Event) -> None:
         return run(tensor)
 
     backend.run = hanging_run
+
+
+def install_engine_plugin(site: Path, key: str, source: str) -> Path:
+    """An engine installed the way a plugin distribution is: a module `<key>_engine` with `ENGINE`, and its entry
+    point, in `site` (put it on sys.path or PYTHONPATH)."""
+    module = f"{key}_engine"
+    dist = site / f"{module}-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (site / f"{module}.py").write_text(source)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {key}-engine\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[edge_inference.engines]\n{key} = {module}:ENGINE\n")
+    return site

@@ -18,7 +18,7 @@ from edge_inference.edge.detection.autoselect import auto_choice, cache_key, cac
 from edge_inference.edge.settings import Settings
 from tests.conftest import MODELS, REPO
 from tests.fake_devices import usb_device, write
-from tests.helpers import run_edge
+from tests.helpers import install_engine_plugin, run_edge
 from tests.server import running_server
 
 
@@ -153,12 +153,7 @@ BUDGET_S = 10  # generous for a real engine on a loaded machine; the sluggish on
 
 @pytest.fixture
 def sluggish_plugin(tmp_path: Path) -> dict[str, str]:
-    site = tmp_path / "site"
-    dist = site / "sluggish_engine-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (site / "sluggish_engine.py").write_text(SLUGGISH_ENGINE)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sluggish-engine\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[edge_inference.engines]\nsluggish = sluggish_engine:ENGINE\n")
+    site = install_engine_plugin(tmp_path / "site", "sluggish", SLUGGISH_ENGINE)
     return {
         "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]),
         "EDGE_AUTO_BUDGET_S": str(BUDGET_S),

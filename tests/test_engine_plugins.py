@@ -15,7 +15,7 @@ from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.model_files import model_for_engine
 from edge_inference.edge.runtime.streams import StreamManager
 from tests.conftest import MEDIA, MODELS
-from tests.helpers import run_edge
+from tests.helpers import install_engine_plugin, run_edge
 
 # A real engine in ~20 lines: ONNX Runtime underneath, declared as its own engine with its own device.
 TOY_ENGINE = textwrap.dedent(
@@ -47,12 +47,7 @@ TOY_ENGINE = textwrap.dedent(
 @pytest.fixture()
 def toy_plugin(tmp_path, monkeypatch):
     """The toy engine installed the way a plugin distribution is: a module and an entry point on sys.path."""
-    site = tmp_path / "site"
-    dist = site / "toy_engine-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (site / "toy_engine.py").write_text(TOY_ENGINE)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-engine\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[edge_inference.engines]\ntoy = toy_engine:ENGINE\n")
+    site = install_engine_plugin(tmp_path / "site", "toy", TOY_ENGINE)
     monkeypatch.syspath_prepend(str(site))
     engines.cache_clear()
     yield site

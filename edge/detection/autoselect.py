@@ -48,7 +48,6 @@ from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
 
 WARM_RUNS, TIMED_RUNS, MAX_SECONDS = 2, 10, 3.0
-DEFAULT_BUDGET_S = 120.0  # per engine: load, warm up, time (a Pi 4 loads and times yolox-nano in a few seconds)
 _MEASURING = threading.Lock()
 _FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
 _BACKGROUND: set[str] = set()  # keys being measured in the background
@@ -95,14 +94,6 @@ class AutoChoice:
         """True once a background measurement picked another engine than this provisional choice."""
         picked = _PICKED.get(self.pending) if self.pending else None
         return picked is not None and picked != (self.backend, self.device)
-
-
-def candidate_budget_s() -> float:
-    try:
-        budget = float(os.environ.get("EDGE_AUTO_BUDGET_S", DEFAULT_BUDGET_S))
-    except ValueError:
-        raise EdgeError("EDGE_AUTO_BUDGET_S must be a number of seconds, such as 120") from None
-    return budget if budget > 0 else DEFAULT_BUDGET_S
 
 
 def candidates(model: str, settings: Settings) -> list[Candidate]:
@@ -215,7 +206,7 @@ def measure(model: str, settings: Settings, say: Say | None = None) -> tuple[str
     found = candidates(model, settings)
     if not found:
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
-    budget = candidate_budget_s()
+    budget = settings.auto_budget_s  # per engine: load, warm up, time (a Pi 4 does yolox-nano in seconds)
     results = []
     for number, candidate in enumerate(found, 1):
         if say:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import shutil
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,8 +78,7 @@ class StorageWatch:
         self.fixed_problem = problem  # no store at all: stays until a restart
         self.write_problem: str | None = None
         self.disk_problem: str | None = None
-        self.failed_writes = 0
-        self._lock = threading.Lock()
+        self.failed_writes = 0  # all of these are written by the recorder's thread alone
         self._next_disk_check = 0.0
 
     @property
@@ -93,19 +91,16 @@ class StorageWatch:
 
     def failed(self, what: str, exc: Exception) -> None:
         """A write failed: said once when writes start failing, counted every time."""
-        reason = _reason(exc)
-        with self._lock:
-            self.failed_writes += 1
-            first = self.write_problem is None
-            self.write_problem = f"events are not being stored: {what} failed ({reason})"
+        self.failed_writes += 1
+        first = self.write_problem is None
+        self.write_problem = f"events are not being stored: {what} failed ({_reason(exc)})"
         if first:
             log.error("%s; they still reach live listeners and MQTT, and are counted as lost", self.write_problem)
 
     def succeeded(self) -> None:
         if self.write_problem is None:
             return
-        with self._lock:
-            self.write_problem = None
+        self.write_problem = None
         log.warning("storing events works again (%d writes failed since start)", self.failed_writes)
 
     def check_disk(self, now: float | None = None) -> None:

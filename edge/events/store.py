@@ -266,36 +266,39 @@ class EventStore:
 
     def free_snapshots(self, needed: int) -> int:
         """Make room on a disk running out: the oldest snapshots go (their events stay). Returns the bytes freed."""
-        freed, chosen = 0, []
         with self._lock:
-            rows = self._db.execute(
-                "SELECT id, snapshot, snapshot_bytes FROM events WHERE snapshot IS NOT NULL ORDER BY start"
-            ).fetchall()
-        for event_id, name, size in rows:
-            if freed >= needed:
-                break
+            chosen = self._oldest_snapshots(needed)
+        for _, name, _ in chosen:
             (self.snapshots / name).unlink(missing_ok=True)  # the files first: the update below needs the room
-            chosen.append((event_id,))
-            freed += size
         with self._lock:
-            self._db.executemany("UPDATE events SET snapshot=NULL, snapshot_bytes=0 WHERE id=?", chosen)
-        return freed
+            self._forget_snapshots(chosen)
+        return sum(size for *_, size in chosen)
 
     def _over_snapshot_cap(self) -> list[str]:
         cap = int(self.config.max_snapshot_mb * 1024 * 1024)
         (total,) = self._db.execute("SELECT COALESCE(SUM(snapshot_bytes), 0) FROM events").fetchone()
-        removed: list[str] = []
-        if total <= cap:
-            return removed
-        for event_id, name, size in self._db.execute(
+        chosen = self._oldest_snapshots(total - cap) if total > cap else []
+        self._forget_snapshots(chosen)
+        return [name for _, name, _ in chosen]
+
+    def _oldest_snapshots(self, needed: int) -> list[tuple[str, str, int]]:
+        """(event id, file, bytes) of the oldest snapshots that together reach `needed` bytes; the lock held."""
+        chosen: list[tuple[str, str, int]] = []
+        freed = 0
+        rows = self._db.execute(
             "SELECT id, snapshot, snapshot_bytes FROM events WHERE snapshot IS NOT NULL ORDER BY start"
-        ).fetchall():
-            if total <= cap:
+        ).fetchall()
+        for event_id, name, size in rows:
+            if freed >= needed:
                 break
-            self._db.execute("UPDATE events SET snapshot=NULL, snapshot_bytes=0 WHERE id=?", (event_id,))
-            removed.append(name)
-            total -= size
-        return removed
+            chosen.append((event_id, name, size))
+            freed += size
+        return chosen
+
+    def _forget_snapshots(self, chosen: list[tuple[str, str, int]]) -> None:
+        self._db.executemany(
+            "UPDATE events SET snapshot=NULL, snapshot_bytes=0 WHERE id=?", [(event_id,) for event_id, *_ in chosen]
+        )
 
 
 def _row(event: Event, snapshot: tuple[str, int] | None, now: float) -> tuple[object, ...]:

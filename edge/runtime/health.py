@@ -55,7 +55,7 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         any_up |= up
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
         streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
-    problems = [p for p in (manager.events.problem,) if p]
+    problems = [manager.events.problem] if manager.events.problem else []
     status: Status = "starting" if starting else "ok" if all_up and not problems else "degraded" if any_up else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
     return ServiceHealth(status, ready, strict, streams, problems)
