@@ -53,22 +53,37 @@ class OutboxSender:
             log.info("%s: stopped during a delivery; its messages stay in the outbox for the next start", self.sink)
 
     def _deliver_until_stopped(self) -> None:
-        backoff = 1.0
+        backoff, store_failing = 1.0, False
         while not self._stop.is_set():
             self.wake.clear()
-            messages = self.store.pending(self.sink, BATCH)
-            if not messages:
+            try:
+                confirmed, waiting = self._deliver_batch()
+            except sqlite3.OperationalError as exc:  # a full disk: what was sent stays in the outbox, sent again later
+                if not store_failing:
+                    log.warning("%s: the outbox cannot be updated (%s); delivery waits for the store", self.sink, exc)
+                store_failing, confirmed, waiting = True, 0, 1
+            else:
+                store_failing = False
+            if not waiting:
                 self.wake.wait(5.0)
                 continue
-            try:
-                confirmed = self.deliver(messages)
-            except Exception:  # a destination's bug must not end delivery for good
-                log.exception("delivering to %s failed", self.sink)
-                confirmed = 0
             if confirmed:
-                self.store.delivered(messages[:confirmed])
-                self.delivered += confirmed
                 backoff = 1.0
-            if confirmed < len(messages):
+            if confirmed < waiting:
                 self.wake.wait(backoff)  # the destination is away: try again later, or when it says it is back
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    def _deliver_batch(self) -> tuple[int, int]:
+        """One batch of the oldest waiting messages: (how many the destination confirmed, how many were sent)."""
+        messages = self.store.pending(self.sink, BATCH)
+        if not messages:
+            return 0, 0
+        try:
+            confirmed = self.deliver(messages)
+        except Exception:  # a destination's bug must not end delivery for good
+            log.exception("delivering to %s failed", self.sink)
+            confirmed = 0
+        if confirmed:
+            self.store.delivered(messages[:confirmed])
+            self.delivered += confirmed
+        return confirmed, len(messages)
