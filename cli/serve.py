@@ -81,6 +81,14 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
     is_flag=True,
     help="Run the detector only on frames where something moved (still scenes cost almost nothing).",
 )
+@click.option(
+    "--ffmpeg",
+    "ffmpeg_hwaccel",
+    metavar="PRESET",
+    help="Decode with the ffmpeg program: 'software', or a hardware preset (preset-rpi-64-h264, preset-vaapi, "
+    "preset-intel-qsv-h264, preset-nvidia, ...); frames are scaled in FFmpeg to --width.",
+)
+@click.option("--width", type=click.IntRange(min=16), help="Frame width (cameras: asked for; --ffmpeg: scaled to).")
 @click.option("--host", default=None, help=f"Bind address [default: {LOOPBACK}]; other interfaces are your choice.")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="[default: 8080]")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
@@ -141,6 +149,10 @@ def _config(
         stream["engine_options"] = engine_options
     if stream.pop("motion"):
         stream["motion"] = {}
+    if hwaccel := stream.pop("ffmpeg_hwaccel", None):
+        stream["ffmpeg"] = {"hwaccel": None if hwaccel == "software" else hwaccel}
+    if stream.get("width") is None:
+        stream.pop("width", None)
     return single_stream_config(stream, server)
 
 

@@ -70,6 +70,19 @@ class MotionConfig(BaseModel):
     max_idle_s: float = Field(default=10.0, gt=0)  # on a still, empty scene: detect at least this often
 
 
+class FFmpegConfig(BaseModel):
+    """Decode with the `ffmpeg` program (edge/stream/ffmpeg.py): on the hardware a preset names, scaled inside
+    FFmpeg to the stream's `width`/`height` (set them near the model's input size, e.g. width: 416)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # A preset (preset-rpi-64-h264, preset-vaapi, preset-intel-qsv-h264, preset-nvidia, ...), FFmpeg's own
+    # arguments (a string or a list), or none: software decoding
+    hwaccel: str | list[str] | None = None
+    # A preset (preset-rtsp-generic, preset-rtsp-udp, preset-http-generic) or arguments; default: by the URL
+    input_args: str | list[str] | None = None
+
+
 class EventsConfig(BaseModel):
     """When a tracked object becomes an event: its label, a score and a number of frames, optionally in a zone."""
 
@@ -120,6 +133,8 @@ class StreamConfig(BaseModel):
     events: EventsConfig | None = None
     # Run the detector only where something moves; `motion: {}` turns it on with the defaults. Off: every frame.
     motion: MotionConfig | None = None
+    # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
+    ffmpeg: FFmpegConfig | None = None
 
     @field_validator("threads")
     @classmethod

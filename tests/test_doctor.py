@@ -68,3 +68,21 @@ def test_a_model_cache_that_cannot_be_written_blocks_serving(tmp_path):
     cache = next(f for f in report["findings"] if f["section"] == "models" and f["status"] == "fail")
     assert code == 1 and report["blocks_serving"] and "EDGE_MODEL_CACHE" in cache["fix"]
     assert run_edge("doctor", "--user", "no-such-user-here").stderr.startswith("error: no user named")
+
+
+def test_doctor_lists_the_hardware_decoders_ffmpeg_and_the_board_offer(tmp_path):
+    """On a fake Raspberry Pi 4 with its V4L2 decoder node, and an Intel render node: those presets are usable;
+    the others say what is missing (FFmpeg's own lists, the device node)."""
+    from tests.rtsp import require_ffmpeg
+
+    require_ffmpeg()
+    root = tmp_path / "pi"
+    fake_devices.raspberry_pi(root)
+    fake_devices.write(root, "/dev/video10", mode=0o660)
+    fake_devices.write(root, "/dev/dri/renderD128", mode=0o660)
+    _, report = _doctor("--root", str(root))
+    decoders = {f["subject"]: f for f in report["findings"] if f["section"] == "decoders"}
+    assert decoders["ffmpeg"]["status"] == "ok" and "vaapi" in decoders["ffmpeg"]["detail"]
+    assert decoders["preset-rpi-64-h264"]["status"] == "ok" and decoders["preset-vaapi"]["status"] == "ok"
+    missing = decoders["presets"]["detail"]
+    assert "preset-nvidia (no /dev/nvidia0)" in missing and "preset-jetson-h264 (FFmpeg lacks h264_nvmpi)" in missing

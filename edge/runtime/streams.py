@@ -19,6 +19,7 @@ from edge_inference.edge.events.layer import EventLayer
 from edge_inference.edge.runtime.compare import CompareGroup
 from edge_inference.edge.runtime.watchdog import Watchdog
 from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.edge.stream.ffmpeg import ffmpeg_source
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.stream.sources import FrameSource, open_source
@@ -42,6 +43,15 @@ def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
     )
 
 
+def source_for(stream: StreamConfig) -> FrameSource:
+    """OpenCV's capture, or the ffmpeg program where the stream has an `ffmpeg:` block."""
+    width, height, fps = stream.width, stream.height, stream.fps
+    if stream.ffmpeg is None:
+        return open_source(stream.source, width=width, height=height, fps=fps)
+    hwaccel, input_args = stream.ffmpeg.hwaccel, stream.ffmpeg.input_args
+    return ffmpeg_source(stream.source, hwaccel=hwaccel, input_args=input_args, width=width, height=height, fps=fps)
+
+
 def tracker_for(stream: StreamConfig) -> StreamTracker | None:
     if not stream.analysed:
         return None
@@ -62,7 +72,7 @@ class StreamManager:
         self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
         for stream in config.streams:
             check_reference(detector_config(stream))
-            source = open_source(stream.source, width=stream.width, height=stream.height, fps=stream.fps)
+            source = source_for(stream)
             if stream.compare:
                 self._add_group(stream, source)
                 continue

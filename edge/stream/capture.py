@@ -190,6 +190,8 @@ class CaptureRunner:
         if loop is not None and loop.busy_with == "open" and loop.busy_since is not None:
             timeout = min(timeout, OPEN_GRACE_S)
         thread.join(timeout)
+        if thread.is_alive():
+            self.source.interrupt()
         return not thread.is_alive()
 
     @property
@@ -212,6 +214,7 @@ class CaptureRunner:
             if self._stopped or self._loop is not loop:
                 return None
             loop.stop.set()  # the stuck thread exits and closes its own source whenever its call returns
+            self.source.interrupt()  # sooner, where the source can be interrupted (an FFmpeg child)
             self.on_stall()
             self.on_reconnect()
             self.on_state("reconnecting", message)

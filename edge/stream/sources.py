@@ -63,6 +63,10 @@ class FrameSource(ABC):
     def close(self) -> None:  # noqa: B027 - sources without handles need nothing here
         """Release the device or file."""
 
+    def interrupt(self) -> None:  # noqa: B027 - most sources cannot be interrupted; the watchdog leaves them
+        """End an open or read blocked in this source, from another thread (the watchdog's), where that is
+        possible: it then fails, and its thread closes it."""
+
     @abstractmethod
     def fresh(self) -> FrameSource:
         """A new, unopened source with the same settings (the old one may still be blocked in a read)."""

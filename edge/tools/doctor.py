@@ -34,6 +34,7 @@ from edge_inference.backends.hardware import (
     under,
 )
 from edge_inference.edge.settings import Settings
+from edge_inference.edge.stream.ffmpeg import FFMPEG, PRESETS, ffmpeg_offers
 from edge_inference.models.download import check_cached, is_cached
 from edge_inference.models.errors import ModelError
 from edge_inference.models.registry import REGISTRY
@@ -236,6 +237,28 @@ def _formats(node: Path, root: Path) -> str:
     return f"{', '.join(kinds) or '?'} at {', '.join(sizes[:6]) or '?'}"
 
 
+def check_decoders(root: Path) -> Iterator[Finding]:
+    """The ffmpeg program, its hardware methods, and which `ffmpeg: hwaccel` presets can work on this machine."""
+    program = shutil.which(FFMPEG)
+    if program is None:
+        fix = "apt install ffmpeg, then give a stream ffmpeg: {hwaccel: <preset>}"
+        yield Finding("decoders", "ffmpeg", "info", "not installed: every source decodes in software (OpenCV)", fix)
+        return
+    offered = ffmpeg_offers(program)
+    yield Finding("decoders", "ffmpeg", "ok", f"{program}; hardware methods: {', '.join(offered.hwaccels) or 'none'}")
+    unusable = []
+    for name, preset in PRESETS.items():
+        kind, _, needed = preset.needs.partition(":")
+        has = needed in (offered.hwaccels if kind == "hwaccel" else offered.decoders)
+        device = root / preset.device.lstrip("/")
+        if has and device.exists():
+            yield Finding("decoders", name, "ok", f"{needed} in this FFmpeg and {preset.device} present")
+        else:
+            unusable.append(f"{name} ({'no ' + preset.device if has else 'FFmpeg lacks ' + needed})")
+    if unusable:
+        yield Finding("decoders", "presets", "info", "not usable here: " + ", ".join(unusable))
+
+
 def check_system(root: Path) -> Iterator[Finding]:
     meminfo = {
         line.split(":")[0]: line.split()[1]
@@ -318,6 +341,7 @@ def run_checks(settings: Settings, user: str | None = None) -> list[Finding]:
         *check_devices(root),
         *check_permissions(root, account),
         *check_cameras(root),
+        *check_decoders(root),
         *check_system(root),
         *check_models(settings),
     ]
