@@ -49,3 +49,9 @@ def stage_timings(detector: Detector, frames: list[np.ndarray], warm: int = 5) -
 def overhead_ratio(timings: StageTimings) -> float:
     """(pre + inference + post) / inference of one frame."""
     return (timings.preprocess_ms + timings.inference_ms + timings.postprocess_ms) / timings.inference_ms
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended and been waited for, from the kernel."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system

@@ -11,7 +11,7 @@ from prometheus_client.registry import Collector
 from edge_inference.edge.detection.detector_pool import describe_engine
 from edge_inference.edge.detection.timings import STAGES
 from edge_inference.edge.runtime.health import service_health
-from edge_inference.edge.runtime.snapshots import event_figures
+from edge_inference.edge.runtime.snapshots import cpu_figures, event_figures
 from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
 from edge_inference.service.limits import UploadGate
@@ -88,6 +88,24 @@ class _StreamCollector(Collector):
         yield from _zone_metrics(self.manager)
         yield from _event_metrics(self.manager)
         yield from _detector_metrics(self.manager)
+        yield from _cpu_metrics(self.manager)
+
+
+def _cpu_metrics(manager: StreamManager) -> Iterator[Metric]:
+    """CPU per frame holds where fps does not (a loaded machine): the figure to compare engines and settings by."""
+    figures = cpu_figures(manager)
+    total = CounterMetricFamily(
+        "edge_cpu_seconds", "CPU time of the service and its children (FFmpeg decoders), from the kernel"
+    )
+    total.add_metric([], figures.cpu_seconds_total)
+    yield total
+    if figures.cpu_ms_per_frame is not None:
+        per_frame = GaugeMetricFamily(
+            "edge_cpu_seconds_per_frame",
+            f"CPU seconds per frame handled (inferred or skipped as still), all streams, last {figures.window_s:g} s",
+        )
+        per_frame.add_metric([], figures.cpu_ms_per_frame / 1e3)
+        yield per_frame
 
 
 def _detector_metrics(manager: StreamManager) -> Iterator[Metric]:

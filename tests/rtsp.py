@@ -17,7 +17,8 @@ from tests.server import free_port
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with the GObject bindings (python3-gi)
 CAMERA_SCRIPT = Path(__file__).with_name("rtsp_camera.py")
-PACKAGES = "ffmpeg python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-libav"
+GSTREAMER = "gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-libav"
+PACKAGES = f"ffmpeg python3-gi gir1.2-gst-rtsp-server-1.0 {GSTREAMER}"
 
 
 def _missing(what: str) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -150,6 +152,23 @@ def test_metrics_parse_as_prometheus_text(server):
     assert families["edge_frames_dropped"].type == "counter"
     assert families["edge_ready"].samples[0].value == 1
     assert server.client.get("/api/v1/metrics").status_code == 200
+    assert families["edge_cpu_seconds_per_frame"].samples[0].value > 0
+    assert families["edge_cpu_seconds"].type == "counter"
+
+
+def process_cpu_from_proc(pid: int) -> float:
+    """The kernel's CPU count for a process (utime + stime), read here, independently of the service."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_stats_report_the_services_cpu_as_the_kernel_counts_it_and_per_frame(server):
+    before = process_cpu_from_proc(server.process.pid)
+    cpu = server.client.get("/api/v1/stats").json()["cpu"]
+    after = process_cpu_from_proc(server.process.pid)
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    assert before - tick <= cpu["cpu_seconds_total"] <= after + tick  # no children here: FFmpeg is not used
+    assert cpu["cpu_ms_per_frame"] > 0 and cpu["window_s"] > 0 and cpu["cores_busy"] > 0
 
 
 def test_post_detect_raw_and_multipart(server):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from edge_inference.edge.detection.detector_pool import DetectorFigures, describe_engine
 from edge_inference.edge.detection.timings import Percentiles
 from edge_inference.edge.runtime.compare import CompareSnapshot
+from edge_inference.edge.runtime.cpu import CpuFigures
 from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.stream.pipeline import StreamPipeline
 from edge_inference.edge.stream.stats import StreamFigures
@@ -86,6 +87,7 @@ class ServiceStats:
     backends: dict[str, BackendLoad]  # by "backend/device"
     events: EventFigures | None = None  # when events or MQTT are configured
     detectors: list[DetectorFigures] = field(default_factory=list)  # loaded engines, each serving its streams
+    cpu: CpuFigures | None = None  # the service's CPU per frame (kernel's count, FFmpeg decoders included)
 
 
 def stream_summary(manager: StreamManager, pipeline: StreamPipeline) -> StreamSummary:
@@ -136,7 +138,13 @@ def service_stats(manager: StreamManager) -> ServiceStats:
         load.fps_processed = round(load.fps_processed + figures.fps_processed, 2)
         load.inference_ms[stream_id] = figures.latency_ms["inference"]
     detectors = [describe_engine(engine) for engine in manager.detectors.engines()]
-    return ServiceStats(streams, by_backend, event_figures(manager), detectors)
+    return ServiceStats(streams, by_backend, event_figures(manager), detectors, cpu_figures(manager))
+
+
+def cpu_figures(manager: StreamManager) -> CpuFigures:
+    """The service's CPU per frame handled (inferred, or skipped as still by motion gating) over every stream."""
+    snapshots = [pipeline.stats.snapshot() for pipeline in manager.pipelines.values()]
+    return manager.cpu.read(sum(figures.frames_processed + figures.frames_still for figures in snapshots))
 
 
 def zone_figures(pipeline: StreamPipeline) -> dict[str, ZoneFigures]:

@@ -17,6 +17,7 @@ from edge_inference.edge.detection.model_files import model_for_engine
 from edge_inference.edge.detection.threads import EnginePlan, plan_engine
 from edge_inference.edge.events.layer import EventLayer
 from edge_inference.edge.runtime.compare import CompareGroup
+from edge_inference.edge.runtime.cpu import CpuPerFrame
 from edge_inference.edge.runtime.watchdog import Watchdog
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.stream.ffmpeg import ffmpeg_source
@@ -67,6 +68,7 @@ class StreamManager:
         self._configs: dict[str, StreamConfig] = {}  # per pipeline, compare members included
         self._units: list[StreamPipeline | CompareGroup] = []  # what start() and stop() drive
         self.watchdog = Watchdog(self._checked)
+        self.cpu = CpuPerFrame()  # the service's CPU per frame handled, for stats and metrics
         self.events = EventLayer(config, self.settings)
         self.detectors = DetectorPool(max_batch=config.detectors.max_batch, share=config.detectors.share)
         self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
