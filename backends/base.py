@@ -50,6 +50,9 @@ class BackendOptions:
     engine_options: Mapping[str, Any] = field(default_factory=dict)
     # Where an engine may keep what it builds from a model (TensorRT engines and timing caches); None: nowhere
     cache_dir: Path | None = None
+    # Inferences that will run at once on this loaded model (streams sharing it): OpenVINO compiles that many
+    # parallel streams; ONNX Runtime's threads stop spin-waiting when lanes share the cores
+    lanes: int = 1
 
 
 @dataclass

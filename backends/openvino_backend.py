@@ -119,6 +119,23 @@ class OpenVINOBackend(Backend):
         return [results[port] for port in self._outputs]  # copies: safe while the next frame runs
 
 
+def compile_config(device: str, hint: str, threads: int | None, lanes: int) -> dict[str, Any]:
+    """OpenVINO's properties for the thread budget: `threads` per lane, and a CPU stream per lane (parallel
+    requests; with the LATENCY hint alone the lanes would queue on one stream). On AUTO they go to the CPU in
+    DEVICE_PROPERTIES, and the hint with them: a hint given to AUTO itself overrides the CPU's stream count."""
+    cpu: dict[str, Any] = {"PERFORMANCE_HINT": hint}
+    if threads:
+        cpu["INFERENCE_NUM_THREADS"] = threads * max(1, lanes)  # OpenVINO's count covers all of its streams
+    if lanes > 1 and hint == "LATENCY":  # THROUGHPUT chooses its own streams
+        cpu["NUM_STREAMS"] = lanes
+    base = device.split(":")[0].split(".")[0]
+    if base == "CPU":
+        return cpu
+    if base == "AUTO" and len(cpu) > 1:
+        return {"DEVICE_PROPERTIES": {"CPU": cpu}}
+    return {"PERFORMANCE_HINT": hint}
+
+
 def _read(core: Any, path: Path) -> Any:
     try:
         return core.read_model(str(path))
@@ -154,9 +171,7 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
     device = check_device(options.device, core.available_devices, version)
     model = _read(core, path)
     settings = parse_options("openvino", OpenVINOOptions, options.engine_options)
-    config: dict[str, Any] = {"PERFORMANCE_HINT": settings.performance_hint}
-    if options.threads and device.startswith("CPU"):
-        config["INFERENCE_NUM_THREADS"] = options.threads
+    config = compile_config(device, settings.performance_hint, options.threads, options.lanes)
     try:
         compiled = core.compile_model(model, device, config)
     except RuntimeError as exc:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import VTEST, machine, peak_rss_mib
+from benchmarks.common import VTEST, cpu_seconds, machine, peak_rss_mib
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.runtime.streams import StreamManager
@@ -52,7 +52,14 @@ def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
 
 
 def run_service(
-    model: str, backend: str, seconds: float, streams: int, share: bool, batch: int, threads: int | None = None
+    model: str,
+    backend: str,
+    seconds: float,
+    streams: int,
+    share: bool,
+    batch: int,
+    threads: int | None = None,
+    engine_options: dict[str, dict[str, object]] | None = None,
 ) -> dict[str, object]:
     config = ServiceConfig(
         detectors=DetectorsConfig(share=share, max_batch=batch),
@@ -66,6 +73,7 @@ def run_service(
                 pace=False,
                 loop=True,
                 threads=threads,
+                engine_options=engine_options or {},
             )
             for i in range(streams)
         ],
@@ -79,15 +87,22 @@ def run_service(
                 raise SystemExit("streams did not start within 300 s")
             time.sleep(0.1)
         before = [p.stats.frames_processed for p in manager.pipelines.values()]
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), cpu_seconds()
         time.sleep(seconds)
         after = [p.stats.frames_processed for p in manager.pipelines.values()]
-        elapsed = time.monotonic() - t0
+        elapsed, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
         per_stream = [(b - a) / elapsed for a, b in zip(before, after, strict=True)]
         engines = len(manager.detectors.engines())
     finally:
         manager.stop()
-    return {"fps": sum(per_stream), "per_stream": per_stream, "rss_mib": peak_rss_mib(), "engines": engines}
+    frames = sum(after) - sum(before)
+    return {
+        "fps": sum(per_stream),
+        "per_stream": per_stream,
+        "rss_mib": peak_rss_mib(),
+        "engines": engines,
+        "cpu_ms": cpu * 1e3 / max(frames, 1),
+    }
 
 
 def child(args: argparse.Namespace) -> int:

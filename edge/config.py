@@ -67,6 +67,9 @@ class MotionConfig(BaseModel):
     pixel_threshold: int = Field(default=25, ge=1, le=255)  # grey-level change that counts as a changed pixel
     ignore: list[list[Point]] = Field(default_factory=list)  # polygons where changes never count (a clock overlay)
     recheck_s: float = Field(default=1.0, gt=0)  # while objects are in view: detect at least this often
+    # Objects that stay put (parked cars) are rechecked less and less often, up to this interval (Frigate's
+    # stationary objects); any motion, or objects that moved or changed, bring it back to recheck_s
+    stationary_max_s: float = Field(default=30.0, gt=0)
     max_idle_s: float = Field(default=10.0, gt=0)  # on a still, empty scene: detect at least this often
 
 

@@ -72,14 +72,35 @@ def test_changes_inside_an_ignored_region_do_not_count(empty_scene: np.ndarray):
 
 def test_objects_in_view_are_rechecked_and_an_empty_scene_gets_a_heartbeat(empty_scene: np.ndarray):
     rng = np.random.default_rng(3)
-    gate = MotionGate(MotionConfig(recheck_s=1.0, max_idle_s=5.0))
+    gate = MotionGate(MotionConfig(recheck_s=1.0, max_idle_s=5.0, stationary_max_s=1.0))
     gate.check(noisy(empty_scene, rng), 0.0)
-    gate.found(True)  # a parked car, say: it does not move but it is there
+    gate.found([CAR])  # a parked car, say: it does not move but it is there
     runs = [t / FPS for t in range(1, 31) if gate.check(noisy(empty_scene, rng), t / FPS).run]
     assert runs == [1.0, 2.0, 3.0]
-    gate.found(False)
+    gate.found([])
     runs = [t / FPS for t in range(31, 120) if gate.check(noisy(empty_scene, rng), t / FPS).run]
     assert runs == [8.0]  # five seconds after the last run
+
+
+CAR = (100.0, 200.0, 260.0, 300.0)
+
+
+def test_objects_that_stay_put_are_rechecked_less_and_less_often_until_something_changes(empty_scene: np.ndarray):
+    """Frigate's stationary objects: a parked car found where it was doubles the interval to its next check, up
+    to stationary_max_s; a car that moved (or motion) brings the interval back to recheck_s."""
+    rng = np.random.default_rng(5)
+    gate = MotionGate(MotionConfig(recheck_s=1.0, max_idle_s=1000, stationary_max_s=8.0))
+    gate.check(noisy(empty_scene, rng), 0.0)
+    gate.found([CAR])
+    runs = []
+    for t in range(1, int(60 * FPS)):
+        if gate.check(noisy(empty_scene, rng), t / FPS).run:
+            runs.append(t / FPS)
+            gate.found([CAR])  # still there, in the same place
+    assert runs[:6] == [1.0, 3.0, 7.0, 15.0, 23.0, 31.0]  # 1, 2, 4, 8, then capped at 8 s
+    moved = (140.0, 200.0, 300.0, 300.0)
+    gate.found([moved])  # the car drove off a little: checked at recheck_s again
+    assert gate.recheck_s == 1.0
 
 
 def test_a_gated_stream_skips_still_frames_and_detects_the_walkers(tmp_path: Path, empty_scene: np.ndarray):

@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +137,7 @@ class DetectorPool:
             return self._handle(shared, stream)
 
     def _load(self, key: EngineKey, engine: str, path: Path, options: BackendOptions, lanes: int) -> SharedEngine:
+        options = replace(options, lanes=max(1, lanes))
         backend = self._open(engine, path, options)
         copies: list[Backend] = []
         if backend.parallel == "copies":

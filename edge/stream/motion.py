@@ -5,12 +5,15 @@ background. Pixels that changed by more than `pixel_threshold` grey levels, outs
 burnt into the picture), are motion; the detector runs when they cover more than `threshold` of the frame. The
 background follows slow changes (dusk, clouds) and absorbs whatever stops moving, so an object that parks is no
 longer motion: while the last detection found objects, the detector still runs every `recheck_s`, and on a still,
-empty scene every `max_idle_s` (so the latest result, and events waiting to end, stay current).
+empty scene every `max_idle_s` (so the latest result, and events waiting to end, stay current). Objects that are
+found where they were at the last check (parked cars) are stationary: each such recheck doubles the interval to
+the next, up to `stationary_max_s`; motion, or objects that moved, came or went, reset it to `recheck_s`.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cv2
@@ -21,6 +24,8 @@ from edge_inference.edge.stream.tracking import to_pixels
 
 WIDTH = 160
 BACKGROUND_RATE = 0.05  # weight of a new frame in the running background: about 20 frames of memory
+STILL_IOU = 0.9  # a box that overlaps its place at the last check this much has not moved
+Box = tuple[float, float, float, float]  # x1, y1, x2, y2 in pixels
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,9 @@ class MotionGate:
         self._mask: np.ndarray | None = None  # 1 where changes count
         self._size: tuple[int, int] | None = None
         self._last_run = float("-inf")
-        self._objects = False
+        self._objects: list[Box] = []  # what the last run found
+        self._recheck_s = config.recheck_s  # grows while the objects stay put
+        self._last_reason = "first"
         self._lock = threading.Lock()
         self.skipped = 0
 
@@ -48,13 +55,27 @@ class MotionGate:
             verdict = self._decide(moving, now)
             if verdict.run:
                 self._last_run = now
+                self._last_reason = verdict.reason
             else:
                 self.skipped += 1
             return verdict
 
-    def found(self, objects: bool) -> None:
-        """What the detector found on the last frame it ran on: while objects are there they are rechecked."""
-        self._objects = objects
+    def found(self, boxes: Sequence[Box]) -> None:
+        """The boxes the detector found on the frame it last ran on: while objects are there they are rechecked,
+        less often while they stay where they were."""
+        with self._lock:
+            boxes = list(boxes)
+            stationary = self._last_reason in ("recheck", "idle") and boxes and _same_places(boxes, self._objects)
+            if stationary:
+                self._recheck_s = min(self._recheck_s * 2, max(self.config.stationary_max_s, self.config.recheck_s))
+            else:
+                self._recheck_s = self.config.recheck_s
+            self._objects = boxes
+
+    @property
+    def recheck_s(self) -> float:
+        """The interval to the next recheck while nothing moves."""
+        return self._recheck_s
 
     def _decide(self, moving: float | None, now: float) -> MotionVerdict:
         since = now - self._last_run
@@ -64,7 +85,7 @@ class MotionGate:
             return MotionVerdict(True, 1.0, "first")
         if moving > self.config.threshold:
             return MotionVerdict(True, moving, "motion")
-        if self._objects and since >= self.config.recheck_s:
+        if self._objects and since >= self._recheck_s:
             return MotionVerdict(True, moving, "recheck")
         if since >= self.config.max_idle_s:
             return MotionVerdict(True, moving, "idle")
@@ -96,3 +117,17 @@ class MotionGate:
             points = to_pixels(polygon, width, height).astype(np.float64) * (small_w / width, small_h / height)
             cv2.fillPoly(mask, [np.round(points).astype(np.int32)], 0)
         return mask.astype(bool)
+
+
+def _iou(a: Box, b: Box) -> float:
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    if width <= 0 or height <= 0:
+        return 0.0
+    inter = width * height
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def _same_places(boxes: list[Box], before: list[Box]) -> bool:
+    """The same number of objects, each where one was (a few boxes: a plain double loop is enough)."""
+    return len(boxes) == len(before) and all(max(_iou(box, old) for old in before) >= STILL_IOU for box in boxes)

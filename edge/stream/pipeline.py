@@ -391,7 +391,7 @@ class StreamPipeline:
         result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, zones, lines)
         self.latest = result
         if self.motion is not None:
-            self.motion.found(bool(detections))
+            self.motion.found([(d.box.x1, d.box.y1, d.box.x2, d.box.y2) for d in detections])
         if self.error is not None and self.state == "running":
             with self._lock:
                 self._note(None, clears=True)  # frames flow again: no current error (last_error is kept)
