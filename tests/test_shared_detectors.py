@@ -230,6 +230,35 @@ def test_a_shared_litert_engine_gets_an_interpreter_per_lane():
     assert pool.engines() == []
 
 
+@pytest.mark.parametrize("device", ["AUTO", "CPU"])
+def test_a_shared_openvino_engine_runs_its_lanes_as_parallel_cpu_streams_with_the_budgets_threads(device):
+    """With the LATENCY hint alone OpenVINO compiles one CPU stream, and lanes would queue on it; on AUTO the
+    thread count used to be dropped. Read back from the compiled model: a stream per lane, threads x lanes."""
+    pool = DetectorPool()
+    handle = pool.acquire("a", "openvino", MODELS / "openvino/yolox_nano.xml", BackendOptions(device, 1), lanes=2)
+    try:
+        assert handle.shared is not None
+        compiled = handle.shared.backend.compiled  # type: ignore[attr-defined]
+        cpu = compiled.get_property("DEVICE_PROPERTIES")["CPU"] if device == "AUTO" else None
+        read = cpu.__getitem__ if cpu is not None else compiled.get_property
+        assert int(read("NUM_STREAMS")) == 2 and int(read("INFERENCE_NUM_THREADS")) == 2
+        assert compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS") == 2
+    finally:
+        handle.close()
+
+
+def test_onnx_runtime_threads_wait_without_spinning_unless_asked():
+    """A spinning ONNX Runtime thread keeps its core busy while it waits (BENCHMARKS.md: up to 2x the CPU per frame);
+    off by default, on when the engine option asks. Read back from the session's own options."""
+    quiet = open_backend("onnx", YOLOX, BackendOptions("cpu", 2))
+    spinning = open_backend("onnx", YOLOX, BackendOptions("cpu", 2, engine_options={"spinning": "on"}))
+    options = quiet.session.get_session_options()  # type: ignore[attr-defined]
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.intra_op_num_threads == 2
+    with pytest.raises(Exception, match="does not have configuration"):  # ONNX Runtime's default: spinning
+        spinning.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")  # type: ignore[attr-defined]
+
+
 def test_a_hung_shared_engine_is_replaced_for_the_streams_that_reload():
     """An engine whose inference never returns is left to its thread; the next stream to load gets a fresh one,
     and the hung one is closed once its call finally returns and its last stream lets go."""
