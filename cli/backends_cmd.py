@@ -22,14 +22,15 @@ from edge_inference.edge.tools.backends_report import backends_report
     metavar="MODEL",
     help="Time every engine that can run MODEL here, as --backend auto does, and keep the result for it.",
 )
-@click.option("--candidate", hidden=True)  # --backend auto's own call: time one engine (JSON), print its figures
-def backends(as_json: bool, bench_model: str | None, candidate: str | None) -> None:
+@click.option("--frames", "frames_from", metavar="VIDEO", help="With --bench: time on this video or image's frames.")
+@click.option("--candidate", hidden=True)  # --backend auto's own call: one engine (JSON), timed in rounds on stdin
+def backends(as_json: bool, bench_model: str | None, frames_from: str | None, candidate: str | None) -> None:
     """List inference backends, devices found and the registry models each can run."""
     if bench_model and candidate:
-        _bench_one(bench_model, candidate)
+        _bench_one(bench_model, candidate, frames_from)
         return
     if bench_model:
-        _bench(bench_model, as_json)
+        _bench(bench_model, as_json, frames_from)
         return
     reports = backends_report()
     if as_json:
@@ -51,32 +52,38 @@ def backends(as_json: bool, bench_model: str | None, candidate: str | None) -> N
             click.echo(f"          option {report.key}.{option['name']} ({described}): {option['help']}")
 
 
-def _bench_one(model: str, candidate: str) -> None:
-    from edge_inference.edge.detection.autoselect import Candidate, measure_one
+def _bench_one(model: str, candidate: str, frames_from: str | None) -> None:
+    import sys
+
+    from edge_inference.edge.detection.autoselect import Candidate, bench_image, serve_rounds
+    from edge_inference.edge.tools.bench import read_frames
 
     settings = get_settings()
 
     def load(name: str, backend: str, device: str) -> Detector:
         return load_detector(DetectorConfig(name, backend, device), settings)
 
-    result = measure_one(Candidate(**json.loads(candidate)), load)
-    click.echo(json.dumps(asdict(result)))
+    frames = read_frames(frames_from, 30) if frames_from else [bench_image()]
+    serve_rounds(Candidate(**json.loads(candidate)), load, frames, sys.stdin, sys.stdout)
 
 
-def _bench(model: str, as_json: bool) -> None:
-    from edge_inference.edge.detection.autoselect import fastest, measure
+def _bench(model: str, as_json: bool, frames_from: str | None) -> None:
+    from edge_inference.edge.detection.autoselect import certainty, fastest, measure
 
     check_reference(DetectorConfig(model))
-    _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True))
+    _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True), frames=frames_from)
     if as_json:
-        click.echo(json.dumps([asdict(r) | {"fps": r.fps} for r in results], indent=2))
+        rows = [asdict(r) | {"fps": r.fps, "spread": round(r.spread, 3)} for r in results]
+        click.echo(json.dumps({"results": rows, "certainty": certainty(results)}, indent=2))
         return
     best = fastest(results)
-    click.echo(f"\n{'backend':<10}{'device':<24}{'ms/frame':>10}{'fps':>8}  model")
+    click.echo(f"\n{'backend':<10}{'device':<24}{'fps':>8}{'spread':>8}{'CPU ms':>8}  model")
     for result in sorted(results, key=lambda r: r.ms_p50 or float("inf")):
-        timing = f"{result.ms_p50:>10.1f}{result.fps or 0:>8.1f}" if result.ms_p50 else f"{'-':>10}{'-':>8}"
+        figures = (result.fps or 0, f"{result.spread:.0%}", result.cpu_ms or 0) if result.ms_p50 else ("-", "-", "-")
+        timing = "".join(f"{value:>8.1f}" if isinstance(value, float) else f"{value:>8}" for value in figures)
         mark = "  <- --backend auto" if result is best else ""
         click.echo(f"{result.backend:<10}{result.device[:23]:<24}{timing}  {result.model}{mark}")
         if result.error:
             click.echo(f"{'':<10}cannot run here: {result.error}")
-    click.echo("(one frame: pre-processing, inference and decoding; median of warm runs)")
+    click.echo("(whole frames: pre-processing, inference and decoding; median of rounds taken in turns; CPU per frame)")
+    click.echo(f"choice: {certainty(results)}")

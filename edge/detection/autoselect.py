@@ -1,14 +1,18 @@
 """`--backend auto` by measurement: the engine that is fastest for this model on this machine.
 
 A fixed rule cannot know: on one day OpenVINO ran yolox-nano 1.45x faster than ONNX Runtime here, on another 0.9x.
-On first use of a model, every engine (and device) that can run it here is timed on a few warm inferences, the
-fastest wins, and the result is kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key
-made of the model files' hashes, the engines' versions and the machine (CPU, cores, accelerators found). Later
-runs read the choice without importing any engine they will not use. Each engine is timed in a child process of
-its own, so the engines tried and dropped leave nothing behind in the service's memory, and within a time budget
-(EDGE_AUTO_BUDGET_S, 120 s): an engine that cannot load and run a few inferences in it (a slow device, emulation, a
-model too large for it) loses, and the others are still compared. The service does not wait for a measurement: it
-serves on the engines' ranking's choice meanwhile and moves to the measured pick once it is known (`superseded`).
+On first use of a model, every engine (and device) that can run it here is loaded in a child process of its own,
+and the children are timed in turns (ROUNDS rounds of ROUND_S each, interleaved, so a busy moment of the machine
+falls on every engine alike) running whole frames as the pipeline does (pre-processing, inference, decoding): the
+highest median throughput wins, and among engines within CLOSE of it the one with the least CPU per frame (the
+kernel's count), since the difference is then within the noise. How sure the pick is goes with it. The result is
+kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key made of the model files' hashes,
+the engines' versions and the machine (CPU, cores, accelerators found). Later runs read the choice without
+importing any engine they will not use. The engines tried and dropped leave nothing behind in the service's memory,
+and each must load within a time budget (EDGE_AUTO_BUDGET_S, 120 s): an engine that cannot load and run a few
+inferences in it (a slow device, emulation, a model too large for it) loses, and the others are still compared.
+The service does not wait for a measurement: it serves on the engines' ranking's choice meanwhile and moves to the
+measured pick once it is known (`superseded`).
 `edge backends --bench MODEL` shows the table; EDGE_AUTO_MEASURE=0 chooses by the fixed ranking instead.
 """
 
@@ -47,7 +51,9 @@ from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
 
-WARM_RUNS, TIMED_RUNS, MAX_SECONDS = 2, 10, 3.0
+WARM_RUNS = 2
+ROUNDS, ROUND_S = 3, 1.5  # turns per engine, and the seconds of each
+CLOSE = 0.03  # engines whose median throughput is within 3% of the best are a tie, decided by CPU per frame
 _MEASURING = threading.Lock()
 _FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
 _BACKGROUND: set[str] = set()  # keys being measured in the background
@@ -69,12 +75,21 @@ class Measurement:
     backend: str
     device: str
     model: str
-    ms_p50: float | None  # one frame: pre-processing, inference and decoding
+    ms_p50: float | None  # one frame (pre-processing, inference, decoding): 1000 / the median round's throughput
     error: str | None = None
+    fps_rounds: list[float] = dataclasses.field(default_factory=list)  # frames per second in each round
+    cpu_ms: float | None = None  # CPU per frame over all rounds, from the kernel
 
     @property
     def fps(self) -> float | None:
         return None if not self.ms_p50 else 1000.0 / self.ms_p50
+
+    @property
+    def spread(self) -> float:
+        """(fastest - slowest round) / median: how much this engine's figure moved while it was measured."""
+        if len(self.fps_rounds) < 2 or not self.fps:
+            return 0.0
+        return (max(self.fps_rounds) - min(self.fps_rounds)) / self.fps
 
 
 @dataclass(frozen=True)
@@ -178,69 +193,217 @@ def write_cache(settings: Settings, key: str, model: str, results: list[Measurem
         ) from None
 
 
-def measure_one(candidate: Candidate, load: Load) -> Measurement:
-    """Load, warm up, then time whole frames (pre-processing, inference, decoding) on a fixed noise image."""
-    image = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+def bench_image() -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def serve_rounds(candidate: Candidate, load: Load, frames: list[np.ndarray], requests: Any, replies: Any) -> None:
+    """The child's side: load and warm up, say `ready` (or the error), then for each line of `requests` (seconds)
+    run whole frames that long and reply with the frames done, the seconds and the CPU seconds they took."""
+
+    def reply(message: dict[str, Any]) -> None:
+        replies.write(json.dumps(message) + "\n")
+        replies.flush()
+
     try:
         detector = load(candidate.model, candidate.backend, candidate.device)
-    except Exception as exc:  # noqa: BLE001 - an engine that cannot load here is reported, not fatal
-        return Measurement(candidate.backend, candidate.device, candidate.model, None, str(exc).splitlines()[0][:200])
+        for index in range(WARM_RUNS):
+            detector.detect(frames[index % len(frames)])
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot load or run here is reported, not fatal
+        reply({"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})
+        return
+    reply({"ready": True})
+    done = 0
     try:
-        for _ in range(WARM_RUNS):
-            detector.detect(image)
-        times: list[float] = []
-        deadline = time.monotonic() + MAX_SECONDS
-        while len(times) < TIMED_RUNS and (len(times) < 3 or time.monotonic() < deadline):
-            t0 = time.perf_counter()
-            detector.detect(image)
-            times.append((time.perf_counter() - t0) * 1e3)
-    except Exception as exc:  # noqa: BLE001 - e.g. a device that fails at its first inference
-        return Measurement(candidate.backend, candidate.device, candidate.model, None, str(exc).splitlines()[0][:200])
+        for line in requests:
+            seconds = float(line)
+            count, t0, cpu0 = 0, time.perf_counter(), _cpu_seconds()
+            while count < 3 or time.perf_counter() - t0 < seconds:
+                detector.detect(frames[done % len(frames)])
+                count += 1
+                done += 1
+            reply({"frames": count, "seconds": time.perf_counter() - t0, "cpu_s": _cpu_seconds() - cpu0})
     finally:
         detector.close()
-    return Measurement(candidate.backend, candidate.device, candidate.model, round(float(np.median(times)), 3))
 
 
-def measure(model: str, settings: Settings, say: Say | None = None) -> tuple[str, list[Measurement]]:
-    """Time every candidate, each in a child process within the budget, and store the results; (cache key, results)."""
+def measure(
+    model: str, settings: Settings, say: Say | None = None, frames: str | None = None
+) -> tuple[str, list[Measurement]]:
+    """Time every candidate in turns, each in a child process loaded within the budget, and store the results;
+    (cache key, results). `frames`: a video or image to time on (a fixed noise image when none)."""
     found = candidates(model, settings)
     if not found:
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
-    budget = settings.auto_budget_s  # per engine: load, warm up, time (a Pi 4 does yolox-nano in seconds)
-    results = []
-    for number, candidate in enumerate(found, 1):
-        if say:
-            say(f"timing {candidate.backend} ({candidate.device}), {number} of {len(found)}, at most {budget:g} s...")
-        result = _measure_candidate_in_child(candidate, budget)
-        if say:
-            say(f"  {result.ms_p50:.1f} ms per frame" if result.ms_p50 else f"  cannot run: {result.error}")
-        results.append(result)
+    budget = settings.auto_budget_s  # per engine: load and warm up (a Pi 4 does yolox-nano in seconds)
+    children: dict[Candidate, _Timed] = {}
+    results: dict[Candidate, Measurement] = {}
+    try:
+        for number, candidate in enumerate(found, 1):
+            if say:
+                name = f"{candidate.backend} ({candidate.device})"
+                say(f"loading {name}, {number} of {len(found)}, at most {budget:g} s...")
+            child = _Timed(candidate, frames)
+            error = child.wait_ready(budget)
+            if error is None:
+                children[candidate] = child
+            else:
+                child.stop()
+                results[candidate] = Measurement(candidate.backend, candidate.device, candidate.model, None, error)
+                if say:
+                    say(f"  cannot run: {error}")
+        if say and children:
+            say(f"timing {len(children)} engines in turns: {ROUNDS} rounds of {ROUND_S:g} s each...")
+        for _ in range(ROUNDS):
+            for candidate, child in list(children.items()):
+                if not child.round(ROUND_S, budget):
+                    child.stop()
+                    del children[candidate]
+                    results[candidate] = child.result()
+        for candidate, child in children.items():
+            results[candidate] = child.result()
+    finally:
+        for child in children.values():
+            child.stop()
+    ordered = [results[c] for c in found]
+    if say:
+        for result in ordered:
+            if result.ms_p50:
+                say(
+                    f"  {result.backend} ({result.device}): {result.fps:.1f} fps (rounds {_rounds(result)}), "
+                    f"{result.cpu_ms:.1f} ms CPU per frame"
+                )
     key = cache_key(found)
-    write_cache(settings, key, model, results)
-    return key, results
+    write_cache(settings, key, model, ordered)
+    return key, ordered
 
 
-def _measure_candidate_in_child(candidate: Candidate, budget_s: float) -> Measurement:
-    """`edge backends --bench` for one candidate, in a child process that is killed at the budget."""
-    spec = json.dumps(asdict(candidate))
-    command = [sys.executable, "-m", "edge_inference", "backends", "--bench", candidate.model, "--candidate", spec]
-    failed = Measurement(candidate.backend, candidate.device, candidate.model, None)
-    try:
-        child = subprocess.run(command, capture_output=True, text=True, timeout=budget_s, check=False)
-    except subprocess.TimeoutExpired:
-        why = f"too slow here: not loaded and timed within {budget_s:g} s (EDGE_AUTO_BUDGET_S)"
-        return dataclasses.replace(failed, error=why)
-    try:
-        return Measurement(**json.loads(child.stdout.strip().splitlines()[-1]))
-    except (ValueError, TypeError, IndexError):
-        errors = [line for line in child.stderr.splitlines() if line.startswith("error:")]
-        why = errors[-1][6:].strip() if errors else f"the measurement ended with status {child.returncode}"
-        return dataclasses.replace(failed, error=why[:200])
+def _rounds(result: Measurement) -> str:
+    return " ".join(f"{f:.1f}" for f in result.fps_rounds)
+
+
+class _Timed:
+    """One candidate's child process (`edge backends --bench MODEL --candidate JSON`), driven round by round."""
+
+    def __init__(self, candidate: Candidate, frames: str | None) -> None:
+        self.candidate = candidate
+        command = [sys.executable, "-m", "edge_inference", "backends", "--bench", candidate.model]
+        command += ["--candidate", json.dumps(asdict(candidate))] + (["--frames", frames] if frames else [])
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.rounds: list[tuple[int, float, float]] = []  # frames, seconds, CPU seconds
+        self.error: str | None = None
+
+    def _reply(self, timeout: float) -> dict[str, Any] | None:
+        """The child's next JSON line, or None (it died, or said nothing within `timeout`)."""
+        box: list[str] = []
+        assert self.process.stdout is not None
+        reader = threading.Thread(target=lambda: box.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout)
+        if not box or not box[0].strip():
+            return None
+        try:
+            message = json.loads(box[0])
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
+    def wait_ready(self, budget_s: float) -> str | None:
+        """None once loaded and warm; else why not."""
+        message = self._reply(budget_s)
+        if message is None:
+            if self.process.poll() is None:
+                return f"too slow here: not loaded and warmed up within {budget_s:g} s (EDGE_AUTO_BUDGET_S)"
+            return self._child_error()
+        if "error" in message:
+            return str(message["error"])
+        return None
+
+    def round(self, seconds: float, budget_s: float) -> bool:
+        """One turn of `seconds`; False when the child failed or hung (it is then out)."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(f"{seconds}\n")
+            self.process.stdin.flush()
+        except OSError:
+            self.error = self._child_error()
+            return False
+        message = self._reply(seconds + budget_s)
+        if message is None or "frames" not in message:
+            self.error = "stopped answering while timed" if self.process.poll() is None else self._child_error()
+            return False
+        self.rounds.append((int(message["frames"]), float(message["seconds"]), float(message["cpu_s"])))
+        return True
+
+    def _child_error(self) -> str:
+        self.process.wait(timeout=10)
+        stderr = self.process.stderr.read() if self.process.stderr else ""
+        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        why = errors[-1][6:].strip() if errors else f"the measurement ended with status {self.process.returncode}"
+        return why[:200]
+
+    def result(self) -> Measurement:
+        c = self.candidate
+        if not self.rounds:
+            return Measurement(c.backend, c.device, c.model, None, self.error or "no round was timed")
+        fps = [frames / seconds for frames, seconds, _ in self.rounds]
+        cpu_ms = sum(cpu for _, _, cpu in self.rounds) * 1e3 / sum(frames for frames, _, _ in self.rounds)
+        median = float(np.median(fps))
+        return Measurement(
+            c.backend, c.device, c.model, round(1000.0 / median, 3), None, [round(f, 2) for f in fps], round(cpu_ms, 2)
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                if self.process.stdin is not None:
+                    self.process.stdin.close()  # the child ends its loop and exits
+                self.process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def fastest(results: list[Measurement]) -> Measurement | None:
+    """The pick: the highest median throughput; among engines within CLOSE of it, the least CPU per frame."""
     timed = [r for r in results if r.ms_p50]
-    return min(timed, key=lambda r: r.ms_p50 or 0.0) if timed else None
+    if not timed:
+        return None
+    best = min(timed, key=lambda r: r.ms_p50 or 0.0)
+    tied = [r for r in timed if (r.fps or 0) >= (best.fps or 0) * (1 - CLOSE)]
+    if len(tied) > 1 and all(r.cpu_ms for r in tied):
+        return min(tied, key=lambda r: r.cpu_ms or 0.0)
+    return best
+
+
+def certainty(results: list[Measurement]) -> str:
+    """How sure the pick is, in words: its slowest round against the others' fastest."""
+    best = fastest(results)
+    others = [r for r in results if r.ms_p50 and r is not best]
+    if best is None or not others:
+        return "the only engine that ran"
+    if not best.fps_rounds or any(not r.fps_rounds for r in others):
+        return "from single-frame timings (measured by an older version)"
+    runner = max(others, key=lambda r: r.fps or 0.0)
+    if min(best.fps_rounds) > max(max(r.fps_rounds) for r in others):
+        margin = (best.fps or 0) / (runner.fps or 1)
+        return f"sure: every round of {best.backend} beat every round of the others ({margin:.2f}x {runner.backend})"
+    if (runner.fps or 0) >= (best.fps or 0) * (1 - CLOSE):
+        return (
+            f"close: {best.backend} and {runner.backend} are within {CLOSE:.0%} in throughput; "
+            f"{best.backend} uses less CPU per frame ({best.cpu_ms:.1f} vs {runner.cpu_ms:.1f} ms)"
+        )
+    return f"likely: {best.backend} is ahead at the median, but the rounds of {runner.backend} overlap its"
 
 
 def stored_results(key: str, model: str, settings: Settings) -> list[Measurement]:
@@ -278,8 +441,10 @@ def auto_choice(model: str, settings: Settings | None = None, *, measure: bool =
     best = fastest(results)
     if best is None:
         return _by_rule(model, settings, found, "measuring the engines failed")
-    others = ", ".join(f"{r.backend} {r.ms_p50:.1f} ms" for r in results if r is not best and r.ms_p50)
-    reason = f"fastest here when measured ({best.ms_p50:.1f} ms per frame; {others or 'no other engine ran'})"
+    others = ", ".join(f"{r.backend} {r.fps:.1f}" for r in results if r is not best and r.fps)
+    reason = (
+        f"fastest here when measured ({best.fps:.1f} frames/s; {others or 'no other engine ran'}); {certainty(results)}"
+    )
     # the candidate's own model: a stored result may come from another copy of the same file
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
     return AutoChoice(pick.backend, pick.device, pick.model, reason)
