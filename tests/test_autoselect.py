@@ -71,7 +71,9 @@ def test_the_pick_breaks_a_tie_within_the_noise_by_cpu_per_frame_and_says_how_su
     assert fastest([spinning, frugal, slow]) is frugal
     assert certainty([spinning, frugal, slow]).startswith("close: openvino and onnx are within 3%")
     assert fastest([spinning, slow]) is spinning
-    assert certainty([spinning, slow]).startswith("sure: every round of onnx beat every round of the others (1.67x tflite)")
+    assert certainty([spinning, slow]).startswith(
+        "sure: every round of onnx beat every round of the others (1.67x tflite)"
+    )
     overlapping = timed("openvino", [95.0, 93.0, 102.0], 15.0)
     assert certainty([spinning, overlapping]).startswith("likely: onnx is ahead at the median")
 

@@ -52,7 +52,7 @@ from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
 
 WARM_RUNS = 2
-ROUNDS, ROUND_S = 3, 1.5  # turns per engine, and the seconds of each
+ROUNDS, ROUND_S = 3, 1.0  # turns per engine, and the seconds of each
 CLOSE = 0.03  # engines whose median throughput is within 3% of the best are a tie, decided by CPU per frame
 _MEASURING = threading.Lock()
 _FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
@@ -242,13 +242,15 @@ def measure(
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
     budget = settings.auto_budget_s  # per engine: load and warm up (a Pi 4 does yolox-nano in seconds)
     children: dict[Candidate, _Timed] = {}
+    started: dict[Candidate, _Timed] = {}
     results: dict[Candidate, Measurement] = {}
     try:
-        for number, candidate in enumerate(found, 1):
+        for number, candidate in enumerate(found, 1):  # all load at once: the slowest load bounds the wait
             if say:
                 name = f"{candidate.backend} ({candidate.device})"
                 say(f"loading {name}, {number} of {len(found)}, at most {budget:g} s...")
-            child = _Timed(candidate, frames)
+            started[candidate] = _Timed(candidate, frames)
+        for candidate, child in started.items():
             error = child.wait_ready(budget)
             if error is None:
                 children[candidate] = child
@@ -256,7 +258,7 @@ def measure(
                 child.stop()
                 results[candidate] = Measurement(candidate.backend, candidate.device, candidate.model, None, error)
                 if say:
-                    say(f"  cannot run: {error}")
+                    say(f"  {candidate.backend} cannot run: {error}")
         if say and children:
             say(f"timing {len(children)} engines in turns: {ROUNDS} rounds of {ROUND_S:g} s each...")
         for _ in range(ROUNDS):
@@ -268,7 +270,7 @@ def measure(
         for candidate, child in children.items():
             results[candidate] = child.result()
     finally:
-        for child in children.values():
+        for child in started.values():
             child.stop()
     ordered = [results[c] for c in found]
     if say:
@@ -297,6 +299,8 @@ class _Timed:
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+        self.started = time.monotonic()
+        self.ready = False  # loaded and warm: it ends on its own when its input closes
         self.rounds: list[tuple[int, float, float]] = []  # frames, seconds, CPU seconds
         self.error: str | None = None
 
@@ -316,14 +320,15 @@ class _Timed:
         return message if isinstance(message, dict) else None
 
     def wait_ready(self, budget_s: float) -> str | None:
-        """None once loaded and warm; else why not."""
-        message = self._reply(budget_s)
+        """None once loaded and warm (within `budget_s` of its start); else why not."""
+        message = self._reply(max(0.0, budget_s - (time.monotonic() - self.started)))
         if message is None:
             if self.process.poll() is None:
                 return f"too slow here: not loaded and warmed up within {budget_s:g} s (EDGE_AUTO_BUDGET_S)"
             return self._child_error()
         if "error" in message:
             return str(message["error"])
+        self.ready = True
         return None
 
     def round(self, seconds: float, budget_s: float) -> bool:
@@ -338,6 +343,7 @@ class _Timed:
         message = self._reply(seconds + budget_s)
         if message is None or "frames" not in message:
             self.error = "stopped answering while timed" if self.process.poll() is None else self._child_error()
+            self.ready = False  # a hung child is killed, not waited for
             return False
         self.rounds.append((int(message["frames"]), float(message["seconds"]), float(message["cpu_s"])))
         return True
@@ -361,6 +367,9 @@ class _Timed:
         )
 
     def stop(self) -> None:
+        if self.process.poll() is None and not self.ready:
+            self.process.kill()  # still loading (or stuck in a device): nothing to wait for
+            self.process.wait()
         if self.process.poll() is None:
             try:
                 if self.process.stdin is not None:
