@@ -133,6 +133,13 @@ def main() -> int:
                 runs.setdefault(("full", gated), []).append(play(full, gated))
                 if args.ffmpeg:
                     runs.setdefault(("still-ffmpeg", gated), []).append(play(still, gated, ffmpeg=True))
+    verdicts(runs, minutes_full, minutes_still, args.ffmpeg)
+    return 0
+
+
+def verdicts(
+    runs: dict[tuple[str, bool], list[tuple[float, int, int]]], minutes_full: float, minutes_still: float, ffmpeg: bool
+) -> None:
     for (clip, gated), results in sorted(runs.items()):
         cpu = min(r[0] for r in results)
         minutes = minutes_full if clip == "full" else minutes_still
@@ -144,7 +151,7 @@ def main() -> int:
     tracks_ratio = runs[("full", True)][0][2] / max(1, runs[("full", False)][0][2])
     still_ok, tracks_ok = still_ratio <= 0.15, tracks_ratio >= 0.98
     print(f"still periods, gated / ungated CPU  {still_ratio:.3f}  target <= 0.15: {'met' if still_ok else 'MISSED'}")
-    if args.ffmpeg:
+    if ffmpeg:
         gated_ffmpeg = min(r[0] for r in runs[("still-ffmpeg", True)])
         ratio = gated_ffmpeg / min(r[0] for r in runs[("still", False)])
         print(
@@ -152,7 +159,6 @@ def main() -> int:
             f"target <= 0.15: {'met' if ratio <= 0.15 else 'MISSED'}"
         )
     print(f"tracks found, gated / ungated       {tracks_ratio:.3f}  target >= 0.98: {'met' if tracks_ok else 'MISSED'}")
-    return 0
 
 
 def intervals(walking: list[np.ndarray], steps: list[int]) -> int:

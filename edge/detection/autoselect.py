@@ -241,48 +241,49 @@ def measure(
     if not found:
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
     budget = settings.auto_budget_s  # per engine: load and warm up (a Pi 4 does yolox-nano in seconds)
-    children: dict[Candidate, _Timed] = {}
-    started: dict[Candidate, _Timed] = {}
-    results: dict[Candidate, Measurement] = {}
+    say = say or (lambda _line: None)
+    started = {}
     try:
         for number, candidate in enumerate(found, 1):  # all load at once: the slowest load bounds the wait
-            if say:
-                name = f"{candidate.backend} ({candidate.device})"
-                say(f"loading {name}, {number} of {len(found)}, at most {budget:g} s...")
+            say(f"loading {candidate.backend} ({candidate.device}), {number} of {len(found)}, at most {budget:g} s...")
             started[candidate] = _Timed(candidate, frames)
-        for candidate, child in started.items():
-            error = child.wait_ready(budget)
-            if error is None:
-                children[candidate] = child
-            else:
-                child.stop()
-                results[candidate] = Measurement(candidate.backend, candidate.device, candidate.model, None, error)
-                if say:
-                    say(f"  {candidate.backend} cannot run: {error}")
-        if say and children:
-            say(f"timing {len(children)} engines in turns: {ROUNDS} rounds of {ROUND_S:g} s each...")
-        for _ in range(ROUNDS):
-            for candidate, child in list(children.items()):
-                if not child.round(ROUND_S, budget):
-                    child.stop()
-                    del children[candidate]
-                    results[candidate] = child.result()
-        for candidate, child in children.items():
-            results[candidate] = child.result()
+        results = _timed_in_turns(started, budget, say)
     finally:
         for child in started.values():
             child.stop()
     ordered = [results[c] for c in found]
-    if say:
-        for result in ordered:
-            if result.ms_p50:
-                say(
-                    f"  {result.backend} ({result.device}): {result.fps:.1f} fps (rounds {_rounds(result)}), "
-                    f"{result.cpu_ms:.1f} ms CPU per frame"
-                )
+    for result in ordered:
+        if result.ms_p50:
+            say(
+                f"  {result.backend} ({result.device}): {result.fps:.1f} fps (rounds {_rounds(result)}), "
+                f"{result.cpu_ms:.1f} ms CPU per frame"
+            )
     key = cache_key(found)
     write_cache(settings, key, model, ordered)
     return key, ordered
+
+
+def _timed_in_turns(started: dict[Candidate, _Timed], budget: float, say: Say) -> dict[Candidate, Measurement]:
+    """Each child that became ready within the budget runs ROUNDS turns; one that fails or hangs drops out."""
+    results: dict[Candidate, Measurement] = {}
+    children = {}
+    for candidate, child in started.items():
+        error = child.wait_ready(budget)
+        if error is None:
+            children[candidate] = child
+            continue
+        child.stop()
+        results[candidate] = Measurement(candidate.backend, candidate.device, candidate.model, None, error)
+        say(f"  {candidate.backend} cannot run: {error}")
+    if children:
+        say(f"timing {len(children)} engines in turns: {ROUNDS} rounds of {ROUND_S:g} s each...")
+    for _ in range(ROUNDS):
+        for candidate, child in list(children.items()):
+            if not child.round(ROUND_S, budget):
+                child.stop()
+                del children[candidate]
+                results[candidate] = child.result()
+    return results | {candidate: child.result() for candidate, child in children.items()}
 
 
 def _rounds(result: Measurement) -> str:
@@ -404,10 +405,11 @@ def certainty(results: list[Measurement]) -> str:
     if not best.fps_rounds or any(not r.fps_rounds for r in others):
         return "from single-frame timings (measured by an older version)"
     runner = max(others, key=lambda r: r.fps or 0.0)
+    best_fps, runner_fps = best.fps or 0.0, runner.fps or 1.0
     if min(best.fps_rounds) > max(max(r.fps_rounds) for r in others):
-        margin = (best.fps or 0) / (runner.fps or 1)
+        margin = best_fps / runner_fps
         return f"sure: every round of {best.backend} beat every round of the others ({margin:.2f}x {runner.backend})"
-    if (runner.fps or 0) >= (best.fps or 0) * (1 - CLOSE):
+    if runner_fps >= best_fps * (1 - CLOSE):
         return (
             f"close: {best.backend} and {runner.backend} are within {CLOSE:.0%} in throughput; "
             f"{best.backend} uses less CPU per frame ({best.cpu_ms:.1f} vs {runner.cpu_ms:.1f} ms)"
