@@ -3,6 +3,7 @@ engines it does not use."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from edge_inference.backends.hardware import intel_accelerators
 from edge_inference.edge.detection.autoselect import (
+    AutoChoice,
     Measurement,
     auto_choice,
     cache_key,
@@ -22,6 +24,7 @@ from edge_inference.edge.detection.autoselect import (
     candidates,
     certainty,
     fastest,
+    live_check,
 )
 from edge_inference.edge.settings import Settings
 from tests.conftest import MODELS, REPO
@@ -235,3 +238,66 @@ def test_the_service_serves_while_auto_measures_then_moves_to_the_measured_pick(
         log = server.log
     assert "loading sluggish (slug0), 4 of 4" in log and "too slow here" in log
     assert "Traceback" not in log
+
+
+def test_a_pick_whose_live_inferences_slowed_is_measured_again_and_the_service_follows(
+    settings: Settings, tmp_path: Path
+):
+    """A stored measurement whose pick (LiteRT, a close race) claims 0.01 ms inferences: the service's own live
+    figures are far slower, so after LIVE_SAMPLES inferences it measures the engines again, in the background, and
+    ends on the new measurement's pick (moved to it, or confirmed on it), saying so."""
+    found = candidates("yolox-nano", settings)
+    fake = {"onnx": 30.0, "openvino": 29.5, "tflite": 31.0}  # fps: LiteRT ahead by a hair, rounds overlapping
+    results = [
+        {
+            "backend": c.backend,
+            "device": c.device,
+            "model": c.model,
+            "ms_p50": 1000 / fake[c.backend],
+            "error": None,
+            "fps_rounds": [fake[c.backend] - 1, fake[c.backend], fake[c.backend] + 1],
+            "cpu_ms": 30.0,
+            "infer_ms": 0.01,
+        }
+        for c in found
+    ]
+    cache_path(settings).write_text(json.dumps({cache_key(found): {"model": "yolox-nano", "results": results}}))
+    env = {
+        "EDGE_MODEL_CACHE": str(settings.model_cache),
+        "EDGE_AUTO_CACHE": str(settings.auto_cache),
+        "EDGE_MODEL_MIRROR": str(MODELS),
+    }
+    args = ["--source", str(MODELS.parent / "media" / "vtest.avi"), "--loop", "--backend", "auto"]
+    with running_server(args, tmp_path / "serve.log", env=env) as server:
+        server.wait_until("/health/ready", timeout=120)
+        assert server.client.get("/api/v1/streams").json()[0]["backend"] == "tflite"  # the stored pick, first
+        deadline = time.monotonic() + 300
+
+        def measured_again() -> dict | None:
+            (entry,) = json.loads(cache_path(settings).read_text()).values()
+            return entry if all(r.get("infer_ms", 0.01) != 0.01 for r in entry["results"] if r["ms_p50"]) else None
+
+        while (entry := measured_again()) is None:
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.5)
+        best = fastest([Measurement(**r) for r in entry["results"]])
+        assert best is not None
+        while True:
+            stream = server.client.get("/api/v1/streams").json()[0]
+            if stream["backend"] == best.backend and "when measured" in stream["notes"][0]:
+                break
+            assert time.monotonic() < deadline, (stream, server.log)
+            time.sleep(0.5)
+        log = server.log
+    assert "measuring yolox-nano again: tflite its inferences take" in log and "Traceback" not in log, log
+
+
+def test_the_live_check_asks_again_only_when_the_pick_has_slowed_beyond_its_margin():
+    timing = Measurement("onnx", "cpu", "m", 10.0, None, [100.0, 101.0, 99.0], 10.0, 8.0)
+    close = AutoChoice("onnx", "cpu", "m", "", key="k", timing=timing, sure=False)
+    sure = dataclasses.replace(close, sure=True)
+    assert live_check(close, [13.0] * 49) is None  # too few live inferences to judge
+    assert live_check(close, [11.0] * 50) is None  # within 1.5x of the measurement
+    assert live_check(close, [13.0] * 50) == "its inferences take 13 ms here now, 1.6x the 8 ms measured"
+    assert live_check(sure, [13.0] * 50) is None  # a pick that won every round waits for 2x
+    assert live_check(sure, [17.0] * 50) is not None

@@ -12,7 +12,8 @@ importing any engine they will not use. The engines tried and dropped leave noth
 and each must load within a time budget (EDGE_AUTO_BUDGET_S, 120 s): an engine that cannot load and run a few
 inferences in it (a slow device, emulation, a model too large for it) loses, and the others are still compared.
 The service does not wait for a measurement: it serves on the engines' ranking's choice meanwhile and moves to the
-measured pick once it is known (`superseded`).
+measured pick once it is known (`superseded`). Serving, it checks the pick's live inference times against the
+measurement (`live_check`) and measures again in the background when they have slowed beyond a margin.
 `edge backends --bench MODEL` shows the table; EDGE_AUTO_MEASURE=0 chooses by the fixed ranking instead.
 """
 
@@ -58,6 +59,11 @@ _MEASURING = threading.Lock()
 _FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
 _BACKGROUND: set[str] = set()  # keys being measured in the background
 _PICKED: dict[str, tuple[str, str] | None] = {}  # key -> the measured pick (backend, device), once measured
+_PICKED_AT: dict[str, float] = {}  # key -> when `_PICKED` was last set (monotonic)
+_REMEASURED: dict[str, float] = {}  # key -> when the live check last asked for a new measurement
+LIVE_SAMPLES = 50  # live inferences before they are compared with the measurement
+SLOWER, LOOSE = 2.0, 1.5  # live / measured inference time that calls for a new measurement: a sure pick, a close one
+REMEASURE_EVERY_S = 3600.0  # at most this often per measurement: it costs the streams a few seconds of CPU
 Say = Callable[[str], None]
 # (model, backend, device) -> a loaded detector; the loader's, passed in (the loader itself asks this module)
 Load = Callable[[str, str, str], Detector]
@@ -79,6 +85,7 @@ class Measurement:
     error: str | None = None
     fps_rounds: list[float] = dataclasses.field(default_factory=list)  # frames per second in each round
     cpu_ms: float | None = None  # CPU per frame over all rounds, from the kernel
+    infer_ms: float | None = None  # the engine's own run per frame (no pre/post): what the service sees live
 
     @property
     def fps(self) -> float | None:
@@ -99,6 +106,9 @@ class AutoChoice:
     model: str
     reason: str
     pending: str | None = None  # the cache key being measured in the background: this choice is provisional
+    key: str | None = None  # the stored measurement this choice was read from
+    timing: Measurement | None = None  # the pick's own figures in it, for the live check
+    sure: bool = False  # every round of the pick beat every round of the others
 
     @property
     def measured(self) -> bool:
@@ -222,12 +232,13 @@ def serve_rounds(candidate: Candidate, load: Load, frames: list[np.ndarray], req
     try:
         for line in requests:
             seconds = float(line)
-            count, t0, cpu0 = 0, time.perf_counter(), _cpu_seconds()
+            count, inference, t0, cpu0 = 0, 0.0, time.perf_counter(), _cpu_seconds()
             while count < 3 or time.perf_counter() - t0 < seconds:
-                detector.detect(frames[done % len(frames)])
+                inference += detector.detect(frames[done % len(frames)]).timings.inference_ms
                 count += 1
                 done += 1
-            reply({"frames": count, "seconds": time.perf_counter() - t0, "cpu_s": _cpu_seconds() - cpu0})
+            took, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+            reply({"frames": count, "seconds": took, "cpu_s": cpu, "infer_ms": inference / count})
     finally:
         detector.close()
 
@@ -303,6 +314,7 @@ class _Timed:
         self.started = time.monotonic()
         self.ready = False  # loaded and warm: it ends on its own when its input closes
         self.rounds: list[tuple[int, float, float]] = []  # frames, seconds, CPU seconds
+        self.inference: list[float] = []  # each round's mean inference ms
         self.error: str | None = None
 
     def _reply(self, timeout: float) -> dict[str, Any] | None:
@@ -347,6 +359,7 @@ class _Timed:
             self.ready = False  # a hung child is killed, not waited for
             return False
         self.rounds.append((int(message["frames"]), float(message["seconds"]), float(message["cpu_s"])))
+        self.inference.append(float(message.get("infer_ms", 0.0)))
         return True
 
     def _child_error(self) -> str:
@@ -363,8 +376,10 @@ class _Timed:
         fps = [frames / seconds for frames, seconds, _ in self.rounds]
         cpu_ms = sum(cpu for _, _, cpu in self.rounds) * 1e3 / sum(frames for frames, _, _ in self.rounds)
         median = float(np.median(fps))
+        rounds = [round(f, 2) for f in fps]
+        inference = round(float(np.median(self.inference)), 3) if self.inference else None
         return Measurement(
-            c.backend, c.device, c.model, round(1000.0 / median, 3), None, [round(f, 2) for f in fps], round(cpu_ms, 2)
+            c.backend, c.device, c.model, round(1000.0 / median, 3), None, rounds, round(cpu_ms, 2), inference
         )
 
     def stop(self) -> None:
@@ -431,6 +446,7 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
         results = []
     best = fastest(results)
     _PICKED[key] = (best.backend, best.device) if best else None
+    _PICKED_AT[key] = time.monotonic()
     return results
 
 
@@ -458,7 +474,8 @@ def auto_choice(model: str, settings: Settings | None = None, *, measure: bool =
     )
     # the candidate's own model: a stored result may come from another copy of the same file
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
-    return AutoChoice(pick.backend, pick.device, pick.model, reason)
+    sure = certainty(results).startswith("sure")
+    return AutoChoice(pick.backend, pick.device, pick.model, reason, key=key, timing=best, sure=sure)
 
 
 def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = "") -> AutoChoice:
@@ -477,6 +494,56 @@ def _measure_in_background(key: str, model: str, settings: Settings) -> None:
             return
         _BACKGROUND.add(key)
     threading.Thread(target=stored_results, args=(key, model, settings), name="auto-measure", daemon=True).start()
+
+
+def live_check(choice: AutoChoice, live_ms: list[float], now: float | None = None) -> str | None:
+    """Whether the service's own figures call for measuring again: the pick's inferences now take SLOWER times
+    what they took when measured (LOOSE when another engine was close). Returns the reason, or None."""
+    timing = choice.timing
+    if timing is None or not timing.infer_ms or len(live_ms) < LIVE_SAMPLES or choice.key is None:
+        return None
+    live = float(np.median(live_ms))
+    limit = (SLOWER if choice.sure else LOOSE) * timing.infer_ms
+    if live <= limit:
+        return None
+    measured = timing.infer_ms
+    return f"its inferences take {live:.3g} ms here now, {live / measured:.1f}x the {measured:.3g} ms measured"
+
+
+def remeasure_in_background(choice: AutoChoice, model: str, settings: Settings, why: str) -> bool:
+    """Measure again (at most once per REMEASURE_EVERY_S per measurement, in this process); False when not now.
+    The new pick lands in `_PICKED`, where the detectors' `superseded` reads it."""
+    key = choice.key
+    if key is None:
+        return False
+    now = time.monotonic()
+    with _MEASURING:
+        last = _REMEASURED.get(key)
+        if last is not None and now - last < REMEASURE_EVERY_S:
+            return False
+        _REMEASURED[key] = now
+    _say(f"measuring {model} again: {choice.backend} {why}")
+
+    def again() -> None:
+        with _MEASURING:
+            try:
+                measure(model, settings, say=_say)
+            except EdgeError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+        stored_results(key, model, settings)  # sets _PICKED from what is stored now
+
+    threading.Thread(target=again, name="auto-remeasure", daemon=True).start()
+    return True
+
+
+def remeasured(choice: AutoChoice) -> tuple[str, str] | bool | None:
+    """After `remeasure_in_background`: False while it runs; then the pick (backend, device), or None."""
+    if choice.key is None or choice.key not in _REMEASURED:
+        return False
+    stamp = _PICKED_AT.get(choice.key)
+    if stamp is None or stamp < _REMEASURED[choice.key]:
+        return False
+    return _PICKED.get(choice.key)
 
 
 def _say(line: str) -> None:

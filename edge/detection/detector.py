@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from edge_inference.models.detection import Detection
 from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.spec import ModelSpec
 from edge_inference.models.transform import ImageTransform
+
+RECENT = 100  # inferences kept for the live figure `--backend auto` checks its measurement against
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Detector:
         self.spec = spec
         # `--backend auto` serving on the ranking's choice while the engines are timed: True once another won
         self.superseded: Callable[[], bool] = lambda: False
+        self.recent_inference_ms: collections.deque[float] = collections.deque(maxlen=RECENT)  # the live figure
         self.conf, self.iou, self.max_detections = conf, iou, max_detections
         tensor = backend.inputs[0]
         self._preprocess = Preprocessor(spec.preprocessing, tensor.dtype, tensor.quantization, buffers=buffers)
@@ -71,7 +75,9 @@ class Detector:
 
     def infer_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
         """Outputs and inference milliseconds; on a shared engine, the wait for its turn is not inference."""
-        return self.backend.run_timed(tensor)
+        outputs, took = self.backend.run_timed(tensor)
+        self.recent_inference_ms.append(took)  # deque appends are atomic: lanes may call this side by side
+        return outputs, took
 
     def decode(self, raw: list[np.ndarray], transform: ImageTransform) -> list[Detection]:
         quant = self._output_quant

@@ -90,7 +90,7 @@ def load_detector(
     ranking's choice and says, through `superseded`, when the measured pick is another engine."""
     settings = settings or get_settings()
     check_engine_options(config.engine_options)  # every block, also those of engines not loaded now
-    note, choice = None, None
+    note, choice, asked_for = None, None, config.model
     if config.backend == "auto":
         config, choice = resolve_auto(config, settings, wait_for_auto)
         note = choice.reason
@@ -120,8 +120,40 @@ def load_detector(
         backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections, buffers=config.buffers
     )
     if choice is not None and choice.pending:
-        detector.superseded = _watch_measurement(detector, choice, config.model)
+        detector.superseded = _watch_measurement(detector, choice, asked_for)
+    elif choice is not None and choice.timing is not None:
+        detector.superseded = _watch_live(detector, choice, asked_for, settings)
     return detector
+
+
+def _watch_live(detector: Detector, choice: AutoChoice, model: str, settings: Settings) -> Callable[[], bool]:
+    """`superseded` for a detector on a measured pick: the service's own inference times are checked against the
+    measurement; when they call for it the engines are measured again (in the background, bounded), and True comes
+    back once another engine won. When this one won again, its note says so."""
+    from edge_inference.edge.detection.autoselect import live_check, remeasure_in_background, remeasured
+
+    asked = False
+
+    def superseded() -> bool:
+        nonlocal asked
+        if not asked:
+            why = live_check(choice, list(detector.recent_inference_ms))
+            asked = why is not None and remeasure_in_background(choice, model, settings, why)
+            return False
+        picked = remeasured(choice)
+        if picked is False:
+            return False  # still measuring
+        if picked is not None and picked != (choice.backend, choice.device):
+            return True
+        detector.backend.notes[0:1] = [
+            f"--backend auto chose {choice.backend} on {choice.device}: fastest here when measured again "
+            f"(its live inference times had slowed; `edge backends --bench {model}` shows the figures)"
+        ]
+        asked = False
+        detector.recent_inference_ms.clear()
+        return False
+
+    return superseded
 
 
 def _watch_measurement(detector: Detector, choice: AutoChoice, model: str) -> Callable[[], bool]:
