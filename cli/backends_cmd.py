@@ -69,8 +69,11 @@ def _bench_one(model: str, candidate: str, frames_from: str | None) -> None:
 
 def _bench(model: str, as_json: bool, frames_from: str | None) -> None:
     from edge_inference.edge.detection.autoselect import certainty, fastest, measure
+    from edge_inference.edge.tools.bench import read_frames
 
     check_reference(DetectorConfig(model))
+    if frames_from:
+        read_frames(frames_from, 1)  # a missing or undecodable file is one line here, not a failure per engine
     _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True), frames=frames_from)
     if as_json:
         rows = [asdict(r) | {"fps": r.fps, "spread": round(r.spread, 3)} for r in results]

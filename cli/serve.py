@@ -151,8 +151,6 @@ def _config(
         stream["motion"] = {}
     if hwaccel := stream.pop("ffmpeg_hwaccel", None):
         stream["ffmpeg"] = {"hwaccel": None if hwaccel == "software" else hwaccel}
-    if stream.get("width") is None:
-        stream.pop("width", None)
     return single_stream_config(stream, server)
 
 

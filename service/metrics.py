@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from edge_inference.edge.detection.detector_pool import describe_engine
 from edge_inference.edge.detection.timings import STAGES
+from edge_inference.edge.runtime.cpu import CpuFigures
 from edge_inference.edge.runtime.health import service_health
 from edge_inference.edge.runtime.snapshots import cpu_figures, event_figures
 from edge_inference.edge.runtime.streams import StreamManager
@@ -63,9 +64,11 @@ class _StreamCollector(Collector):
         up = GaugeMetricFamily("edge_stream_up", "1 while the stream delivers frames", labels=LABELS)
         ready = GaugeMetricFamily("edge_ready", "1 while /health/ready answers 200")
         status = GaugeMetricFamily("edge_health_status", "1 for the service's current status", labels=["status"])
+        handled = []
         for pipeline in self.manager.pipelines.values():
             labels = _labels(pipeline)
             figures = pipeline.stats.snapshot()
+            handled.append(figures)
             for key, gauge in gauges.items():
                 gauge.add_metric(labels, float(getattr(figures, key)))
             for key, counter in counters.items():
@@ -88,12 +91,11 @@ class _StreamCollector(Collector):
         yield from _zone_metrics(self.manager)
         yield from _event_metrics(self.manager)
         yield from _detector_metrics(self.manager)
-        yield from _cpu_metrics(self.manager)
+        yield from _cpu_metrics(cpu_figures(self.manager, handled))
 
 
-def _cpu_metrics(manager: StreamManager) -> Iterator[Metric]:
+def _cpu_metrics(figures: CpuFigures) -> Iterator[Metric]:
     """CPU per frame holds where fps does not (a loaded machine): the figure to compare engines and settings by."""
-    figures = cpu_figures(manager)
     total = CounterMetricFamily(
         "edge_cpu_seconds", "CPU time of the service and its children (FFmpeg decoders), from the kernel"
     )

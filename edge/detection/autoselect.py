@@ -47,6 +47,7 @@ from edge_inference.backends.hardware import (
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.detection.model_files import locate_model, model_for_engine
+from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import ChecksumMismatchError, sha256_of
@@ -207,11 +208,6 @@ def bench_image() -> np.ndarray:
     return np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
 
 
-def _cpu_seconds() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
 def serve_rounds(candidate: Candidate, load: Load, frames: list[np.ndarray], requests: Any, replies: Any) -> None:
     """The child's side: load and warm up, say `ready` (or the error), then for each line of `requests` (seconds)
     run whole frames that long and reply with the frames done, the seconds and the CPU seconds they took."""
@@ -232,12 +228,12 @@ def serve_rounds(candidate: Candidate, load: Load, frames: list[np.ndarray], req
     try:
         for line in requests:
             seconds = float(line)
-            count, inference, t0, cpu0 = 0, 0.0, time.perf_counter(), _cpu_seconds()
+            count, inference, t0, cpu0 = 0, 0.0, time.perf_counter(), process_cpu_seconds()
             while count < 3 or time.perf_counter() - t0 < seconds:
                 inference += detector.detect(frames[done % len(frames)]).timings.inference_ms
                 count += 1
                 done += 1
-            took, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+            took, cpu = time.perf_counter() - t0, process_cpu_seconds() - cpu0
             reply({"frames": count, "seconds": took, "cpu_s": cpu, "infer_ms": inference / count})
     finally:
         detector.close()
@@ -415,7 +411,9 @@ def certainty(results: list[Measurement]) -> str:
     """How sure the pick is, in words: its slowest round against the others' fastest."""
     best = fastest(results)
     others = [r for r in results if r.ms_p50 and r is not best]
-    if best is None or not others:
+    if best is None:
+        return "no engine could be timed here"
+    if not others:
         return "the only engine that ran"
     if not best.fps_rounds or any(not r.fps_rounds for r in others):
         return "from single-frame timings (measured by an older version)"

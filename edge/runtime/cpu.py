@@ -8,42 +8,14 @@ children and its live ones (FFmpeg decoders), over the last half minute of frame
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+
+from edge_inference.edge.detection.timings import process_cpu_seconds
 
 WINDOW_S = 30.0
-TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _live_children_cpu(proc: Path = Path("/proc")) -> float:
-    """CPU seconds of this process's running children (Linux: /proc/self/task/*/children)."""
-    total = 0.0
-    try:
-        tasks = list((proc / "self" / "task").iterdir())
-    except OSError:
-        return 0.0
-    for task in tasks:
-        try:
-            children = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for pid in children:
-            try:
-                fields = (proc / pid / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # ended meanwhile: it is in the children's count once waited for
-            total += (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14 and 15 of stat)
-    return total
-
-
-def process_cpu_seconds() -> float:
-    """This process, its children that ended, and those still running."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system + _live_children_cpu()
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ describes them); nothing here runs or changes a stream.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from edge_inference.edge.detection.detector_pool import DetectorFigures, describe_engine
@@ -138,13 +139,13 @@ def service_stats(manager: StreamManager) -> ServiceStats:
         load.fps_processed = round(load.fps_processed + figures.fps_processed, 2)
         load.inference_ms[stream_id] = figures.latency_ms["inference"]
     detectors = [describe_engine(engine) for engine in manager.detectors.engines()]
-    return ServiceStats(streams, by_backend, event_figures(manager), detectors, cpu_figures(manager))
+    return ServiceStats(streams, by_backend, event_figures(manager), detectors, cpu_figures(manager, streams.values()))
 
 
-def cpu_figures(manager: StreamManager) -> CpuFigures:
-    """The service's CPU per frame handled (inferred, or skipped as still by motion gating) over every stream."""
-    snapshots = [pipeline.stats.snapshot() for pipeline in manager.pipelines.values()]
-    return manager.cpu.read(sum(figures.frames_processed + figures.frames_still for figures in snapshots))
+def cpu_figures(manager: StreamManager, figures: Iterable[StreamFigures]) -> CpuFigures:
+    """The service's CPU per frame handled (inferred, or skipped as still by motion gating), from every stream's
+    figures as the caller has just read them."""
+    return manager.cpu.read(sum(f.frames_processed + f.frames_still for f in figures))
 
 
 def zone_figures(pipeline: StreamPipeline) -> dict[str, ZoneFigures]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -22,12 +23,13 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import cv2
 import numpy as np
 
 from edge_inference.edge.secrets import mask_in
-from edge_inference.edge.stream.sources import STREAM_SCHEMES, FrameSource, SourceError
+from edge_inference.edge.stream.sources import FrameSource, SourceError, is_live
 
 FFMPEG = os.environ.get("EDGE_FFMPEG", "ffmpeg")
 VAAPI_DEVICE = "/dev/dri/renderD128"
@@ -249,6 +251,8 @@ class FFmpegSource(FrameSource):
         self._size = (0, 0)
         self._fps: float | None = None
         self._drainer: threading.Thread | None = None
+        self._buffer = bytearray()
+        self._frame = np.empty((0, 0), np.uint8)
 
     def fresh(self) -> FFmpegSource:
         return FFmpegSource(self.target, self.settings)
@@ -288,6 +292,8 @@ class FFmpegSource(FrameSource):
         except (ValueError, KeyError) as exc:
             raise FFmpegError(f"{self.description}: unexpected output from ffmpeg ({exc})") from None
         self._size = (width, height)
+        self._buffer = bytearray(width * height * 3 // 2)  # one 4:2:0 frame: Y, then U and V
+        self._frame = np.frombuffer(self._buffer, np.uint8).reshape(height * 3 // 2, width)  # a view of it
 
     def _drain(self, process: subprocess.Popen[bytes]) -> None:
         assert process.stderr is not None
@@ -300,13 +306,12 @@ class FFmpegSource(FrameSource):
         process = self._process
         if process is None or process.stdout is None:
             raise SourceError(f"{self.description} is not open")
-        width, height = self._size
         marker = process.stdout.readline(HEADER_LIMIT)  # "FRAME" and optional parameters
-        frame_bytes = width * height * 3 // 2
-        data = process.stdout.read(frame_bytes) if marker.startswith(b"FRAME") else b""
-        if len(data) == frame_bytes:
-            yuv = np.frombuffer(data, np.uint8).reshape(height * 3 // 2, width)
-            return cv2.cvtColor(yuv, cv2.COLOR_YUV2BGR_I420)
+        # into the same buffer every frame: the BGR image made from it is a new array, handed on
+        pipe = cast(io.BufferedReader, process.stdout)  # what Popen gives for stdout=PIPE, bufsize -1
+        filled = pipe.readinto(self._buffer) if marker.startswith(b"FRAME") else 0
+        if filled == len(self._buffer):
+            return cv2.cvtColor(self._frame, cv2.COLOR_YUV2BGR_I420)
         code = self._wait_exit(process)
         if not self.live and code == 0:
             return None  # a file that ended
@@ -338,27 +343,29 @@ class FFmpegSource(FrameSource):
 
     def interrupt(self) -> None:
         """Ends a read blocked on the pipe from another thread (the watchdog's): FFmpeg is stopped."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
+        if self._process is not None:
+            _signal(self._process, signal.SIGKILL)
 
     def close(self) -> None:
         process, self._process = self._process, None
         if process is None:
             return
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=2)
-            except (ProcessLookupError, PermissionError):
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        _signal(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            _signal(process, signal.SIGKILL)
+            process.wait()
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def _signal(process: subprocess.Popen[bytes], number: int) -> None:
+    """To FFmpeg's process group (its own session), unless it has ended already."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, number)
 
 
 def ffmpeg_source(
@@ -375,8 +382,8 @@ def ffmpeg_source(
     for value, known, what in ((hwaccel, PRESETS, "hwaccel"), (input_args, INPUT_PRESETS, "input_args")):
         if isinstance(value, str) and value.startswith("preset-") and value not in known:
             raise FFmpegError(f"unknown ffmpeg {what} preset {value!r}; choose one of: {', '.join(sorted(known))}")
-    live = target.isdigit() or target.startswith(("/dev/video", *STREAM_SCHEMES))
-    if not live and not Path(target).expanduser().exists():
+    live = is_live(target)
+    if not live and not target.startswith("file://") and not Path(target).expanduser().exists():
         raise FFmpegError(f"source {target} is not a URL or an existing file")
     if target.isdigit():
         target = f"/dev/video{target}"  # FFmpeg reads cameras by device path (its v4l2 input)

@@ -200,8 +200,13 @@ def open_source(
     if target.isdigit() or target.startswith("/dev/video"):
         return CaptureSource(target, live=True, width=width, height=height, fps=fps)
     if target.startswith(STREAM_SCHEMES) or target.startswith("file://"):
-        return CaptureSource(target, live=not target.startswith("file://"))
+        return CaptureSource(target, live=is_live(target))
     return _local_source(target, fps)
+
+
+def is_live(target: str) -> bool:
+    """Cameras and network streams run on their own clock (newest frame only); files and file:// URLs do not."""
+    return target.isdigit() or target.startswith(("/dev/video", *STREAM_SCHEMES))
 
 
 def _local_source(target: str, fps: float | None = None) -> FrameSource:
