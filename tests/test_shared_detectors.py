@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edge_inference.backends import BackendOptions, open_backend
+from edge_inference.backends import BackendError, BackendOptions, open_backend
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
@@ -245,6 +245,24 @@ def test_a_shared_openvino_engine_runs_its_lanes_as_parallel_cpu_streams_with_th
         assert compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS") == 2
     finally:
         handle.close()
+
+
+@pytest.mark.parametrize("device", ["AUTO", "CPU"])
+def test_openvino_precision_reaches_the_cpu_also_on_auto(device):
+    """ARM CPUs infer in f16 by default, and a score at the threshold comes or goes (PLATFORMS.md); precision=f32
+    gives x86's scores there. AUTO refuses INFERENCE_PRECISION_HINT for itself, so it must go to the CPU."""
+    backend = open_backend(
+        "openvino", MODELS / "openvino/yolox_nano.xml", BackendOptions(device, 1, engine_options={"precision": "f32"})
+    )
+    compiled = backend.compiled  # type: ignore[attr-defined]
+    read = compiled.get_property("DEVICE_PROPERTIES")["CPU"].__getitem__ if device == "AUTO" else compiled.get_property
+    assert str(read("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
+    with pytest.raises(BackendError, match=r"^engine option openvino.precision: .*'f8'.*allowed: "):
+        open_backend(
+            "openvino",
+            MODELS / "openvino/yolox_nano.xml",
+            BackendOptions(device, 1, engine_options={"precision": "f8"}),
+        )
 
 
 def test_onnx_runtime_threads_wait_without_spinning_unless_asked():
