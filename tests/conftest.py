@@ -85,7 +85,8 @@ def example_detections() -> VideoDetections:
 def video_detections_started(auto_measured: None, request: pytest.FixtureRequest) -> Iterator[None]:
     """Made beside the tests that come before the tracking tests (a minute of CPU on a fresh, loaded machine),
     when those are in this run; finished before the session ends (an engine killed mid-run aborts the process)."""
-    if not any(item.nodeid.startswith("tests/test_tracking.py") for item in request.session.items):
+    users = ("tests/test_tracking.py", "tests/test_tracker_library.py")
+    if not any(item.nodeid.startswith(users) for item in request.session.items):
         yield
         return
     detections = example_detections()

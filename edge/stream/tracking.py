@@ -1,13 +1,13 @@
-"""Per-stream tracking, zones and lines, on Roboflow's maintained libraries.
+"""Per-stream tracking, zones and lines.
 
-- Tracker: ByteTrack from `trackers` (pinned to 2.1: later releases require OpenCV's GUI build, which must never
-  sit beside the headless one). It keeps low-score boxes for association, so a person briefly half hidden keeps
-  their id. It is most of this module's cost: about 2.5 ms per frame for 20 people on this project's 2-core
-  machine (`python -m benchmarks.events`).
-- Zones (`supervision.PolygonZone`) and lines (`supervision.LineZone`), both on the box's bottom centre: where
-  the object stands. A line counts an object whose feet pass it within the line's extent (between the
-  perpendiculars at its ends), so a line drawn across a path ignores people on another path behind it. Whole-box
-  crossings (all four corners) missed people who crossed each other on the line, as the tracker briefly lost one.
+- Tracker: ByteTrack, as Roboflow's `trackers` 2.1 computes it (`bytetrack.py`; the tests require the library's
+  track ids on every frame). It keeps low-score boxes for association, so a person briefly half hidden keeps
+  their id.
+- Zones and lines as supervision 0.31 counts them (`zones.py`, also checked against the library), both on the
+  box's bottom centre: where the object stands. A line counts an object whose feet pass it within the line's
+  extent (between the perpendiculars at its ends), so a line drawn across a path ignores people on another path
+  behind it. Whole-box crossings (all four corners) missed people who crossed each other on the line, as the
+  tracker briefly lost one.
 
 Only `analyse` is called per frame; everything else is set up once per stream (and again when the frame size
 changes, since 0..1 coordinates become pixels then).
@@ -16,12 +16,12 @@ changes, since 0..1 coordinates become pixels then).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
 from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig
-from edge_inference.edge.errors import needs_events_extra
+from edge_inference.edge.stream.bytetrack import ByteTracker
+from edge_inference.edge.stream.zones import LineCounter, PolygonZone
 from edge_inference.models.detection import Detection
 
 
@@ -67,76 +67,58 @@ class StreamTracker:
     def __init__(
         self, tracking: TrackingConfig | None, zones: list[ZoneConfig], lines: list[LineConfig], fps: float
     ) -> None:
-        try:
-            import supervision  # noqa: F401 - zones and lines, imported per frame below
-            from trackers import ByteTrackTracker
-        except ImportError as exc:
-            raise needs_events_extra("tracking", exc) from None
-
         self.config = tracking or TrackingConfig()
         self.labels = set(self.config.labels)
-        rate = max(1.0, fps)
-        self._tracker = ByteTrackTracker(
+        self._tracker = ByteTracker(
             lost_track_buffer=max(1, round(self.config.lost_after_s * 30)),  # frames at 30 fps; scaled by frame_rate
-            frame_rate=rate,
+            frame_rate=max(1.0, fps),
             track_activation_threshold=0.4,
             minimum_consecutive_frames=2,
             high_conf_det_threshold=0.5,
         )
         self._zone_configs, self._line_configs = zones, lines
         self._size: tuple[int, int] | None = None
-        self._zones: list[tuple[str, Any]] = []
+        self._zones: list[tuple[str, PolygonZone]] = []
         self._entered: dict[str, dict[int, float]] = {z.name: {} for z in zones}  # zone -> track id -> since
-        self._lines: list[tuple[str, Any]] = []
+        self._lines: list[tuple[str, LineCounter]] = []
         self._outlines: dict[str, tuple[tuple[int, int], ...]] = {}
         self._ends: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
 
     def _place(self, width: int, height: int) -> None:
-        import supervision as sv
-
         self._size = (width, height)
         self._zones, self._lines, self._outlines, self._ends = [], [], {}, {}
         for zone in self._zone_configs:
             polygon = to_pixels(zone.polygon, width, height)
-            self._zones.append((zone.name, sv.PolygonZone(polygon)))
+            self._zones.append((zone.name, PolygonZone(polygon)))
             self._outlines[zone.name] = tuple((int(x), int(y)) for x, y in polygon.tolist())
         for line in self._line_configs:
             (x1, y1), (x2, y2) = to_pixels([line.start, line.end], width, height).tolist()
-            feet = (sv.Position.BOTTOM_CENTER,)
-            self._lines.append((line.name, sv.LineZone(sv.Point(x1, y1), sv.Point(x2, y2), triggering_anchors=feet)))
+            self._lines.append((line.name, LineCounter((x1, y1), (x2, y2))))
             self._ends[line.name] = ((int(x1), int(y1)), (int(x2), int(y2)))
 
     def analyse(self, detections: list[Detection], width: int, height: int, now: float = 0.0) -> Analysis:
         """`now`: the frame's capture time in seconds, for dwell times."""
-        import supervision as sv
-
         if self._size != (width, height):
             self._place(width, height)
         chosen = [i for i, d in enumerate(detections) if not self.labels or d.label in self.labels]
         boxes = np.array([[*_xyxy(detections[i])] for i in chosen], np.float32).reshape(-1, 4)
-        found = sv.Detections(
-            xyxy=boxes,
-            confidence=np.array([detections[i].score for i in chosen], np.float32),
-            class_id=np.array([detections[i].class_id for i in chosen], np.int64),
-            data={"index": np.array(chosen, np.int64)},
-        )
-        tracked = self._tracker.update(found)
-        if len(tracked) and (tracked.tracker_id < 0).any():
-            tracked = tracked[tracked.tracker_id >= 0]  # ids only once a track is sure (selecting copies: only then)
+        ids = self._tracker.update(boxes, np.array([detections[i].score for i in chosen], np.float32))
+        sure = ids >= 0  # ids only once a track is sure
+        tracked = Tracked(boxes[sure], ids[sure], [chosen[i] for i in np.flatnonzero(sure).tolist()])
         result = list(detections)
-        for index, track_id in zip(tracked.data.get("index", []), tracked.tracker_id, strict=True):
-            result[int(index)] = replace(detections[int(index)], track_id=int(track_id))
-        labels = [result[int(i)].label for i in tracked.data.get("index", [])]
+        for index, track_id in zip(tracked.indices, tracked.ids.tolist(), strict=True):
+            result[index] = replace(detections[index], track_id=track_id)
+        labels = [result[i].label for i in tracked.indices]
         return Analysis(result, self._zone_states(tracked, labels, now), self._line_states(tracked))
 
-    def _zone_states(self, tracked: Any, labels: list[str], now: float) -> tuple[ZoneState, ...]:
+    def _zone_states(self, tracked: Tracked, labels: list[str], now: float) -> tuple[ZoneState, ...]:
         states = []
         for name, zone in self._zones:
-            inside = zone.trigger(tracked) if len(tracked) else np.zeros(0, bool)
+            inside = zone.inside(tracked.boxes)
             counts: dict[str, int] = {}
-            for label in np.asarray(labels)[inside].tolist() if len(labels) else []:
+            for label in np.asarray(labels)[inside].tolist() if labels else []:
                 counts[label] = counts.get(label, 0) + 1
-            ids = frozenset(int(i) for i in tracked.tracker_id[inside]) if len(labels) else frozenset()
+            ids = frozenset(tracked.ids[inside].tolist())
             entered = self._entered[name]
             for gone in entered.keys() - ids:
                 del entered[gone]
@@ -144,18 +126,23 @@ class StreamTracker:
             states.append(ZoneState(name, counts, ids, dwell, self._outlines[name]))
         return tuple(states)
 
-    def _line_states(self, tracked: Any) -> tuple[LineState, ...]:
+    def _line_states(self, tracked: Tracked) -> tuple[LineState, ...]:
         states = []
         for name, line in self._lines:
-            if len(tracked):
-                crossed_in, crossed_out = line.trigger(tracked)
-                ids = tracked.tracker_id
-                just_in = frozenset(int(i) for i in ids[crossed_in])
-                just_out = frozenset(int(i) for i in ids[crossed_out])
-            else:
-                just_in = just_out = frozenset()
+            crossed_in, crossed_out = line.trigger(tracked.boxes, tracked.ids)
+            just_in = frozenset(tracked.ids[crossed_in].tolist())
+            just_out = frozenset(tracked.ids[crossed_out].tolist())
             states.append(LineState(name, line.in_count, line.out_count, just_in, just_out, self._ends[name]))
         return tuple(states)
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """The boxes with a sure track on this frame: their boxes, ids, and indices into the frame's detections."""
+
+    boxes: np.ndarray
+    ids: np.ndarray
+    indices: list[int]
 
 
 def _xyxy(detection: Detection) -> tuple[float, float, float, float]:
