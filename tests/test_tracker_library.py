@@ -66,7 +66,8 @@ def crowd_frames(seed: int, people: int = 20, count: int = 300) -> list[tuple[np
     frames = []
     for frame in range(count):
         centre = start + speed * frame
-        centre = np.abs((centre + [WIDTH, HEIGHT]) % (2 * np.array([WIDTH, HEIGHT])) - [WIDTH, HEIGHT])  # bounce
+        frame_size = np.array([WIDTH, HEIGHT])
+        centre = np.abs((centre + frame_size) % (2 * frame_size) - frame_size)  # bounce off the edges
         hidden_until = np.where(rng.random(people) < 0.03, frame + rng.integers(1, 8, people), hidden_until)
         seen = hidden_until <= frame
         jitter = rng.normal(0, 2.0, (people, 4))
