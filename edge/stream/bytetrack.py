@@ -17,6 +17,8 @@ that overlap one another is solved on its own: almost always one track and one b
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 F = np.eye(8, dtype=np.float32)  # constant velocity: each corner moves by its velocity per frame
@@ -29,30 +31,65 @@ R = np.eye(4, dtype=np.float32) * 0.1
 I8 = np.eye(8, dtype=np.float32)
 
 
+class Covariances:
+    """The filter's covariance after a predict or an update depends only on the covariance before it, and tracks
+    that are seen on every frame go through the same few: each step is computed once, and the same arrays are
+    shared (so the results are the library's to the bit). Cleared when it grows past `LIMIT` entries."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.initial = np.eye(8, dtype=np.float32)
+        self._predicted: dict[bytes, np.ndarray] = {}
+        self._updated: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def predict(self, p: np.ndarray) -> np.ndarray:
+        key = p.tobytes()
+        found = self._predicted.get(key)
+        if found is None:
+            self._trim(self._predicted)
+            found = self._predicted[key] = F @ p @ F_T + Q
+        return found
+
+    def update(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the Kalman gain, the covariance after the update)."""
+        key = p.tobytes()
+        found = self._updated.get(key)
+        if found is None:
+            self._trim(self._updated)
+            gain = p @ H_T @ np.linalg.inv(H @ p @ H_T + R)
+            found = self._updated[key] = (gain, (I8 - gain @ H) @ p)
+        return found
+
+    def _trim(self, table: dict[bytes, Any]) -> None:
+        if len(table) >= self.LIMIT:
+            table.clear()
+
+
 class Track:
     """One object's Kalman filter over (x1, y1, x2, y2, vx1, vy1, vx2, vy2)."""
 
-    __slots__ = ("P", "state", "time_since_update", "track_id", "updates")
+    __slots__ = ("P", "covariances", "state", "time_since_update", "track_id", "updates")
 
-    def __init__(self, box: np.ndarray) -> None:
+    def __init__(self, box: np.ndarray, covariances: Covariances) -> None:
         self.track_id = -1  # an id only once the track is sure
         self.updates = 1
         self.time_since_update = 0
         self.state: np.ndarray = np.zeros((8, 1), dtype=np.float32)
         self.state[:4, 0] = box
-        self.P: np.ndarray = np.eye(8, dtype=np.float32)
+        self.covariances = covariances
+        self.P = covariances.initial
 
     def predict(self) -> None:
         self.state = F @ self.state
-        self.P = F @ self.P @ F_T + Q
+        self.P = self.covariances.predict(self.P)
         self.time_since_update += 1
 
     def update(self, box: np.ndarray) -> None:
         self.time_since_update = 0
         self.updates += 1
-        gain = self.P @ H_T @ np.linalg.inv(H @ self.P @ H_T + R)
+        gain, self.P = self.covariances.update(self.P)
         self.state = self.state + gain @ (box.reshape((4, 1)) - H @ self.state)
-        self.P = (I8 - gain @ H) @ self.P
 
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -89,21 +126,25 @@ def best_assignment(weights: np.ndarray) -> list[tuple[int, int]]:
 
 def overlapping_groups(linked: np.ndarray) -> list[tuple[list[int], list[int]]]:
     """The connected groups of rows and columns of a boolean matrix, each with at least one link."""
-    groups = []
-    seen_rows: set[int] = set()
-    for start in np.flatnonzero(linked.any(axis=1)).tolist():
-        if start in seen_rows:
-            continue
-        rows, cols = {start}, set(np.flatnonzero(linked[start]).tolist())
-        grew = True
-        while grew:
-            more_rows = set(np.flatnonzero(linked[:, sorted(cols)].any(axis=1)).tolist())
-            more_cols = set(np.flatnonzero(linked[sorted(more_rows)].any(axis=0)).tolist())
-            grew = more_rows != rows or more_cols != cols
-            rows, cols = more_rows, more_cols
-        seen_rows |= rows
-        groups.append((sorted(rows), sorted(cols)))
-    return groups
+    rows_of, cols_of = np.nonzero(linked)
+    parent = list(range(linked.shape[0]))  # union-find over rows; a column joins the rows it links
+
+    def root(row: int) -> int:
+        while parent[row] != row:
+            parent[row] = parent[parent[row]]
+            row = parent[row]
+        return row
+
+    first_row: dict[int, int] = {}
+    for row, col in zip(rows_of.tolist(), cols_of.tolist(), strict=True):
+        other = first_row.setdefault(col, row)
+        parent[root(row)] = root(other)
+    groups: dict[int, tuple[set[int], set[int]]] = {}
+    for row, col in zip(rows_of.tolist(), cols_of.tolist(), strict=True):
+        rows, cols = groups.setdefault(root(row), (set(), set()))
+        rows.add(row)
+        cols.add(col)
+    return [(sorted(rows), sorted(cols)) for rows, cols in groups.values()]
 
 
 def hungarian_max(weights: np.ndarray) -> list[tuple[int, int]]:
@@ -161,6 +202,7 @@ class ByteTracker:
         self.high_conf_det_threshold = high_conf_det_threshold
         self.tracks: list[Track] = []
         self._next_id = 0
+        self._covariances = Covariances()
 
     def update(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """boxes: (N, 4) float32 x1 y1 x2 y2; scores: (N,)."""
@@ -175,7 +217,7 @@ class ByteTracker:
         self._associate(left, boxes, low, ids)
         for index in unmatched_high:  # ascending, as the library's set of ints iterates
             if float(scores[index]) >= self.track_activation_threshold:
-                self.tracks.append(Track(boxes[index]))
+                self.tracks.append(Track(boxes[index], self._covariances))
         self.tracks = [
             t
             for t in self.tracks

@@ -15,7 +15,7 @@ changes, since 0..1 coordinates become pixels then).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -107,7 +107,8 @@ class StreamTracker:
         tracked = Tracked(boxes[sure], ids[sure], [chosen[i] for i in np.flatnonzero(sure).tolist()])
         result = list(detections)
         for index, track_id in zip(tracked.indices, tracked.ids.tolist(), strict=True):
-            result[index] = replace(detections[index], track_id=track_id)
+            found = detections[index]  # built directly: dataclasses.replace costs more than the tracker per box
+            result[index] = Detection(found.class_id, found.label, found.score, found.box, track_id)
         labels = [result[i].label for i in tracked.indices]
         return Analysis(result, self._zone_states(tracked, labels, now), self._line_states(tracked))
 

@@ -66,12 +66,12 @@ class LineCounter:
         if not len(boxes):
             return crossed_in, crossed_out
         points = feet(boxes)
-        in_limits = (cross(points, self.limits[0]) > 0) == (cross(points, self.limits[1]) > 0)
-        left = cross(points, (self.start, self.end)) < 0  # supervision's "left trigger": counted as in
+        in_limits = ((cross(points, self.limits[0]) > 0) == (cross(points, self.limits[1]) > 0)).tolist()
+        left = (cross(points, (self.start, self.end)) < 0).tolist()  # supervision's "left trigger": counted as in
         for i, key in enumerate(track_ids.tolist()):
             if key < 0 or not in_limits[i]:
                 continue
-            side = bool(left[i])
+            side = left[i]
             history = self._history.setdefault(key, deque(maxlen=self.HISTORY))
             history.append(side)
             confirmed = self._confirmed.setdefault(key, side)
