@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from edge_inference.edge.stream.bytetrack import ByteTracker, best_assignment
-from edge_inference.edge.stream.zones import LineCounter, PolygonZone
+from edge_inference.edge.stream.tracking import LineCounter, PolygonZone
 from tests.conftest import example_detections
 
 sv = pytest.importorskip("supervision")
