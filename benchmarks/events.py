@@ -14,11 +14,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -188,17 +190,24 @@ def report_per_frame() -> None:
     )
 
 
-def report_pipeline(rounds: int) -> None:
+@contextlib.contextmanager
+def running_broker() -> Iterator[tuple[Path, Broker]]:
+    """A scratch folder and a real Mosquitto for the service's events, stopped at the end."""
     with tempfile.TemporaryDirectory() as folder:
         broker = Broker(Path(folder) / "broker")
         broker.start()
         try:
-            off, on = [], []
-            for round_ in range(rounds):
-                off.append(pipeline_fps(False, Path(folder) / f"data-off-{round_}", broker))
-                on.append(pipeline_fps(True, Path(folder) / f"data-on-{round_}", broker))
+            yield Path(folder), broker
         finally:
             broker.stop()
+
+
+def report_pipeline(rounds: int) -> None:
+    off, on = [], []
+    with running_broker() as (folder, broker):
+        for round_ in range(rounds):
+            off.append(pipeline_fps(False, folder / f"data-off-{round_}", broker))
+            on.append(pipeline_fps(True, folder / f"data-on-{round_}", broker))
     ratio = statistics.median(on) / statistics.median(off)
     verdict = "met" if ratio >= 0.95 else "missed"
     print(
@@ -228,13 +237,8 @@ def report_memory(rounds: int) -> None:
 
 
 def child(events: bool) -> int:
-    with tempfile.TemporaryDirectory() as folder:
-        broker = Broker(Path(folder) / "broker")
-        broker.start()
-        try:
-            pipeline_fps(events, Path(folder) / "data", broker)
-        finally:
-            broker.stop()
+    with running_broker() as (folder, broker):
+        pipeline_fps(events, folder / "data", broker)
     print(f"{peak_rss_mib():.1f}")
     return 0
 
