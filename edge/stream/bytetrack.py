@@ -94,7 +94,7 @@ class Track:
 
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU of every box of `a` with every box of `b`, as supervision's `box_iou_batch` rounds it."""
-    a, b = a.astype(np.float64), b.astype(np.float64)
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     width = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
     height = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
     inter = np.clip(width, 0.0, None) * np.clip(height, 0.0, None)
@@ -233,7 +233,7 @@ class ByteTracker:
         and the chosen boxes (indices into `boxes`) left unmatched."""
         if not tracks or not len(chosen):
             return tracks, chosen.tolist()
-        predicted = np.array([t.state[:4, 0].astype(float) for t in tracks])
+        predicted = np.array([t.state[:4, 0] for t in tracks], dtype=np.float64)
         iou = iou_matrix(predicted, boxes[chosen])
         matched_tracks, matched_boxes = set(), set()
         for row, col in best_assignment(iou):

@@ -16,7 +16,6 @@ changes, since 0..1 coordinates become pixels then).
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 import cv2
@@ -165,8 +164,9 @@ class PolygonZone:
     def __init__(self, polygon: np.ndarray) -> None:
         self.polygon = np.asarray(polygon).astype(int)
         x_max, y_max = np.max(self.polygon, axis=0)
-        self.mask = np.zeros((int(y_max) + 2, int(x_max) + 2), dtype=np.uint8)
-        cv2.fillPoly(self.mask, [self.polygon.astype(np.int32)], color=(1,))
+        filled = np.zeros((int(y_max) + 2, int(x_max) + 2), dtype=np.uint8)
+        cv2.fillPoly(filled, [self.polygon.astype(np.int32)], color=(1,))
+        self.mask = filled.astype(bool)  # once here, not per frame
 
     def inside(self, boxes: np.ndarray) -> np.ndarray:
         if not len(boxes):
@@ -174,17 +174,19 @@ class PolygonZone:
         x, y = np.rint(feet(boxes)).astype(int).transpose()
         height, width = self.mask.shape
         in_bounds = (x >= 0) & (y >= 0) & (x < width) & (y < height)
-        hits = in_bounds & self.mask[np.clip(y, 0, height - 1), np.clip(x, 0, width - 1)].astype(bool)
-        return np.asarray(hits, dtype=bool)
+        hits: np.ndarray = in_bounds & self.mask[np.clip(y, 0, height - 1), np.clip(x, 0, width - 1)]
+        return hits
 
 
 class LineCounter:
     """Crossings of a line from start to end by tracked boxes' feet, within the line's extent (between the
-    perpendiculars at its ends). A side counts once the feet are seen on it on two observations in a row
-    (supervision's `minimum_crossing_threshold=1`); `in` is from the right-hand side to the left, looking from
-    start to end."""
+    perpendiculars at its ends). `in` is from the right-hand side to the left, looking from start to end.
 
-    HISTORY = 2
+    supervision's `minimum_crossing_threshold=1`: a track's first side is its reference, and a crossing counts when
+    the feet are seen on the other side; with a history of two observations, the one it keeps per track is the
+    reference side itself. A track's state goes once it has been absent for `FORGET_AFTER` frames."""
+
+    FORGET_AFTER = 2
 
     def __init__(self, start: tuple[int, int], end: tuple[int, int]) -> None:
         self.start, self.end = start, end
@@ -195,8 +197,7 @@ class LineCounter:
         px, py = -(y2 - y1) / length, (x2 - x1) / length
         self.limits = (((x1, y1), (x1 + px, y1 + py)), ((x2, y2), (x2 - px, y2 - py)))
         self.in_count = self.out_count = 0
-        self._history: dict[int, deque[bool]] = {}
-        self._confirmed: dict[int, bool] = {}
+        self._side: dict[int, bool] = {}  # track id -> the side it was last confirmed on
         self._absent: dict[int, int] = {}
 
     def trigger(self, boxes: np.ndarray, track_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -212,14 +213,9 @@ class LineCounter:
             if key < 0 or not in_limits[i]:
                 continue
             side = left[i]
-            history = self._history.setdefault(key, deque(maxlen=self.HISTORY))
-            history.append(side)
-            confirmed = self._confirmed.setdefault(key, side)
-            if len(history) < self.HISTORY or side == confirmed:
+            if self._side.setdefault(key, side) == side:
                 continue
-            if any(state != side for state in list(history)[1:]):
-                continue
-            self._confirmed[key] = side
+            self._side[key] = side
             if side:
                 self.in_count += 1
                 crossed_in[i] = True
@@ -229,15 +225,13 @@ class LineCounter:
         return crossed_in, crossed_out
 
     def _forget(self, present: set[int]) -> None:
-        """A track's crossing state goes once it has been absent for as many frames as the history holds."""
-        for key in list(self._history):
+        for key in list(self._side):
             if key in present:
                 self._absent.pop(key, None)
                 continue
             absent = self._absent.get(key, 0) + 1
-            if absent >= self.HISTORY:
-                del self._history[key]
-                self._confirmed.pop(key, None)
+            if absent >= self.FORGET_AFTER:
+                del self._side[key]
                 self._absent.pop(key, None)
             else:
                 self._absent[key] = absent
