@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import io
 import struct
 import threading
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import cv2
+import numpy as np
 
 
 def png_bomb(side: int, bad_crc: bool = False) -> bytes:
@@ -30,11 +32,7 @@ def png_bomb(side: int, bad_crc: bool = False) -> bytes:
 
 def jpeg_claiming(width: int, height: int) -> bytes:
     """A small JPEG whose frame header claims another size (a bomb needs no pixel data to be dangerous)."""
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.new("RGB", (64, 48)).save(buffer, "JPEG")
-    data = bytearray(buffer.getvalue())
+    data = bytearray(cv2.imencode(".jpg", np.zeros((48, 64, 3), np.uint8))[1].tobytes())
     sof = data.find(b"\xff\xc0")
     data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
     return bytes(data)

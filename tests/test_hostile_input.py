@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from benchmarks.hostile import jpeg_claiming, png_bomb
-from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
-from tests.conftest import VTEST
+from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image, header_size
+from tests.conftest import MEDIA, VTEST
 from tests.inprocess import app_client, service_config, wait_ready
 
 
@@ -38,6 +38,51 @@ def test_bombs_are_refused_from_their_header_before_any_decoding():
     assert decode_image(frame, "frame.png", max_pixels=500_000).shape == (576, 768, 3)
     with pytest.raises(ImageTooLargeError, match="768x576"):
         decode_image(frame, "frame.png", max_pixels=400_000)
+
+
+def _encodings(image: np.ndarray) -> dict[str, bytes]:
+    """The same pixels in every format the service accepts and OpenCV writes, in their common variants."""
+    options = {
+        "jpeg": (".jpg", []),
+        "progressive jpeg": (".jpg", [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]),
+        "png": (".png", []),
+        "bmp": (".bmp", []),
+        "lossy webp": (".webp", [cv2.IMWRITE_WEBP_QUALITY, 80]),
+        "lossless webp": (".webp", [cv2.IMWRITE_WEBP_QUALITY, 101]),
+        "tiff": (".tiff", []),
+        "uncompressed tiff": (".tiff", [cv2.IMWRITE_TIFF_COMPRESSION, 1]),
+    }
+    return {name: cv2.imencode(ext, image, params)[1].tobytes() for name, (ext, params) in options.items()}
+
+
+def test_image_sizes_are_read_from_headers_as_the_decoder_reads_them():
+    """The size check reads headers itself (no imaging library in the image): what it reads must be what OpenCV
+    then decodes, for every accepted format, and any cut of a header is refused with the one message, never a crash."""
+    rng = np.random.default_rng(7)
+    images = [rng.integers(0, 255, (123, 457, 3), np.uint8), rng.integers(0, 255, (77, 91, 4), np.uint8)]
+    files = {f"{name} {image.shape}": data for image in images for name, data in _encodings(image).items()}
+    files |= {path.name: path.read_bytes() for path in MEDIA.glob("*.jpg")}
+    assert len(files) >= 18
+    for name, data in files.items():
+        decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+        assert header_size(data) == (decoded.shape[1], decoded.shape[0]), name
+        for cut in (3, 11, 17, 25, 29):
+            try:
+                decode_image(data[:cut], name)
+            except ImageError as refused:
+                assert "readable" in str(refused) or "truncated" in str(refused), name
+    for _ in range(300):  # random bytes behind each format's magic: refused or sized, nothing else
+        for magic in (b"\xff\xd8", b"\x89PNG\r\n\x1a\n", b"BM", b"II*\0", b"MM\0+", b"RIFF\0\0\0\0WEBPVP8X"):
+            data = magic + rng.integers(0, 255, int(rng.integers(0, 64)), np.uint8).tobytes()
+            with pytest.raises(ImageError):
+                decode_image(data, "noise")
+
+
+def test_an_extended_webp_claiming_a_huge_canvas_is_refused_from_its_header():
+    # VP8X (the WebP container's extended header): flags, then canvas width - 1 and height - 1 in 24 bits each
+    vp8x = b"VP8X" + (10).to_bytes(4, "little") + bytes(4) + (39999).to_bytes(3, "little") * 2
+    with pytest.raises(ImageTooLargeError, match="40000x40000"):
+        decode_image(b"RIFF" + (4 + len(vp8x)).to_bytes(4, "little") + b"WEBP" + vp8x, "canvas.webp")
 
 
 def test_a_bomb_with_a_damaged_chunk_is_refused_and_the_decoder_holds_a_limit_of_its_own():
