@@ -28,13 +28,16 @@ ENV PYTHONUNBUFFERED=1 \
     EDGE_MODEL_CACHE=/var/lib/edge/models \
     EDGE_DATA_DIR=/var/lib/edge/data \
     EDGE_IN_CONTAINER=1
-# The wheels are read through a bind mount of the build stage: no copy of them stays behind in a layer. Test suites
-# that ship inside wheels (NumPy's) are left out: nothing here runs them.
+# The wheels are read through a bind mount of the build stage: no copy of them stays behind in a layer. Left out,
+# as nothing here uses them: test suites that ship inside wheels (NumPy's), and ONNX Runtime's C library (34 MB),
+# which its wheel carries since 1.19 for other packages to link against (onnxruntime PR #21223): the Python
+# module has the runtime built in and never loads it.
 # hadolint ignore=DL3013
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     PYTHONDONTWRITEBYTECODE=1 pip install --no-cache-dir --no-compile --no-index --find-links /wheels \
         "edge-inference${EXTRAS:+[$EXTRAS]}" \
     && find /usr/local/lib/python3.11/site-packages -depth -type d -name tests -path '*/numpy/*' -exec rm -rf {} + \
+    && rm -f /usr/local/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.* \
     && useradd --system --uid 10001 --home-dir /var/lib/edge --create-home --groups video edge \
     && mkdir -p /var/lib/edge/models /var/lib/edge/data /var/lib/edge/.cache/python && chown -R edge /var/lib/edge
 USER 10001
