@@ -1,10 +1,8 @@
 # edge-inference service image: CPU engines only (ONNX Runtime); EXTRAS=tflite,openvino,events adds more.
 #   docker build -t edge-inference .                      (or: --build-arg EXTRAS=tflite,openvino,events)
 #   docker run -p 127.0.0.1:8080:8080 -v $PWD/streams.yaml:/etc/edge/streams.yaml:ro edge-inference
-ARG EXTRAS=""
-
 FROM python:3.11-slim AS build
-ARG EXTRAS
+ARG EXTRAS=""
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY cli ./cli
@@ -14,31 +12,32 @@ COPY models ./models
 COPY service ./service
 # the one import name: links to the five folders above (see edge_inference/__init__.py)
 COPY edge_inference ./edge_inference
-# The project and every dependency of the extras asked for, as wheels: the final stage installs from these alone,
-# offline, so what this stage resolved is exactly what runs.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".${EXTRAS:+[$EXTRAS]}"
+# The project and the extras asked for, installed into a venv of their own that the final stage copies whole: what
+# this stage resolved is exactly what runs, and no installer, wheel or build file reaches the final image. (Not a
+# `RUN --mount=type=bind,from=build` install: podman 4.3, Debian bookworm's, cannot mount a cached stage, podman
+# issue 16281, and buildah does not rebuild such a layer when the stage changes, buildah issue 6609.)
+# Left out, as nothing here uses them: pip in the venv, bytecode (below), test suites that ship inside wheels
+# (NumPy's), and ONNX Runtime's C library (34 MB), which its wheel carries since 1.19 for other packages to link
+# against (onnxruntime PR #21223): the Python module has the runtime built in and never loads it.
+# hadolint ignore=DL3013
+RUN python -m venv --without-pip /opt/edge \
+    && PYTHONDONTWRITEBYTECODE=1 pip --python /opt/edge/bin/python install --no-cache-dir --no-compile \
+        ".${EXTRAS:+[$EXTRAS]}" \
+    && find /opt/edge/lib/python3.11/site-packages -depth -type d -name tests -path '*/numpy/*' -exec rm -rf {} + \
+    && rm -f /opt/edge/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.*
 
 FROM python:3.11-slim
-ARG EXTRAS
 # No bytecode in the image (as the official python images ship none): the service writes its own at the first
 # start into the container's layer, under PYTHONPYCACHEPREFIX: 15 MB and 1.6 s of CPU once per container, where
 # bytecode in the image would be 23 MB in every copy of it.
-ENV PYTHONUNBUFFERED=1 \
+ENV PATH=/opt/edge/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
     PYTHONPYCACHEPREFIX=/var/lib/edge/.cache/python \
     EDGE_MODEL_CACHE=/var/lib/edge/models \
     EDGE_DATA_DIR=/var/lib/edge/data \
     EDGE_IN_CONTAINER=1
-# The wheels are read through a bind mount of the build stage: no copy of them stays behind in a layer. Left out,
-# as nothing here uses them: test suites that ship inside wheels (NumPy's), and ONNX Runtime's C library (34 MB),
-# which its wheel carries since 1.19 for other packages to link against (onnxruntime PR #21223): the Python
-# module has the runtime built in and never loads it.
-# hadolint ignore=DL3013
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    PYTHONDONTWRITEBYTECODE=1 pip install --no-cache-dir --no-compile --no-index --find-links /wheels \
-        "edge-inference${EXTRAS:+[$EXTRAS]}" \
-    && find /usr/local/lib/python3.11/site-packages -depth -type d -name tests -path '*/numpy/*' -exec rm -rf {} + \
-    && rm -f /usr/local/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.* \
-    && useradd --system --uid 10001 --home-dir /var/lib/edge --create-home --groups video edge \
+COPY --from=build /opt/edge /opt/edge
+RUN useradd --system --uid 10001 --home-dir /var/lib/edge --create-home --groups video edge \
     && mkdir -p /var/lib/edge/models /var/lib/edge/data /var/lib/edge/.cache/python && chown -R edge /var/lib/edge
 USER 10001
 WORKDIR /var/lib/edge

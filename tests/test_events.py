@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -84,6 +85,23 @@ def test_a_clearly_better_view_replaces_the_snapshot_at_most_every_two_seconds()
     with_snapshots = [c for c in changes if c.snapshot is not None]
     assert 2 <= len(with_snapshots) <= 3  # 4 s of a slowly improving score
     assert changes[-1].event.best_score == pytest.approx(with_snapshots[-1].snapshot.score)
+
+
+def test_frames_are_kept_only_until_their_snapshot_is_sent():
+    """A frame is a megabyte or more: 20 people in view must not keep 20 of them alive once their snapshots have
+    gone to the recorder; only a clearly better view, waiting for its turn, keeps one."""
+    builder = EventBuilder("cam", EventsConfig(min_frames=1))
+    alive: list[weakref.ref[np.ndarray]] = []
+    for i in range(50):  # 5 s, a fresh frame each time as a camera gives them; scores steady after the first
+        frame = np.zeros((120, 160, 3), np.uint8)
+        alive.append(weakref.ref(frame))
+        changes = builder.observe([person(n, score=0.7) for n in range(20)], (), (), frame, 100.0 + i * 0.1)
+        if i == 0:
+            assert len(changes) == 20 and all(c.snapshot is not None for c in changes)
+        del changes, frame
+    assert sum(ref() is not None for ref in alive) == 0
+    (improved,) = builder.observe([person(3, score=0.9)], (), (), np.zeros((120, 160, 3), np.uint8), 105.0)
+    assert improved.snapshot is not None and improved.snapshot.score == 0.9  # still sent: the view got better
 
 
 def _event_change(kind: str = "start", event_id: str = "e1", start: float = 1000.0, **fields) -> EventChange:

@@ -73,6 +73,9 @@ class _Track:
     label: str
     seen: int = 0  # frames that qualify (score, zone)
     last_seen: float = 0.0
+    best_score: float = -1.0  # the best sighting's score (-1: none yet)
+    # That sighting's frame, only until a change has carried it to the recorder: a frame is a megabyte or more,
+    # and tracks waiting for nothing must not keep one each.
     best: Snapshot | None = None
     zones: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
@@ -144,8 +147,8 @@ class EventBuilder:
         wanted_zone = not self.config.zones or any(name in self.config.zones for name in inside)
         if detection.score >= self.config.min_score and wanted_zone:
             track.seen += 1
-        if track.best is None or detection.score >= track.best.score + BETTER_SNAPSHOT:
-            track.best = Snapshot(image, detection.box, detection.score)
+        if track.best_score < 0 or detection.score >= track.best_score + BETTER_SNAPSHOT:
+            track.best, track.best_score = Snapshot(image, detection.box, detection.score), detection.score
             track.pending_snapshot = True
         return changed
 
@@ -155,7 +158,8 @@ class EventBuilder:
                 return None
             track.event = self._event(track, track_id, now)
             track.snapshot_changed_at, track.pending_snapshot = now, False
-            return EventChange("start", track.event, track.best)
+            snapshot, track.best = track.best, None
+            return EventChange("start", track.event, snapshot)
         track.event = replace(track.event, frames=track.event.frames + 1)
         snapshot_due = track.pending_snapshot and now - track.snapshot_changed_at >= SNAPSHOT_UPDATE_EVERY_S
         if not (changed or snapshot_due):
@@ -163,12 +167,13 @@ class EventBuilder:
         snapshot = None
         if track.pending_snapshot:
             snapshot, track.pending_snapshot, track.snapshot_changed_at = track.best, False, now
+            track.best = None
         track.event = self._event(track, track_id, now)
         return EventChange("update", track.event, snapshot)
 
     def _event(self, track: _Track, track_id: int, now: float) -> Event:
         previous = track.event
-        best = track.best.score if track.best else 0.0
+        best = max(track.best_score, 0.0)
         return Event(
             id=previous.id if previous else uuid.uuid4().hex,
             stream=self.stream_id,
