@@ -72,6 +72,7 @@ class EventChange:
 class _Track:
     label: str
     seen: int = 0  # frames that qualify (score, zone)
+    frames: int = 0  # frames seen since the event started, counted here: the Event is rebuilt only when it changes
     last_seen: float = 0.0
     best_score: float = -1.0  # the best sighting's score (-1: none yet)
     # That sighting's frame, only until a change has carried it to the recorder: a frame is a megabyte or more,
@@ -95,7 +96,7 @@ class EventBuilder:
 
     @property
     def active(self) -> list[Event]:
-        return [t.event for t in self._tracks.values() if t.event is not None]
+        return [replace(t.event, frames=t.frames) for t in self._tracks.values() if t.event is not None]
 
     def observe(
         self,
@@ -156,11 +157,11 @@ class EventBuilder:
         if track.event is None:
             if track.seen < self.config.min_frames:
                 return None
-            track.event = self._event(track, track_id, now)
+            track.event, track.frames = self._event(track, track_id, now), track.seen
             track.snapshot_changed_at, track.pending_snapshot = now, False
             snapshot, track.best = track.best, None
             return EventChange("start", track.event, snapshot)
-        track.event = replace(track.event, frames=track.event.frames + 1)
+        track.frames += 1
         snapshot_due = track.pending_snapshot and now - track.snapshot_changed_at >= SNAPSHOT_UPDATE_EVERY_S
         if not (changed or snapshot_due):
             return None
@@ -184,7 +185,7 @@ class EventBuilder:
             best_score=max(best, previous.best_score if previous else 0.0),
             zones=tuple(track.zones),
             lines=tuple(track.lines),
-            frames=previous.frames if previous else track.seen,
+            frames=track.frames if previous else track.seen,
         )
 
     def _end_lost(self, now: float, everything: bool = False) -> list[EventChange]:
