@@ -75,14 +75,13 @@ class _Track:
     frames: int = 0  # frames seen since the event started, counted here: the Event is rebuilt only when it changes
     last_seen: float = 0.0
     best_score: float = -1.0  # the best sighting's score (-1: none yet)
-    # That sighting's frame, only until a change has carried it to the recorder: a frame is a megabyte or more,
-    # and tracks waiting for nothing must not keep one each.
+    # That sighting's frame while no change has carried it to the recorder yet (a snapshot waiting to be sent): a
+    # frame is a megabyte or more, and tracks waiting for nothing must not keep one each.
     best: Snapshot | None = None
     zones: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     event: Event | None = None
     snapshot_changed_at: float = 0.0
-    pending_snapshot: bool = False
 
 
 class EventBuilder:
@@ -150,25 +149,23 @@ class EventBuilder:
             track.seen += 1
         if track.best_score < 0 or detection.score >= track.best_score + BETTER_SNAPSHOT:
             track.best, track.best_score = Snapshot(image, detection.box, detection.score), detection.score
-            track.pending_snapshot = True
         return changed
 
     def _change(self, track: _Track, track_id: int, now: float, changed: bool) -> EventChange | None:
         if track.event is None:
             if track.seen < self.config.min_frames:
                 return None
-            track.event, track.frames = self._event(track, track_id, now), track.seen
-            track.snapshot_changed_at, track.pending_snapshot = now, False
-            snapshot, track.best = track.best, None
+            track.frames = track.seen
+            track.event = self._event(track, track_id, now)
+            snapshot, track.best, track.snapshot_changed_at = track.best, None, now
             return EventChange("start", track.event, snapshot)
         track.frames += 1
-        snapshot_due = track.pending_snapshot and now - track.snapshot_changed_at >= SNAPSHOT_UPDATE_EVERY_S
+        snapshot_due = track.best is not None and now - track.snapshot_changed_at >= SNAPSHOT_UPDATE_EVERY_S
         if not (changed or snapshot_due):
             return None
-        snapshot = None
-        if track.pending_snapshot:
-            snapshot, track.pending_snapshot, track.snapshot_changed_at = track.best, False, now
-            track.best = None
+        snapshot = track.best
+        if snapshot is not None:
+            track.best, track.snapshot_changed_at = None, now
         track.event = self._event(track, track_id, now)
         return EventChange("update", track.event, snapshot)
 
@@ -185,7 +182,7 @@ class EventBuilder:
             best_score=max(best, previous.best_score if previous else 0.0),
             zones=tuple(track.zones),
             lines=tuple(track.lines),
-            frames=track.frames if previous else track.seen,
+            frames=track.frames,
         )
 
     def _end_lost(self, now: float, everything: bool = False) -> list[EventChange]:
@@ -196,5 +193,5 @@ class EventBuilder:
             del self._tracks[track_id]
             if track.event is not None:
                 final = replace(self._event(track, track_id, now), end=track.last_seen)
-                ended.append(EventChange("end", final, track.best if track.pending_snapshot else None))
+                ended.append(EventChange("end", final, track.best))
         return ended

@@ -37,6 +37,7 @@ def _png_size(data: bytes) -> tuple[int, int] | None:
 
 # JPEG markers that carry a frame size: SOF0-SOF15 less DHT (C4), JPG (C8) and DAC (CC)
 _JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM and RST0-7: no length follows
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
@@ -49,7 +50,7 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
         if marker == 0xFF:  # fill byte
             at += 1
             continue
-        if marker in (0x01, *range(0xD0, 0xD8)):  # standalone markers: no length
+        if marker in _JPEG_STANDALONE:
             at += 2
             continue
         if marker in (0xD9, 0xDA):  # end of image or start of scan before any frame header
