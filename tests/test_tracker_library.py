@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_inference.edge.stream.bytetrack import ByteTracker, best_assignment
-from edge_inference.edge.stream.tracking import LineCounter, PolygonZone
+from edge_inference.edge.stream.bytetrack import ByteTracker, best_assignment, iou_matrix
+from edge_inference.edge.stream.tracking import LineCounters, ZoneMasks
 from tests.conftest import example_detections
 
 sv = pytest.importorskip("supervision")
@@ -87,6 +87,9 @@ def compare_tracks(frames: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np
         expected = library_ids(library, boxes, scores)
         got = ours.update(boxes, scores)
         assert got.tolist() == expected.tolist(), f"frame {number}: ours {got.tolist()}, trackers {expected.tolist()}"
+        # the same tracks in the same order, each Kalman state equal to the bit (the arrays hold what its objects do)
+        their_states = np.array([t.state[:, 0] for t in library.tracks], np.float32).reshape(-1, 8)
+        assert np.array_equal(ours.states.view(np.int32), their_states.view(np.int32)), f"frame {number}"
         all_ids.append(got)
     return all_ids, len({int(i) for ids in all_ids for i in ids if i >= 0})
 
@@ -116,26 +119,41 @@ def test_the_assignment_is_scipys_optimum_on_overlapping_groups():
         assert best_assignment(weights) == expected, weights
 
 
+def test_the_iou_is_supervisions_to_the_bit():
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        a, b = (rng.uniform(0, 500, (n, 4)).astype(np.float32) for n in rng.integers(1, 25, 2))
+        a[:, 2:] = a[:, :2] + rng.uniform(-5, 80, (len(a), 2))  # some boxes empty or inverted
+        b[:, 2:] = b[:, :2] + rng.uniform(-5, 80, (len(b), 2))
+        assert np.array_equal(iou_matrix(a, b).view(np.int32), sv.box_iou_batch(a, b).view(np.int32))
+
+
 def test_zones_and_lines_count_what_supervision_counts():
     """On the tracked crowd: the same objects in a zone and the same crossings of two lines, frame by frame."""
     polygon = np.array([[100, 80], [600, 120], [700, 500], [150, 420]])
     ends = [((200, 50), (260, 550)), ((50, 300), (740, 280))]
     their_zone = sv.PolygonZone(polygon, triggering_anchors=(sv.Position.BOTTOM_CENTER,))
-    our_zone = PolygonZone(polygon)
+    corner = np.array([[0, 300], [300, 330], [250, 576], [0, 560]])  # a smaller second zone, stacked with the first
+    their_corner = sv.PolygonZone(corner, triggering_anchors=(sv.Position.BOTTOM_CENTER,))
+    our_zones = ZoneMasks([polygon, corner])
     feet = (sv.Position.BOTTOM_CENTER,)
     their_lines = [sv.LineZone(sv.Point(*a), sv.Point(*b), triggering_anchors=feet) for a, b in ends]
-    our_lines = [LineCounter(a, b) for a, b in ends]
+    our_lines = LineCounters(ends)
     tracker = ByteTracker(**SETTINGS)
+    seen_in_corner = False
     for boxes, scores in crowd_frames(4):
         ids = tracker.update(boxes, scores)
         sure = ids >= 0
         tracked = sv.Detections(xyxy=boxes[sure], class_id=np.zeros(int(sure.sum()), np.int64), tracker_id=ids[sure])
-        assert our_zone.inside(boxes[sure]).tolist() == their_zone.trigger(tracked).tolist()
-        for theirs, ours in zip(their_lines, our_lines, strict=True):
+        inside = our_zones.inside(boxes[sure]).tolist()
+        assert inside == [their_zone.trigger(tracked).tolist(), their_corner.trigger(tracked).tolist()]
+        seen_in_corner = seen_in_corner or any(inside[1])
+        crossings = our_lines.trigger(boxes[sure], ids[sure])
+        for theirs, ours, got in zip(their_lines, our_lines.counters, crossings, strict=True):
             expected = theirs.trigger(tracked)
-            got = ours.trigger(boxes[sure], ids[sure])
             assert [g.tolist() for g in got] == [e.tolist() for e in expected]
             assert (ours.in_count, ours.out_count) == (theirs.in_count, theirs.out_count)
-    crossings = sum(line.in_count + line.out_count for line in our_lines)
+    assert seen_in_corner  # the second zone was entered
+    crossings = sum(line.in_count + line.out_count for line in our_lines.counters)
     assert crossings >= 10  # the lines were crossed, both ways
-    assert all(line.in_count and line.out_count for line in our_lines)
+    assert all(line.in_count and line.out_count for line in our_lines.counters)

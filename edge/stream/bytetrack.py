@@ -1,9 +1,11 @@
 """ByteTrack as Roboflow's `trackers` 2.1 computes it (`ByteTrackTracker`), without `supervision` and SciPy.
 
-The library is the reference: `tests/test_bytetrack.py` runs both on the same detections (a real video's and
-synthetic crowds) and requires the same track id on every detection of every frame. What differs is the cost:
-the library wraps each matched box in a deep-copied `sv.Detections` and merges them, and importing it loads
-supervision, SciPy and Matplotlib (about 70 MiB). Here a frame is two arrays in and one array of ids out.
+The library is the reference: `tests/test_tracker_library.py` runs both on the same detections (a real video's
+and synthetic crowds) and requires the same track id on every detection of every frame, and the same Kalman
+state, to the bit, for every track. What differs is the cost: the library keeps an object per track, wraps each
+matched box in a deep-copied `sv.Detections` and merges them, and importing it loads supervision, SciPy and
+Matplotlib (about 70 MiB). Here a frame is two arrays in and one array of ids out, and the tracks are rows of
+arrays updated together.
 
 Kept exactly: the Kalman filter (float32, its matrices and its order of operations), the IoU (float64, cast to
 float32), the two association steps (high scores, then low scores against the tracks left), the optimal
@@ -17,6 +19,8 @@ that overlap one another is solved on its own: almost always one track and one b
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -66,38 +70,13 @@ class Covariances:
             table.clear()
 
 
-class Track:
-    """One object's Kalman filter over (x1, y1, x2, y2, vx1, vy1, vx2, vy2)."""
-
-    __slots__ = ("P", "covariances", "state", "time_since_update", "track_id", "updates")
-
-    def __init__(self, box: np.ndarray, covariances: Covariances) -> None:
-        self.track_id = -1  # an id only once the track is sure
-        self.updates = 1
-        self.time_since_update = 0
-        self.state: np.ndarray = np.zeros((8, 1), dtype=np.float32)
-        self.state[:4, 0] = box
-        self.covariances = covariances
-        self.P = covariances.initial
-
-    def predict(self) -> None:
-        self.state = F @ self.state
-        self.P = self.covariances.predict(self.P)
-        self.time_since_update += 1
-
-    def update(self, box: np.ndarray) -> None:
-        self.time_since_update = 0
-        self.updates += 1
-        gain, self.P = self.covariances.update(self.P)
-        self.state = self.state + gain @ (box.reshape((4, 1)) - H @ self.state)
-
-
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every box of `a` with every box of `b`, as supervision's `box_iou_batch` rounds it."""
+    """IoU of every box of `a` with every box of `b`, as supervision's `box_iou_batch` rounds it (float64, then
+    float32); the corners' min and max are taken for x and y together."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    width = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
-    height = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
-    inter = np.clip(width, 0.0, None) * np.clip(height, 0.0, None)
+    sides = np.minimum(a[:, None, 2:], b[None, :, 2:]) - np.maximum(a[:, None, :2], b[None, :, :2])
+    np.maximum(sides, 0.0, out=sides)
+    inter = sides[..., 0] * sides[..., 1]
     area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
     area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     union = area_a[:, None] + area_b[None, :] - inter
@@ -107,64 +86,86 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def best_assignment(weights: np.ndarray) -> list[tuple[int, int]]:
-    """(row, column) pairs of a matching with the largest total weight, sorted by row; zero entries never pair."""
-    linked = weights > 0
-    row_links, col_links = linked.sum(axis=1), linked.sum(axis=0)
-    alone = linked & (row_links[:, None] == 1) & (col_links[None, :] == 1)  # one track on one box: most of them
-    pairs = list(zip(*(axis.tolist() for axis in np.nonzero(alone)), strict=True))
-    linked[alone.any(axis=1)] = False
-    for rows, cols in overlapping_groups(linked):
-        if len(rows) == 1 or len(cols) == 1:
-            block = weights[np.ix_(rows, cols)]
-            r, c = np.unravel_index(int(np.argmax(block)), block.shape)
-            pairs.append((rows[r], cols[c]))
+    """(row, column) pairs of a matching with the largest total weight, sorted by row; zero entries never pair.
+
+    Plain Python past the first NumPy call: there are a few dozen links (almost all one track on one box), where
+    each further NumPy operation on the whole matrix would cost more than the work it does."""
+    rows_of, cols_of = (axis.tolist() for axis in np.nonzero(weights > 0))
+    if not rows_of:
+        return []
+    values: list[list[float]] = weights.tolist()  # float32 to Python floats: exact, as astype(float64)
+    row_links, col_links = Counter(rows_of), Counter(cols_of)
+    pairs: list[tuple[int, int]] = []
+    rest_rows, rest_cols = [], []
+    for row, col in zip(rows_of, cols_of, strict=True):
+        if row_links[row] == 1 and col_links[col] == 1:  # one track on one box: most of them
+            pairs.append((row, col))
         else:
-            block = weights[np.ix_(rows, cols)].astype(np.float64)
-            pairs += [(rows[r], cols[c]) for r, c in hungarian_max(block) if block[r, c] > 0]
+            rest_rows.append(row)
+            rest_cols.append(col)
+    for rows, cols in overlapping_groups(rest_rows, rest_cols):
+        block = [[values[r][c] for c in cols] for r in rows]
+        if len(rows) == 1 or len(cols) == 1:
+            flat = [w for line in block for w in line]
+            r, c = divmod(flat.index(max(flat)), len(cols))  # the first largest, as argmax
+            pairs.append((rows[r], cols[c]))
+        elif len(rows) == len(cols) == 2:
+            pairs += [(rows[r], cols[c]) for r, c in pair_of_two(block)]
+        else:
+            pairs += [(rows[r], cols[c]) for r, c in hungarian_max(block) if block[r][c] > 0]
     return sorted(pairs)
 
 
-def overlapping_groups(linked: np.ndarray) -> list[tuple[list[int], list[int]]]:
-    """The connected groups of rows and columns of a boolean matrix, each with at least one link."""
-    rows_of, cols_of = np.nonzero(linked)
-    parent = list(range(linked.shape[0]))  # union-find over rows; a column joins the rows it links
-
-    def root(row: int) -> int:
-        while parent[row] != row:
-            parent[row] = parent[parent[row]]
-            row = parent[row]
-        return row
-
-    first_row: dict[int, int] = {}
-    for row, col in zip(rows_of.tolist(), cols_of.tolist(), strict=True):
-        other = first_row.setdefault(col, row)
-        parent[root(row)] = root(other)
-    groups: dict[int, tuple[set[int], set[int]]] = {}
-    for row, col in zip(rows_of.tolist(), cols_of.tolist(), strict=True):
-        rows, cols = groups.setdefault(root(row), (set(), set()))
-        rows.add(row)
-        cols.add(col)
-    return [(sorted(rows), sorted(cols)) for rows, cols in groups.values()]
+def pair_of_two(block: list[list[float]]) -> list[tuple[int, int]]:
+    """The better of the two ways to pair two tracks with two boxes (the commonest group: two people close)."""
+    (a, b), (c, d) = block
+    chosen = [(0, 0), (1, 1)] if a + d >= b + c else [(0, 1), (1, 0)]
+    return [(r, col) for r, col in chosen if block[r][col] > 0]
 
 
-def hungarian_max(weights: np.ndarray) -> list[tuple[int, int]]:
+def overlapping_groups(rows_of: list[int], cols_of: list[int]) -> list[tuple[list[int], list[int]]]:
+    """The connected groups of rows and columns linked by the pairs (rows_of[i], cols_of[i])."""
+    cols_by_row: dict[int, list[int]] = {}
+    rows_by_col: dict[int, list[int]] = {}
+    for row, col in zip(rows_of, cols_of, strict=True):
+        cols_by_row.setdefault(row, []).append(col)
+        rows_by_col.setdefault(col, []).append(row)
+    groups, grouped = [], set()
+    for start in cols_by_row:
+        if start in grouped:
+            continue
+        rows, cols, frontier = {start}, set(), [start]
+        while frontier:
+            for col in cols_by_row[frontier.pop()]:
+                if col not in cols:
+                    cols.add(col)
+                    reached = [row for row in rows_by_col[col] if row not in rows]
+                    rows.update(reached)
+                    frontier += reached
+        grouped |= rows
+        groups.append((sorted(rows), sorted(cols)))
+    return groups
+
+
+def hungarian_max(weights: list[list[float]]) -> list[tuple[int, int]]:
     """An assignment of largest total weight (the Hungarian method with potentials, O(n^2 m)); rows <= columns
     or the transpose is solved."""
-    if weights.shape[0] > weights.shape[1]:
-        return [(r, c) for c, r in hungarian_max(weights.T)]
-    n, m = weights.shape
-    cost = -weights
-    u, v = np.zeros(n + 1), np.zeros(m + 1)
+    if len(weights) > len(weights[0]):
+        return [(r, c) for c, r in hungarian_max([list(column) for column in zip(*weights, strict=True)])]
+    n, m = len(weights), len(weights[0])
+    cost = [[-w for w in line] for line in weights]
+    u, v = [0.0] * (n + 1), [0.0] * (m + 1)
     owner = [0] * (m + 1)  # column -> row (1-based; 0 = free)
     for row in range(1, n + 1):
         owner[0], col0 = row, 0
-        slack, way, used = np.full(m + 1, np.inf), [0] * (m + 1), [False] * (m + 1)
+        slack, way, used = [math.inf] * (m + 1), [0] * (m + 1), [False] * (m + 1)
         while owner[col0]:
             used[col0] = True
-            r0, delta, col1 = owner[col0], np.inf, 0
+            r0, delta, col1 = owner[col0], math.inf, 0
+            costs, potential = cost[r0 - 1], u[r0]
             for col in range(1, m + 1):
                 if not used[col]:
-                    reduced = cost[r0 - 1, col - 1] - u[r0] - v[col]
+                    reduced = costs[col - 1] - potential - v[col]
                     if reduced < slack[col]:
                         slack[col], way[col] = reduced, col0
                     if slack[col] < delta:
@@ -184,7 +185,14 @@ def hungarian_max(weights: np.ndarray) -> list[tuple[int, int]]:
 
 
 class ByteTracker:
-    """`update(boxes, scores)` -> a track id per box (-1: not tracked, or not yet sure)."""
+    """`update(boxes, scores)` -> a track id per box (-1: not tracked, or not yet sure).
+
+    The tracks are rows of arrays (the library keeps one object per track): each row's Kalman state
+    (x1, y1, x2, y2, vx1, vy1, vx2, vy2), its covariance (shared arrays, see `Covariances`), frames since its last
+    update, its updates, its id. A frame's predict and update are a few array operations over all rows: the
+    predict's `F @ state` is `state[:4] + state[4:]` (one rounding, as in the product with ones and zeros), and the
+    update's `K @ y` is the same BLAS call per row inside `np.matmul`, so the states are the library's to the bit.
+    """
 
     def __init__(
         self,
@@ -200,51 +208,98 @@ class ByteTracker:
         self.minimum_iou_threshold = minimum_iou_threshold
         self.track_activation_threshold = track_activation_threshold
         self.high_conf_det_threshold = high_conf_det_threshold
-        self.tracks: list[Track] = []
-        self._next_id = 0
         self._covariances = Covariances()
+        self.states = np.zeros((0, 8), dtype=np.float32)
+        self.covariances: list[np.ndarray] = []
+        self.since_update = np.zeros(0, dtype=np.int64)
+        self.updates = np.zeros(0, dtype=np.int64)
+        self.track_ids = np.zeros(0, dtype=np.int64)
+        self._next_id = 0
 
     def update(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """boxes: (N, 4) float32 x1 y1 x2 y2; scores: (N,)."""
         ids = np.full(len(boxes), -1, dtype=np.int64)
-        if not self.tracks and not len(boxes):
+        if not len(self.track_ids) and not len(boxes):
             return ids
-        for track in self.tracks:
-            track.predict()
+        self._predict()
         high = np.flatnonzero(scores >= self.high_conf_det_threshold)
         low = np.flatnonzero(~(scores >= self.high_conf_det_threshold))
-        left, unmatched_high = self._associate(self.tracks, boxes, high, ids)
+        rows = np.arange(len(self.track_ids))
+        left, unmatched_high = self._associate(rows, boxes, high, ids)
         self._associate(left, boxes, low, ids)
-        for index in unmatched_high:  # ascending, as the library's set of ints iterates
-            if float(scores[index]) >= self.track_activation_threshold:
-                self.tracks.append(Track(boxes[index], self._covariances))
-        self.tracks = [
-            t
-            for t in self.tracks
-            if t.time_since_update < self.maximum_frames_without_update
-            and (t.updates >= self.minimum_consecutive_frames or t.time_since_update == 0)
-        ]
+        # ascending, as the library's set of ints iterates
+        self._add([i for i in unmatched_high if float(scores[i]) >= self.track_activation_threshold], boxes)
+        self._keep(
+            (self.since_update < self.maximum_frames_without_update)
+            & ((self.updates >= self.minimum_consecutive_frames) | (self.since_update == 0))
+        )
         return ids
 
+    def _predict(self) -> None:
+        self.states[:, :4] += self.states[:, 4:]
+        predicted: dict[int, np.ndarray] = {}  # tracks share covariances: each is predicted once a frame
+        for row, p in enumerate(self.covariances):
+            found = predicted.get(id(p))
+            if found is None:
+                found = predicted[id(p)] = self._covariances.predict(p)
+            self.covariances[row] = found
+        self.since_update += 1
+
     def _associate(
-        self, tracks: list[Track], boxes: np.ndarray, chosen: np.ndarray, ids: np.ndarray
-    ) -> tuple[list[Track], list[int]]:
-        """Match `tracks` to the boxes `chosen`, update the matched tracks and write their ids; returns the tracks
-        and the chosen boxes (indices into `boxes`) left unmatched."""
-        if not tracks or not len(chosen):
-            return tracks, chosen.tolist()
-        predicted = np.array([t.state[:4, 0] for t in tracks], dtype=np.float64)
-        iou = iou_matrix(predicted, boxes[chosen])
-        matched_tracks, matched_boxes = set(), set()
-        for row, col in best_assignment(iou):
-            if iou[row, col] < self.minimum_iou_threshold:
-                continue
-            track = tracks[row]
-            track.update(boxes[chosen[col]])
-            if track.updates >= self.minimum_consecutive_frames and track.track_id == -1:
-                track.track_id, self._next_id = self._next_id, self._next_id + 1
-            ids[chosen[col]] = track.track_id
-            matched_tracks.add(row)
-            matched_boxes.add(col)
-        left = [t for i, t in enumerate(tracks) if i not in matched_tracks]
-        return left, [int(chosen[c]) for c in range(len(chosen)) if c not in matched_boxes]
+        self, rows: np.ndarray, boxes: np.ndarray, chosen: np.ndarray, ids: np.ndarray
+    ) -> tuple[np.ndarray, list[int]]:
+        """Match the tracks `rows` to the boxes `chosen`, update the matched tracks and write their ids; returns
+        the rows and the chosen boxes (indices into `boxes`) left unmatched."""
+        if not len(rows) or not len(chosen):
+            return rows, chosen.tolist()
+        iou = iou_matrix(self.states[rows, :4], boxes[chosen])
+        pairs = [(r, c) for r, c in best_assignment(iou) if iou[r, c] >= self.minimum_iou_threshold]
+        if not pairs:
+            return rows, chosen.tolist()
+        matched_rows, matched_cols = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
+        tracks, found = rows[matched_rows], chosen[matched_cols]
+        self._correct(tracks, boxes[found])
+        sure = (self.updates[tracks] >= self.minimum_consecutive_frames) & (self.track_ids[tracks] == -1)
+        new_ids = self._next_id + np.arange(int(sure.sum()))  # in row order, as the library gives them
+        self.track_ids[tracks[sure]] = new_ids
+        self._next_id += len(new_ids)
+        ids[found] = self.track_ids[tracks]
+        unmatched_rows, unmatched_cols = np.ones(len(rows), dtype=bool), np.ones(len(chosen), dtype=bool)
+        unmatched_rows[matched_rows] = unmatched_cols[matched_cols] = False
+        return rows[unmatched_rows], chosen[unmatched_cols].tolist()
+
+    def _correct(self, tracks: np.ndarray, measured: np.ndarray) -> None:
+        """The Kalman update of the rows `tracks` with their boxes."""
+        self.since_update[tracks] = 0
+        self.updates[tracks] += 1
+        corrected: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        gains = []
+        for row in tracks.tolist():
+            p = self.covariances[row]
+            found = corrected.get(id(p))
+            if found is None:
+                found = corrected[id(p)] = self._covariances.update(p)
+            gains.append(found[0])
+            self.covariances[row] = found[1]
+        innovation = (measured - self.states[tracks, :4])[:, :, None]
+        gain = gains[0] if len(corrected) == 1 else np.array(gains)  # one gain for all: broadcast, same BLAS call
+        self.states[tracks] += np.matmul(gain, innovation)[:, :, 0]
+
+    def _add(self, chosen: list[int], boxes: np.ndarray) -> None:
+        count = len(chosen)
+        if not count:
+            return
+        states = np.zeros((count, 8), dtype=np.float32)
+        states[:, :4] = boxes[chosen]
+        self.states = np.concatenate([self.states, states])
+        self.covariances += [self._covariances.initial] * count
+        self.since_update = np.concatenate([self.since_update, np.zeros(count, dtype=np.int64)])
+        self.updates = np.concatenate([self.updates, np.ones(count, dtype=np.int64)])
+        self.track_ids = np.concatenate([self.track_ids, np.full(count, -1, dtype=np.int64)])
+
+    def _keep(self, kept: np.ndarray) -> None:
+        if kept.all():
+            return
+        self.states, self.since_update = self.states[kept], self.since_update[kept]
+        self.updates, self.track_ids = self.updates[kept], self.track_ids[kept]
+        self.covariances = [p for p, keep in zip(self.covariances, kept.tolist(), strict=True) if keep]

@@ -79,23 +79,26 @@ class StreamTracker:
         )
         self._zone_configs, self._line_configs = zones, lines
         self._size: tuple[int, int] | None = None
-        self._zones: list[tuple[str, PolygonZone]] = []
+        self._zones = ZoneMasks([])
         self._entered: dict[str, dict[int, float]] = {z.name: {} for z in zones}  # zone -> track id -> since
-        self._lines: list[tuple[str, LineCounter]] = []
+        self._lines = LineCounters([])
         self._outlines: dict[str, tuple[tuple[int, int], ...]] = {}
         self._ends: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
 
     def _place(self, width: int, height: int) -> None:
         self._size = (width, height)
-        self._zones, self._lines, self._outlines, self._ends = [], [], {}, {}
-        for zone in self._zone_configs:
-            polygon = to_pixels(zone.polygon, width, height)
-            self._zones.append((zone.name, PolygonZone(polygon)))
-            self._outlines[zone.name] = tuple((int(x), int(y)) for x, y in polygon.tolist())
-        for line in self._line_configs:
-            (x1, y1), (x2, y2) = to_pixels([line.start, line.end], width, height).tolist()
-            self._lines.append((line.name, LineCounter((x1, y1), (x2, y2))))
-            self._ends[line.name] = ((int(x1), int(y1)), (int(x2), int(y2)))
+        polygons = [to_pixels(zone.polygon, width, height) for zone in self._zone_configs]
+        self._zones = ZoneMasks(polygons)
+        self._outlines = {
+            zone.name: tuple((int(x), int(y)) for x, y in polygon.tolist())
+            for zone, polygon in zip(self._zone_configs, polygons, strict=True)
+        }
+        ends = [to_pixels([line.start, line.end], width, height).tolist() for line in self._line_configs]
+        self._lines = LineCounters([((x1, y1), (x2, y2)) for (x1, y1), (x2, y2) in ends])
+        self._ends = {
+            line.name: ((int(x1), int(y1)), (int(x2), int(y2)))
+            for line, ((x1, y1), (x2, y2)) in zip(self._line_configs, ends, strict=True)
+        }
 
     def analyse(self, detections: list[Detection], width: int, height: int, now: float = 0.0) -> Analysis:
         """`now`: the frame's capture time in seconds, for dwell times."""
@@ -115,36 +118,43 @@ class StreamTracker:
 
     def _zone_states(self, tracked: Tracked, labels: list[str], now: float) -> tuple[ZoneState, ...]:
         states = []
-        for name, zone in self._zones:
-            inside = zone.inside(tracked.boxes)
+        for zone, inside in zip(self._zone_configs, self._zones.contains(tracked.feet).tolist(), strict=True):
             counts: dict[str, int] = {}
-            for label in np.asarray(labels)[inside].tolist() if labels else []:
-                counts[label] = counts.get(label, 0) + 1
-            ids = frozenset(tracked.ids[inside].tolist())
-            entered = self._entered[name]
+            ids = []
+            for label, track_id, hit in zip(labels, tracked.id_list, inside, strict=True):
+                if hit:
+                    counts[label] = counts.get(label, 0) + 1
+                    ids.append(track_id)
+            entered = self._entered[zone.name]
             for gone in entered.keys() - ids:
                 del entered[gone]
             dwell = {i: round(now - entered.setdefault(i, now), 3) for i in sorted(ids)}
-            states.append(ZoneState(name, counts, ids, dwell, self._outlines[name]))
+            states.append(ZoneState(zone.name, counts, frozenset(ids), dwell, self._outlines[zone.name]))
         return tuple(states)
 
     def _line_states(self, tracked: Tracked) -> tuple[LineState, ...]:
         states = []
-        for name, line in self._lines:
-            crossed_in, crossed_out = line.trigger(tracked.boxes, tracked.ids)
+        crossings = self._lines.cross_at(tracked.feet, tracked.id_list)
+        for line, counter, (crossed_in, crossed_out) in zip(
+            self._line_configs, self._lines.counters, crossings, strict=True
+        ):
             just_in = frozenset(tracked.ids[crossed_in].tolist())
             just_out = frozenset(tracked.ids[crossed_out].tolist())
-            states.append(LineState(name, line.in_count, line.out_count, just_in, just_out, self._ends[name]))
+            ends = self._ends[line.name]
+            states.append(LineState(line.name, counter.in_count, counter.out_count, just_in, just_out, ends))
         return tuple(states)
 
 
-@dataclass(frozen=True)
 class Tracked:
-    """The boxes with a sure track on this frame: their boxes, ids, and indices into the frame's detections."""
+    """The boxes with a sure track on this frame: their boxes, ids, indices into the frame's detections, and
+    their feet (bottom centres: what zones and lines test)."""
 
-    boxes: np.ndarray
-    ids: np.ndarray
-    indices: list[int]
+    __slots__ = ("boxes", "feet", "id_list", "ids", "indices")
+
+    def __init__(self, boxes: np.ndarray, ids: np.ndarray, indices: list[int]) -> None:
+        self.boxes, self.ids, self.indices = boxes, ids, indices
+        self.id_list: list[int] = ids.tolist()
+        self.feet = feet(boxes)
 
 
 def _xyxy(detection: Detection) -> tuple[float, float, float, float]:
@@ -158,23 +168,33 @@ def feet(boxes: np.ndarray) -> np.ndarray:
     return np.array([(boxes[:, 0] + boxes[:, 2]) / 2, boxes[:, 3]]).transpose()
 
 
-class PolygonZone:
-    """Which boxes stand inside a polygon (in pixels), read off a filled mask as supervision does."""
+class ZoneMasks:
+    """Which boxes stand inside each of some polygons (in pixels), read off filled masks as supervision's
+    PolygonZone does: one mask per polygon, of the polygon's extent plus one pixel, a point outside it is outside.
+    The masks are stacked (padded to the largest) so that a frame's points are rounded and looked up once for
+    all zones."""
 
-    def __init__(self, polygon: np.ndarray) -> None:
-        self.polygon = np.asarray(polygon).astype(int)
-        x_max, y_max = np.max(self.polygon, axis=0)
-        filled = np.zeros((int(y_max) + 2, int(x_max) + 2), dtype=np.uint8)
-        cv2.fillPoly(filled, [self.polygon.astype(np.int32)], color=(1,))
-        self.mask = filled.astype(bool)  # once here, not per frame
+    def __init__(self, polygons: list[np.ndarray]) -> None:
+        corners = [np.asarray(polygon).astype(int) for polygon in polygons]
+        height = max((int(c[:, 1].max()) + 2 for c in corners), default=1)
+        width = max((int(c[:, 0].max()) + 2 for c in corners), default=1)
+        self.masks = np.zeros((len(corners), height, width), dtype=bool)  # once here, not per frame
+        for mask, polygon in zip(self.masks, corners, strict=True):
+            filled = np.zeros((int(polygon[:, 1].max()) + 2, int(polygon[:, 0].max()) + 2), dtype=np.uint8)
+            cv2.fillPoly(filled, [polygon.astype(np.int32)], color=(1,))
+            mask[: filled.shape[0], : filled.shape[1]] = filled.astype(bool)
 
     def inside(self, boxes: np.ndarray) -> np.ndarray:
-        if not len(boxes):
-            return np.zeros(0, dtype=bool)
-        x, y = np.rint(feet(boxes)).astype(int).transpose()
-        height, width = self.mask.shape
-        in_bounds = (x >= 0) & (y >= 0) & (x < width) & (y < height)
-        hits: np.ndarray = in_bounds & self.mask[np.clip(y, 0, height - 1), np.clip(x, 0, width - 1)]
+        """(zones, boxes): whether each box's feet are in each zone."""
+        return self.contains(feet(boxes))
+
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        """(zones, points): whether each (N, 2) point, rounded to pixels, falls on each filled polygon."""
+        x, y = np.rint(points).astype(np.intp).transpose()
+        _, height, width = self.masks.shape
+        valid = (x >= 0) & (y >= 0) & (x < width) & (y < height)  # beyond every mask: in no zone
+        hits = np.zeros((len(self.masks), len(x)), dtype=bool)
+        hits[:, valid] = self.masks[:, y[valid], x[valid]]
         return hits
 
 
@@ -195,21 +215,22 @@ class LineCounter:
         if length == 0:
             raise ValueError("a line needs two different points")
         px, py = -(y2 - y1) / length, (x2 - x1) / length
-        self.limits = (((x1, y1), (x1 + px, y1 + py)), ((x2, y2), (x2 - px, y2 - py)))
+        # the three segments whose sides are tested: the two perpendiculars at the ends, then the line itself
+        self.segments = (((x1, y1), (x1 + px, y1 + py)), ((x2, y2), (x2 - px, y2 - py)), (start, end))
         self.in_count = self.out_count = 0
         self._side: dict[int, bool] = {}  # track id -> the side it was last confirmed on
         self._absent: dict[int, int] = {}
 
-    def trigger(self, boxes: np.ndarray, track_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(crossed in, crossed out) per box on this frame; boxes with a negative id are not counted."""
-        crossed_in, crossed_out = np.zeros(len(boxes), bool), np.zeros(len(boxes), bool)
-        self._forget({int(i) for i in track_ids if i >= 0})
-        if not len(boxes):
+    def count(self, sides: np.ndarray, track_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(crossed in, crossed out) per point, from the points' (3, N) cross products with `segments`; points
+        with a negative id are not counted."""
+        crossed_in, crossed_out = np.zeros(len(track_ids), bool), np.zeros(len(track_ids), bool)
+        self._forget({i for i in track_ids if i >= 0})
+        if not track_ids:
             return crossed_in, crossed_out
-        points = feet(boxes)
-        in_limits = ((cross(points, self.limits[0]) > 0) == (cross(points, self.limits[1]) > 0)).tolist()
-        left = (cross(points, (self.start, self.end)) < 0).tolist()  # supervision's "left trigger": counted as in
-        for i, key in enumerate(track_ids.tolist()):
+        in_limits = ((sides[0] > 0) == (sides[1] > 0)).tolist()
+        left = (sides[2] < 0).tolist()  # supervision's "left trigger": counted as in
+        for i, key in enumerate(track_ids):
             if key < 0 or not in_limits[i]:
                 continue
             side = left[i]
@@ -237,9 +258,21 @@ class LineCounter:
                 self._absent[key] = absent
 
 
-def cross(points: np.ndarray, segment: tuple[tuple[float, float], tuple[float, float]]) -> np.ndarray:
-    """2-D cross product of the segment's direction with each point taken from its start; its sign is the side."""
-    (x1, y1), (x2, y2) = segment
-    direction = np.array([x2 - x1, y2 - y1])
-    diff = points - np.array([x1, y1])
-    return np.asarray(direction[0] * diff[..., 1] - direction[1] * diff[..., 0])
+class LineCounters:
+    """Some lines' counters, their sides tested for a frame's points in one computation."""
+
+    def __init__(self, ends: list[tuple[tuple[int, int], tuple[int, int]]]) -> None:
+        self.counters = [LineCounter(start, end) for start, end in ends]
+        segments = np.array([c.segments for c in self.counters], dtype=np.float64).reshape(-1, 2, 2)
+        self._origins = segments[:, 0][:, None, :]
+        self._directions = (segments[:, 1] - segments[:, 0])[:, None, :]
+
+    def trigger(self, boxes: np.ndarray, track_ids: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per line, (crossed in, crossed out) per box on this frame; boxes with a negative id are not counted."""
+        return self.cross_at(feet(boxes), track_ids.tolist())
+
+    def cross_at(self, points: np.ndarray, track_ids: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """As `trigger`, for the boxes' (N, 2) feet."""
+        diff = points[None, :, :] - self._origins  # the 2-D cross product of each segment with each point
+        sides = self._directions[..., 0] * diff[..., 1] - self._directions[..., 1] * diff[..., 0]
+        return [counter.count(sides[3 * n : 3 * n + 3], track_ids) for n, counter in enumerate(self.counters)]
