@@ -136,11 +136,8 @@ async def events(request: Request, stream_id: str) -> EventSourceResponse:
             async for batch in batches:
                 yield b"".join(cache.sse(r) for r in batch)  # encoded once per frame, one write per batch
 
-    # A client that stops reading is disconnected after send_timeout; until then only its own buffer fills.
-    send_timeout = request.app.state.config.server.send_timeout_s
-    return ClosingEventSourceResponse(
-        generate(), ping=15, send_timeout=send_timeout, on_close=lambda: slots.give_back(stream_id)
-    )
+    # A client that stops reading only fills its own buffer, and is cut after send_timeout_s (server.py).
+    return ClosingEventSourceResponse(generate(), ping=15, on_close=lambda: slots.give_back(stream_id))
 
 
 @router.websocket("/streams/{stream_id}/ws")
@@ -349,7 +346,7 @@ async def live_channel(
         channel.close()
         slots.give_back(LIVE_SLOT)
 
-    return ClosingEventSourceResponse(channel.messages(), ping=15, send_timeout=server.send_timeout_s, on_close=close)
+    return ClosingEventSourceResponse(channel.messages(), ping=15, on_close=close)
 
 
 @router.get(
@@ -381,7 +378,7 @@ async def compare_events(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(shutdown.wait(), interval)
 
-    return EventSourceResponse(generate(), ping=15, send_timeout=30)
+    return EventSourceResponse(generate(), ping=15)
 
 
 @router.get(

@@ -24,7 +24,6 @@ from edge_inference.service.access import AccessMiddleware, AccessPolicy
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.limits import ClientSlots, UploadGate
 from edge_inference.service.metrics import ServiceMetrics
-from edge_inference.service.server import SendTimeoutMiddleware
 from edge_inference.service.uploads import UploadDetectors
 
 API_PREFIX = "/api/v1"
@@ -73,7 +72,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.state.websockets = 0  # open WebSockets: shutdown lets them close with 1001 before uvicorn's 1012
     app.state.shutdown = asyncio.Event()  # replaced in the lifespan, on the serving loop
     errors.install(app)
-    # Outermost last: Host check, then the slow-client clock, then Origin and token, then CORS when configured.
+    # Outermost last: Host check, then Origin and token, then CORS when configured. (Slow clients: server.py.)
     if config.server.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -82,7 +81,6 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
             allow_methods=["GET", "POST"],
         )
     app.add_middleware(AccessMiddleware, policy=access)
-    app.add_middleware(SendTimeoutMiddleware, timeout_s=config.server.send_timeout_s)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
     _declare_unknown_streams(api.router)
     app.include_router(api.router, prefix=API_PREFIX)

@@ -92,12 +92,7 @@ async def event_changes(request: Request) -> EventSourceResponse:
             for change in batch:
                 yield {"event": "event", "data": json.dumps(change)}
 
-    return ClosingEventSourceResponse(
-        generate(),
-        ping=15,
-        send_timeout=request.app.state.config.server.send_timeout_s,
-        on_close=lambda: recorder.changes.unsubscribe(subscription),
-    )
+    return ClosingEventSourceResponse(generate(), ping=15, on_close=lambda: recorder.changes.unsubscribe(subscription))
 
 
 @router.get("/events/{event_id}", response_model=EventOut, summary="One event", responses={404: {}, 503: {}})

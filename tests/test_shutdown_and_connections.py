@@ -139,6 +139,7 @@ def test_clients_cannot_hold_the_service(tmp_path):
         subscribers = lambda: server.client.get("/api/v1/streams").json()[0]["subscribers"]  # noqa: E731
         wait_for(lambda: subscribers() == 1, "the stalled viewer to subscribe")
         wait_for(lambda: subscribers() == 0, "the stalled viewer to be cut", timeout=180, every=0.5)
+        assert "cut a client of /api/v1/streams/main/video.mjpg that took nothing for 2 s" in server.log
         stalled.close()
 
         # at most max_clients_per_stream streaming clients per stream; the next one is told to come back
