@@ -89,10 +89,13 @@ class GuardedH11Protocol(H11Protocol):
         super().resume_writing()
 
     def _disarm_send_clock(self) -> None:
-        clock = getattr(self, "_send_clock", None)
+        self._cancel_clock("_send_clock")
+
+    def _cancel_clock(self, attribute: str) -> None:
+        clock = getattr(self, attribute, None)  # absent until connection_made
         if clock is not None:
             clock.cancel()
-            self._send_clock = None
+            setattr(self, attribute, None)
 
     def _send_timed_out(self) -> None:
         self._send_clock = None
@@ -106,10 +109,7 @@ class GuardedH11Protocol(H11Protocol):
         self._header_clock = self.loop.call_later(self.header_timeout_s, self._header_timed_out)
 
     def _disarm_header_clock(self) -> None:
-        clock = getattr(self, "_header_clock", None)
-        if clock is not None:
-            clock.cancel()
-            self._header_clock = None
+        self._cancel_clock("_header_clock")
 
     def _header_timed_out(self) -> None:
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
