@@ -105,15 +105,18 @@ def best_assignment(weights: np.ndarray) -> list[tuple[int, int]]:
             rest_cols.append(col)
     for rows, cols in overlapping_groups(rest_rows, rest_cols):
         block = [[values[r][c] for c in cols] for r in rows]
-        if len(rows) == 1 or len(cols) == 1:
-            flat = [w for line in block for w in line]
-            r, c = divmod(flat.index(max(flat)), len(cols))  # the first largest, as argmax
-            pairs.append((rows[r], cols[c]))
-        elif len(rows) == len(cols) == 2:
-            pairs += [(rows[r], cols[c]) for r, c in pair_of_two(block)]
-        else:
-            pairs += [(rows[r], cols[c]) for r, c in hungarian_max(block) if block[r][c] > 0]
+        pairs += [(rows[r], cols[c]) for r, c in solve_group(block)]
     return sorted(pairs)
+
+
+def solve_group(block: list[list[float]]) -> list[tuple[int, int]]:
+    """The best pairs within one group of overlapping tracks (rows) and boxes (columns)."""
+    if len(block) == 1 or len(block[0]) == 1:
+        flat = [w for line in block for w in line]
+        return [divmod(flat.index(max(flat)), len(block[0]))]  # the first largest, as argmax
+    if len(block) == len(block[0]) == 2:
+        return pair_of_two(block)
+    return [(r, c) for r, c in hungarian_max(block) if block[r][c] > 0]
 
 
 def pair_of_two(block: list[list[float]]) -> list[tuple[int, int]]:
@@ -157,31 +160,37 @@ def hungarian_max(weights: list[list[float]]) -> list[tuple[int, int]]:
     u, v = [0.0] * (n + 1), [0.0] * (m + 1)
     owner = [0] * (m + 1)  # column -> row (1-based; 0 = free)
     for row in range(1, n + 1):
-        owner[0], col0 = row, 0
-        slack, way, used = [math.inf] * (m + 1), [0] * (m + 1), [False] * (m + 1)
-        while owner[col0]:
-            used[col0] = True
-            r0, delta, col1 = owner[col0], math.inf, 0
-            costs, potential = cost[r0 - 1], u[r0]
-            for col in range(1, m + 1):
-                if not used[col]:
-                    reduced = costs[col - 1] - potential - v[col]
-                    if reduced < slack[col]:
-                        slack[col], way[col] = reduced, col0
-                    if slack[col] < delta:
-                        delta, col1 = slack[col], col
-            for col in range(m + 1):
-                if used[col]:
-                    u[owner[col]] += delta
-                    v[col] -= delta
-                else:
-                    slack[col] -= delta
-            col0 = col1
-        while col0:
-            col1 = way[col0]
-            owner[col0] = owner[col1]
-            col0 = col1
+        _augment(row, cost, u, v, owner)
     return sorted((owner[col] - 1, col - 1) for col in range(1, m + 1) if owner[col])
+
+
+def _augment(row: int, cost: list[list[float]], u: list[float], v: list[float], owner: list[int]) -> None:
+    """Give `row` a column along a shortest augmenting path, updating the potentials `u`, `v` and `owner`."""
+    m = len(v) - 1
+    owner[0], col0 = row, 0
+    slack, way, used = [math.inf] * (m + 1), [0] * (m + 1), [False] * (m + 1)
+    while owner[col0]:
+        used[col0] = True
+        r0, delta, col1 = owner[col0], math.inf, 0
+        costs, potential = cost[r0 - 1], u[r0]
+        for col in range(1, m + 1):
+            if not used[col]:
+                reduced = costs[col - 1] - potential - v[col]
+                if reduced < slack[col]:
+                    slack[col], way[col] = reduced, col0
+                if slack[col] < delta:
+                    delta, col1 = slack[col], col
+        for col in range(m + 1):
+            if used[col]:
+                u[owner[col]] += delta
+                v[col] -= delta
+            else:
+                slack[col] -= delta
+        col0 = col1
+    while col0:
+        col1 = way[col0]
+        owner[col0] = owner[col1]
+        col0 = col1
 
 
 class ByteTracker:
