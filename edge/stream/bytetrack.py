@@ -37,35 +37,35 @@ I8 = np.eye(8, dtype=np.float32)
 
 class Covariances:
     """The filter's covariance after a predict or an update depends only on the covariance before it, and tracks
-    that are seen on every frame go through the same few: each step is computed once, and the same arrays are
-    shared (so the results are the library's to the bit). Cleared when it grows past `LIMIT` entries."""
+    that are seen on every frame go through the same few: each step is computed once per covariance array, and
+    its result is shared by every track that holds that array (so the results are the library's to the bit).
+    Keyed by the array's identity; each entry keeps its array alive, so an identity is never reused while it is a
+    key. Cleared when it grows past `LIMIT` entries."""
 
     LIMIT = 4096
 
     def __init__(self) -> None:
         self.initial = np.eye(8, dtype=np.float32)
-        self._predicted: dict[bytes, np.ndarray] = {}
-        self._updated: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._predicted: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._updated: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def predict(self, p: np.ndarray) -> np.ndarray:
-        key = p.tobytes()
-        found = self._predicted.get(key)
+        found = self._predicted.get(id(p))
         if found is None:
             self._trim(self._predicted)
-            found = self._predicted[key] = F @ p @ F_T + Q
-        return found
+            found = self._predicted[id(p)] = (p, F @ p @ F_T + Q)
+        return found[1]
 
     def update(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the Kalman gain, the covariance after the update)."""
-        key = p.tobytes()
-        found = self._updated.get(key)
+        found = self._updated.get(id(p))
         if found is None:
             self._trim(self._updated)
             gain = p @ H_T @ np.linalg.inv(H @ p @ H_T + R)
-            found = self._updated[key] = (gain, (I8 - gain @ H) @ p)
-        return found
+            found = self._updated[id(p)] = (p, gain, (I8 - gain @ H) @ p)
+        return found[1], found[2]
 
-    def _trim(self, table: dict[bytes, Any]) -> None:
+    def _trim(self, table: dict[int, Any]) -> None:
         if len(table) >= self.LIMIT:
             table.clear()
 
@@ -246,12 +246,7 @@ class ByteTracker:
 
     def _predict(self) -> None:
         self.states[:, :4] += self.states[:, 4:]
-        predicted: dict[int, np.ndarray] = {}  # tracks share covariances: each is predicted once a frame
-        for row, p in enumerate(self.covariances):
-            found = predicted.get(id(p))
-            if found is None:
-                found = predicted[id(p)] = self._covariances.predict(p)
-            self.covariances[row] = found
+        self.covariances = [self._covariances.predict(p) for p in self.covariances]
         self.since_update += 1
 
     def _associate(
@@ -281,17 +276,13 @@ class ByteTracker:
         """The Kalman update of the rows `tracks` with their boxes."""
         self.since_update[tracks] = 0
         self.updates[tracks] += 1
-        corrected: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         gains = []
         for row in tracks.tolist():
-            p = self.covariances[row]
-            found = corrected.get(id(p))
-            if found is None:
-                found = corrected[id(p)] = self._covariances.update(p)
-            gains.append(found[0])
-            self.covariances[row] = found[1]
+            gain, self.covariances[row] = self._covariances.update(self.covariances[row])
+            gains.append(gain)
         innovation = (measured - self.states[tracks, :4])[:, :, None]
-        gain = gains[0] if len(corrected) == 1 else np.array(gains)  # one gain for all: broadcast, same BLAS call
+        # one gain for all (tracks that share a covariance share its gain): broadcast, the same BLAS call
+        gain = gains[0] if all(g is gains[0] for g in gains) else np.array(gains)
         self.states[tracks] += np.matmul(gain, innovation)[:, :, 0]
 
     def _add(self, chosen: list[int], boxes: np.ndarray) -> None:

@@ -15,6 +15,7 @@ changes, since 0..1 coordinates become pixels then).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -117,6 +118,8 @@ class StreamTracker:
         return Analysis(result, self._zone_states(tracked, labels, now), self._line_states(tracked))
 
     def _zone_states(self, tracked: Tracked, labels: list[str], now: float) -> tuple[ZoneState, ...]:
+        if not self._zone_configs:
+            return ()
         states = []
         for zone, inside in zip(self._zone_configs, self._zones.contains(tracked.feet).tolist(), strict=True):
             counts: dict[str, int] = {}
@@ -133,6 +136,8 @@ class StreamTracker:
         return tuple(states)
 
     def _line_states(self, tracked: Tracked) -> tuple[LineState, ...]:
+        if not self._line_configs:
+            return ()
         states = []
         crossings = self._lines.cross_at(tracked.feet, tracked.id_list)
         for line, counter, (crossed_in, crossed_out) in zip(
@@ -147,14 +152,15 @@ class StreamTracker:
 
 class Tracked:
     """The boxes with a sure track on this frame: their boxes, ids, indices into the frame's detections, and
-    their feet (bottom centres: what zones and lines test)."""
-
-    __slots__ = ("boxes", "feet", "id_list", "ids", "indices")
+    their feet (bottom centres: what zones and lines test; computed only when a zone or line asks)."""
 
     def __init__(self, boxes: np.ndarray, ids: np.ndarray, indices: list[int]) -> None:
         self.boxes, self.ids, self.indices = boxes, ids, indices
         self.id_list: list[int] = ids.tolist()
-        self.feet = feet(boxes)
+
+    @functools.cached_property
+    def feet(self) -> np.ndarray:
+        return feet(self.boxes)
 
 
 def _xyxy(detection: Detection) -> tuple[float, float, float, float]:
