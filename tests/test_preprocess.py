@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from edge_inference.backends import Quantization
 from edge_inference.models.preprocess import Preprocessor
@@ -41,3 +42,48 @@ def test_uint8_ssd_style_input_passes_pixels_through():
     quantised, _ = Preprocessor(pre, np.dtype(np.uint8), Quantization(0.0078125, 128))(_image())
     raw, _ = Preprocessor(pre, np.dtype(np.uint8), None)(_image())
     assert quantised[0, 5, 5].tolist() == raw[0, 5, 5].tolist() == [30, 20, 10]
+
+
+def _expected(image_bgr, pre, dtype, quant):
+    """The model's input by its definition: (pixel - mean) / std per channel, then quantised; computed in float64."""
+    pixels = image_bgr[..., ::-1] if pre.color == "RGB" else image_bgr
+    values = (pixels.astype(np.float64) - np.array(pre.mean)) / np.array(pre.std)
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        quantised = np.rint(values / quant.scale + quant.zero_point) if quant else None
+        values = pixels if quantised is None else np.clip(quantised, info.min, info.max)
+    values = values.astype(dtype)
+    return values.transpose(2, 0, 1) if pre.layout == "NCHW" else values
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("color", ["RGB", "BGR"])
+@pytest.mark.parametrize(
+    ("dtype", "norm", "quant"),
+    [
+        (np.uint8, ((0, 0, 0), (1, 1, 1)), None),  # raw pixels
+        (np.uint8, ((127.5,) * 3, (127.5,) * 3), Quantization(1 / 127.5, 128)),  # SSD MobileNet: identity
+        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(1 / 255, -128)),  # Ultralytics int8: one XOR
+        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(0.018658, -14)),  # one shared table
+        (np.int8, ((1, 2, 3), (50.3, 60.7, 70.1)), Quantization(0.0213, 3)),  # a table per channel (no exact .5 ties)
+        (np.float32, ((0, 0, 0), (1, 1, 1)), None),  # YOLOX: the cast alone
+        (np.float32, ((0, 0, 0), (255, 255, 255)), None),
+        (np.float32, ((123.7, 116.3, 103.5), (58.4, 57.1, 57.4)), None),  # ImageNet
+        (np.float16, ((0, 0, 0), (255, 255, 255)), None),
+    ],
+)
+def test_every_tensor_path_gives_the_defined_values(layout, color, dtype, norm, quant):
+    """Each shortcut (pixels passed through, one XOR, one shared table, a table per channel, the bare cast) gives
+    the values the definition gives, on every pixel value of every channel."""
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (32, 48, 3), dtype=np.uint8)
+    image[0, :, :] = np.arange(48 * 3).reshape(48, 3) % 256  # every byte value appears in every channel
+    image[1, :, :] = (np.arange(48 * 3).reshape(48, 3) + 144) % 256
+    pre = Preprocessing(width=48, height=32, layout=layout, color=color, resize="stretch", mean=norm[0], std=norm[1])
+    tensor, _ = Preprocessor(pre, np.dtype(dtype), quant)(image)
+    expected = _expected(image, pre, dtype, quant)
+    assert tensor.dtype == np.dtype(dtype)
+    if np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(tensor[0], expected, rtol=1e-3 if dtype == np.float16 else 1e-6, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(tensor[0], expected)
