@@ -82,6 +82,11 @@ class Backend(ABC):
         return outputs, (time.perf_counter() - t0) * 1e3
 
     @property
+    def lanes(self) -> int:
+        """Inferences that may run at once through this handle (a shared engine's lanes; one otherwise)."""
+        return 1
+
+    @property
     def accepts_batch(self) -> bool:
         """The model's batch dimension is dynamic on its input and every output: inputs can run as one batch."""
         return bool(self.inputs) and all(t.shape[:1] == (-1,) for t in [self.inputs[0], *self.outputs])

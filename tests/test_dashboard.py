@@ -43,7 +43,10 @@ def browser():
 
 
 def _wait(page, script: str, timeout_s: float = 30.0):
-    page.wait_for_function(script, timeout=timeout_s * 1000)
+    """Until `script` is true; an element not drawn yet (a null in the expression) is waited for, not an error."""
+    catch = "catch (error) { if (error instanceof TypeError) return false; throw error; }"
+    guarded = f"() => {{ try {{ return ({script}); }} {catch} }}"
+    page.wait_for_function(guarded, timeout=timeout_s * 1000)
 
 
 def test_dashboard_shows_video_detections_latency_and_backends(tmp_path, browser):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 
@@ -151,3 +152,82 @@ def test_file_delivery_keeps_every_frame_in_order_then_the_end():
     finally:
         stop.set()
         detector.close()
+
+
+class HeldLanes:
+    """The real engine behind two lanes, with chosen calls held (call 0 is the warm-up): `hold_first_until_second`
+    makes the first frame's inference return after the second's (results then arrive out of order); `stuck_call`
+    never returns until `release` is set (an accelerator hung in one lane)."""
+
+    def __init__(self, stuck_call: int | None = None, hold_first_until_second: bool = False) -> None:
+        self.calls = 0
+        self.finished: list[int] = []
+        self.second_done = threading.Event()
+        self.release = threading.Event()
+        self.stuck_call, self.hold_first = stuck_call, hold_first_until_second
+        self.lock = threading.Lock()
+
+    def loader(self, buffers: int):
+        detector = _loader(buffers)
+        real, lanes = detector.backend, self
+
+        class Lanes(type(real)):  # the engine's own class: everything but `run` and `lanes` is the real one's
+            @property
+            def lanes(self) -> int:
+                return 2
+
+            def run(self, tensor):
+                return lanes.run(real, tensor)
+
+        detector.backend = Lanes(**{f.name: getattr(real, f.name) for f in dataclasses.fields(real)})
+        return detector
+
+    def run(self, real, tensor):
+        with self.lock:
+            call = self.calls
+            self.calls += 1
+        if call == self.stuck_call:
+            self.release.wait(60)
+        if call == 1 and self.hold_first:
+            assert self.second_done.wait(30), "the second lane never ran beside the first"
+        outputs = real.run(tensor)
+        with self.lock:
+            self.finished.append(call)
+        if call == 2:
+            self.second_done.set()
+        return outputs
+
+
+def test_a_file_on_two_lanes_publishes_every_frame_in_order_when_results_come_back_out_of_order(frame_folder):
+    lanes = HeldLanes(hold_first_until_second=True)
+    pipeline = StreamPipeline("lanes", open_source(str(frame_folder)), lanes.loader, pace=False, lanes=2)
+    seen: list[int] = []
+    pipeline.add_listener(lambda result: seen.append(result.index))
+    _run_until(pipeline, lambda: pipeline.state == "ended")
+    # the second frame's inference ended before the first's: the two ran side by side, and came back out of order
+    assert lanes.finished.index(2) < lanes.finished.index(1)
+    assert seen == list(range(25)) and pipeline.state == "ended"
+    assert pipeline.stats.snapshot().frames_processed == 25
+
+
+def test_a_lane_stuck_in_the_engine_loses_its_frame_not_the_stream(frame_folder):
+    """The detector is given up on and reloaded; the frame in the stuck lane (and one beside it at most) is
+    skipped, and every later frame is still published, in order, to the file's end."""
+    lanes = HeldLanes(stuck_call=6)  # past the warm-up's call
+    pipeline = StreamPipeline(
+        "stuck", open_source(str(frame_folder)), lanes.loader, pace=False, lanes=2, inference_timeout_s=1.0
+    )
+    seen: list[int] = []
+    pipeline.add_listener(lambda result: seen.append(result.index))
+    pipeline.start()
+    deadline = time.monotonic() + 120
+    try:
+        while pipeline.state != "ended" and time.monotonic() < deadline:
+            pipeline.check(time.monotonic())  # the watchdog's call
+            time.sleep(0.05)
+    finally:
+        lanes.release.set()
+        pipeline.stop()
+    assert pipeline.state == "ended" and pipeline.stats.restarts == 1
+    assert seen == sorted(set(seen)) and seen[-1] == 24
+    assert 23 <= len(seen) <= 24, seen

@@ -188,14 +188,37 @@ def test_a_model_with_a_fixed_batch_runs_one_frame_at_a_time():
 
 
 def test_thread_budget_divides_the_cores_among_engines_and_lanes():
-    one = plan_engine(streams=1, engines=1, cores=4)
+    one = plan_engine(requests=1, engines=1, cores=4)
     assert (one.threads, one.lanes) == (4, 1)
-    four_on_two = plan_engine(streams=4, engines=1, cores=2)
+    four_on_two = plan_engine(requests=4, engines=1, cores=2)
     assert (four_on_two.threads, four_on_two.lanes) == (1, 2)
-    separate = plan_engine(streams=1, engines=4, cores=2)
+    separate = plan_engine(requests=1, engines=4, cores=2)
     assert (separate.threads, separate.lanes) == (1, 1)
-    configured = plan_engine(streams=4, engines=1, cores=4, threads=2)
+    configured = plan_engine(requests=4, engines=1, cores=4, threads=2)
     assert (configured.threads, configured.lanes) == (2, 2)
+
+
+def test_a_file_gets_a_lane_per_core_and_a_camera_one_frame_at_a_time():
+    """A file read to its end wants every frame: on a small CPU two one-thread inferences side by side beat one on
+    two threads (BENCHMARKS.md), so its engine gets a lane per usable core and the stream that many inference
+    threads; a live source runs its newest frame alone, on all the threads."""
+    two_cores = plan_engine(requests=2, engines=1, cores=2)
+    assert (two_cores.threads, two_cores.lanes) == (1, 2)
+    cores = usable_cores()
+    expected = {"file": plan_engine(cores, 1, cores), "live": plan_engine(1, 1, cores)}
+    for mode, plan in expected.items():
+        stream = StreamConfig(id=mode, source=str(VTEST), model=str(YOLOX), backend="onnx", mode=mode, pace=False)
+        manager = StreamManager(ServiceConfig(streams=[stream]))
+        manager.start()
+        try:
+            pipeline = manager.pipelines[mode]
+            wait_for(lambda p=pipeline: p.stats.frames_processed >= 3, f"frames of the {mode}")
+            figures = describe_engine(manager.detectors.engines()[0])
+            assert (figures.lanes, figures.threads) == (plan.lanes, plan.threads), mode
+            alive = [t.name for t in threading.enumerate() if t.name.startswith(f"{mode}-infer") and t.is_alive()]
+            assert len(alive) == plan.lanes, (mode, alive)
+        finally:
+            manager.stop()
 
 
 def test_container_cpu_quota_caps_the_cores(tmp_path: Path):

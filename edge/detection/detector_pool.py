@@ -81,6 +81,10 @@ class SharedBackend(Backend):
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
         return self.run_timed(tensor)[0]
 
+    @property
+    def lanes(self) -> int:
+        return 1 if self.shared is None else self.shared.scheduler.lanes
+
     def run_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
         assert self.shared is not None and self.pool is not None
         try:

@@ -1,5 +1,8 @@
 """Keeps one stream's detector working: loads it with backoff until it works, and gives up on one that is stuck.
 
+A stream may run several inferences at once (a file read as fast as the engine allows, on an engine with lanes):
+each is watched, and a detector given up on is closed when the last inference still holding it returns.
+
 The stream's threads only ask for the current detector and run inferences through `infer`; whether a model is
 loading, failed (and is retried, so a replugged accelerator comes back) or stuck in an inference (accelerator
 unplugged or hung: replaced, the stuck one left to its thread, which frees it when its call returns) is this
@@ -57,7 +60,9 @@ class DetectorKeeper:
         self.detector: Detector | None = None
         self.state: DetectorState = "loading"
         self.generation = 0
-        self._inference_started: float | None = None  # monotonic start of the inference in progress
+        self._started: dict[int, float] = {}  # token -> monotonic start, for each inference in progress
+        self._held: dict[int, int] = {}  # generation -> inferences in progress on that generation's detector
+        self._tokens = 0
         # what an inference takes on this device (the warm-up's, then recent ones): on a slow device (a Pi Zero, a
         # large model, emulation) a fixed limit would call every inference stuck and reload forever
         self._recent_s: deque[float] = deque(maxlen=32)
@@ -71,7 +76,11 @@ class DetectorKeeper:
 
     @property
     def inferring(self) -> bool:
-        return self._inference_started is not None
+        return bool(self._started)
+
+    def _oldest_start(self) -> float | None:
+        with self._lock:
+            return min(self._started.values(), default=None)
 
     @property
     def normal_s(self) -> float | None:
@@ -126,7 +135,11 @@ class DetectorKeeper:
         """One inference on `detector`, watched for getting stuck: its outputs and time in ms, or None when the
         keeper gave up on this detector while it ran (then it is closed here, and the caller's loop must end).
         Raises what the engine raised."""
-        started = self._inference_started = time.monotonic()
+        with self._lock:
+            self._tokens += 1
+            token, started = self._tokens, time.monotonic()
+            self._started[token] = started
+            self._held[generation] = self._held.get(generation, 0) + 1
         error: Exception | None = None
         outcome: tuple[list[np.ndarray], float] | None = None
         try:
@@ -136,12 +149,16 @@ class DetectorKeeper:
         took = time.monotonic() - started
         with self._lock:
             still_current = generation == self.generation
-            if still_current:
-                self._inference_started = None
-                if error is None:
-                    self._recent_s.append(took)
+            self._started.pop(token, None)
+            self._held[generation] -= 1
+            last = self._held[generation] == 0
+            if last:
+                del self._held[generation]
+            if still_current and error is None:
+                self._recent_s.append(took)
         if not still_current:
-            detector.close()  # given up on while it ran: nobody else holds it any more
+            if last:
+                detector.close()  # given up on while it ran, and no other inference holds it any more
             return None
         if error is not None:
             raise error
@@ -153,11 +170,11 @@ class DetectorKeeper:
         on; the caller then runs `load` on a thread of its own to put a new one in place."""
         if self._superseded():
             return True
-        started, limit = self._inference_started, self.stuck_after_s
+        started, limit = self._oldest_start(), self.stuck_after_s
         if started is None or time.monotonic() - started <= limit:
             return False
         with self._lock:
-            if self._inference_started != started:
+            if min(self._started.values(), default=None) != started:
                 return False  # it returned meanwhile
             self._retire()
             self._on_replaced()
@@ -176,7 +193,7 @@ class DetectorKeeper:
             detector = self.detector
             if detector is None or not detector.superseded():
                 return False
-            busy = self._inference_started is not None
+            busy = self.generation in self._held
             self._retire()
             self._set_state("loading", None)
         log.info(
@@ -189,7 +206,7 @@ class DetectorKeeper:
     def release(self) -> None:
         """At stop: close the detector, unless an inference still holds it (its thread closes it when it returns)."""
         with self._lock:
-            detector, busy = self.detector, self._inference_started is not None
+            detector, busy = self.detector, self.generation in self._held
             self._retire()
         if detector is not None and not busy:
             detector.close()
@@ -197,7 +214,7 @@ class DetectorKeeper:
     def _retire(self) -> None:
         """Call with the lock held: no detector in place, and whoever holds the last one stops using it."""
         self.generation += 1
-        self._inference_started = None
+        self._started.clear()  # those still running hold a retired detector: no longer watched
         self.detector = None
 
     def _set_state(self, state: DetectorState, error: str | None) -> None:

@@ -54,15 +54,16 @@ class EnginePlan:
     lanes: int  # inferences of one shared engine that may run at once
 
 
-def plan_engine(streams: int, engines: int, cores: int | None = None, threads: int | None = None) -> EnginePlan:
-    """Threads and lanes of one of `engines` engines, serving `streams` streams.
+def plan_engine(requests: int, engines: int, cores: int | None = None, threads: int | None = None) -> EnginePlan:
+    """Threads and lanes of one of `engines` engines, serving `requests` frames that may wait for it at once (one
+    per live stream; a file read as fast as the engine allows may have one in each lane).
 
     Side by side inferences on one thread each use a small CPU better than one inference on several threads
-    (BENCHMARKS.md), so a shared engine gets a lane per stream, up to its share of the cores, and the share's
+    (BENCHMARKS.md), so an engine gets a lane per frame that may wait, up to its share of the cores, and the share's
     threads are divided among its lanes. A configured `threads` is kept, and lanes fill what is left.
     """
     share = engine_threads(engines, cores)
     if threads:
-        return EnginePlan(threads, max(1, min(streams, share // threads)))
-    lanes = max(1, min(streams, share))
+        return EnginePlan(threads, max(1, min(requests, share // threads)))
+    lanes = max(1, min(requests, share))
     return EnginePlan(max(1, share // lanes), lanes)

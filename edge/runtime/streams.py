@@ -14,7 +14,7 @@ from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool
 from edge_inference.edge.detection.loader import DetectorConfig, check_reference, load_detector
 from edge_inference.edge.detection.model_files import model_for_engine
-from edge_inference.edge.detection.threads import EnginePlan, plan_engine
+from edge_inference.edge.detection.threads import EnginePlan, plan_engine, usable_cores
 from edge_inference.edge.events.layer import EventLayer
 from edge_inference.edge.runtime.compare import CompareGroup
 from edge_inference.edge.runtime.cpu import CpuPerFrame
@@ -53,6 +53,13 @@ def source_for(stream: StreamConfig) -> FrameSource:
     return ffmpeg_source(stream.source, hwaccel=hwaccel, input_args=input_args, width=width, height=height, fps=fps)
 
 
+def file_lanes(stream: StreamConfig, source: FrameSource) -> int:
+    """Frames of the stream that may be in inference at once: a file's every frame is wanted, so as many as the
+    engine's share of the cores allows (a lane each); a live source's newest frame, one at a time."""
+    mode = stream.mode if stream.mode != "auto" else ("live" if source.live else "file")
+    return usable_cores() if mode == "file" else 1
+
+
 def tracker_for(stream: StreamConfig) -> StreamTracker | None:
     if not stream.analysed:
         return None
@@ -72,6 +79,7 @@ class StreamManager:
         self.events = EventLayer(config, self.settings)
         self.detectors = DetectorPool(max_batch=config.detectors.max_batch, share=config.detectors.share)
         self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
+        self._requests: dict[tuple[str, str, str, int | None], int] = {}  # frames each engine may have waiting
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = source_for(stream)
@@ -80,10 +88,11 @@ class StreamManager:
                 continue
             self._configs[stream.id] = stream
             mode = None if stream.mode == "auto" else stream.mode
+            lanes = file_lanes(stream, source)
             self.pipelines[stream.id] = StreamPipeline(
                 stream.id,
                 source,
-                self._loader(stream),
+                self._loader(stream, lanes),
                 mode=mode,
                 pace=stream.pace,
                 loop=stream.loop,
@@ -92,6 +101,7 @@ class StreamManager:
                 inference_timeout_s=stream.inference_timeout_s,
                 tracker=tracker_for(stream),
                 motion=MotionGate(stream.motion) if stream.motion else None,
+                lanes=lanes,
             )
             self.events.attach(stream, self.pipelines[stream.id])
             self._units.append(self.pipelines[stream.id])
@@ -134,24 +144,26 @@ class StreamManager:
         )
         self._units.append(self.groups[stream.id])
 
-    def _loader(self, stream: StreamConfig) -> Any:
-        """Loads the stream's detector on a shared engine, with the thread budget's threads and lanes."""
+    def _loader(self, stream: StreamConfig, requests: int = 1) -> Any:
+        """Loads the stream's detector on a shared engine, with the thread budget's threads and lanes; `requests`:
+        the stream's frames that may wait for the engine at once."""
         key = (stream.model, stream.backend, stream.device, stream.threads)
         self._engines.append(key)
+        self._requests[key] = self._requests.get(key, 0) + requests
 
         def load(buffers: int) -> Detector:
-            plan = self.engine_plan(key)
+            plan = self.engine_plan(key, requests)
             config = replace(detector_config(stream, buffers), threads=plan.threads)
             opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes)
             return load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
 
         return load
 
-    def engine_plan(self, key: tuple[str, str, str, int | None]) -> EnginePlan:
+    def engine_plan(self, key: tuple[str, str, str, int | None], requests: int = 1) -> EnginePlan:
         """Cores are divided among the engines the config loads; a shared engine's among its streams' lanes."""
         if self.config.detectors.share:
-            return plan_engine(self._engines.count(key), len(set(self._engines)), threads=key[3])
-        return plan_engine(1, len(self._engines), threads=key[3])
+            return plan_engine(self._requests[key], len(set(self._engines)), threads=key[3])
+        return plan_engine(requests, len(self._engines), threads=key[3])
 
     def start(self) -> None:
         self.events.start()

@@ -5,9 +5,10 @@
   thread prepares the frame it takes.
 - `FileDelivery` (files read as files): every frame, in order. Frames are prepared on the capture thread and queued,
   so the engine never waits for pre-processing; a full queue holds the capture back. Its capture is paced at the
-  file's fps when asked (a camera paces itself).
+  file's fps when asked (a camera paces itself). Several inference threads may take from it (a lane each).
 
-Both end the same way: after `end()`, `take` answers `END` once everything delivered before it was taken.
+Both end the same way: after `end()`, `take` answers `END` once everything delivered before it was taken, and to
+every take after that.
 """
 
 from __future__ import annotations
@@ -87,26 +88,31 @@ class LiveDelivery:
 
 class FileDelivery:
     mode: Mode = "file"
-    buffers = 4  # 2 queued + 1 in the engine + 1 being filled
 
-    def __init__(self, stop: threading.Event, *, paced: bool) -> None:
+    def __init__(self, stop: threading.Event, *, paced: bool, lanes: int = 1) -> None:
         self.paced = paced
+        self.buffers = 3 + lanes  # 2 queued + one in each lane of the engine + 1 being filled
         self._stop = stop
         self._queue: queue.Queue[object] = queue.Queue(maxsize=2)
+        self._ended = False
 
     def offer(self, frame: Frame, detector: Detector) -> bool:
         put_unless_stopped(self._queue, (frame, detector.prepare(frame.image)), self._stop)
         return False
 
     def take(self, detector: Detector, timeout: float) -> Delivered | object | None:
+        if self._ended:
+            return END  # for the other lanes, once one has taken it
         try:
-            return self._queue.get(timeout=timeout)
+            item = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
+        self._ended = item is END
+        return item
 
     def end(self) -> None:
         put_unless_stopped(self._queue, END, self._stop)
 
 
-def delivery_for(mode: Mode, stop: threading.Event, *, pace: bool) -> Delivery:
-    return LiveDelivery(paced=pace) if mode == "live" else FileDelivery(stop, paced=pace)
+def delivery_for(mode: Mode, stop: threading.Event, *, pace: bool, lanes: int = 1) -> Delivery:
+    return LiveDelivery(paced=pace) if mode == "live" else FileDelivery(stop, paced=pace, lanes=lanes)

@@ -1,7 +1,9 @@
 """One stream: capture -> inference -> decoding on three threads, results fanned out to subscribers.
 
 How frames reach the inference thread is the delivery strategy's business (`delivery.py`): live sources keep only
-the newest frame, files deliver every frame in order. The pipeline itself does not branch on the mode.
+the newest frame, files deliver every frame in order. A file may have several frames in inference at once, one per
+lane of its engine (two one-thread inferences side by side use a small CPU better than one on two threads); every
+frame taken gets a number, and results are published in that order.
 
 Nothing here gives up: the stream's `DetectorKeeper` (edge/detection/keeper.py) keeps a working detector (a model
 that fails to load is retried with backoff, an inference that never returns gets the detector reloaded), a stalled
@@ -26,7 +28,7 @@ from edge_inference.edge.detection.detector import Detector, Prepared
 from edge_inference.edge.detection.keeper import DetectorKeeper, DetectorState
 from edge_inference.edge.detection.timings import FrameTiming
 from edge_inference.edge.stream.capture import CaptureRunner, SourceState
-from edge_inference.edge.stream.delivery import END, Delivered, Mode, delivery_for, put_unless_stopped
+from edge_inference.edge.stream.delivery import END, Delivered, Mode, delivery_for
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.publish import Broadcaster
 from edge_inference.edge.stream.sources import Frame, FrameSource
@@ -41,6 +43,7 @@ log = logging.getLogger("edge.pipeline")
 # reconnections within the window make it degraded while it flaps.
 FLAPPING_RECONNECTS = 3
 State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
+SKIP = object()  # a frame taken that yields no result (its inference failed, or its detector was given up on)
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,16 @@ class StreamPipeline:
         inference_timeout_s: float = 10.0,
         tracker: StreamTracker | None = None,
         motion: MotionGate | None = None,
+        lanes: int = 1,
     ) -> None:
+        """`lanes`: frames of a file that may be in inference at once, up to the lanes its engine has."""
         self.stream_id = stream_id
         self.tracker = tracker
         self.motion = motion
         self._stop = threading.Event()
         mode = mode or ("live" if source is None or source.live else "file")
-        self.delivery = delivery_for(mode, self._stop, pace=pace)
+        self.lanes = max(1, lanes) if mode == "file" else 1  # live: the newest frame, one at a time
+        self.delivery = delivery_for(mode, self._stop, pace=pace, lanes=self.lanes)
         self.names = names or StreamNames("", "", "" if source is None else source.description)
         self.stats = StreamStats()
         self.keeper = DetectorKeeper(
@@ -123,7 +129,14 @@ class StreamPipeline:
         # (frame index, detections) of recent results, for agreement between pipelines fed the same frames
         self.recent: deque[tuple[int, list[Detection]]] = deque(maxlen=300)
         self._listeners: list[Callable[[FrameResult], None]] = []
-        self._inferred: queue.Queue[object] = queue.Queue(maxsize=2)
+        # frames between their take and their publication: numbered at the take, published in that order
+        self._window = threading.Semaphore(self.lanes + 2)
+        self._take_lock = threading.Lock()
+        self._taken = 0  # the number the next frame taken gets
+        self._next = 0  # the number of the next frame to publish
+        self._in_flight: dict[int, int] = {}  # number -> generation of the detector it was taken for
+        self._pending: dict[int, object] = {}  # results that arrived before an earlier frame's
+        self._inferred: queue.Queue[tuple[int, object]] = queue.Queue()  # bounded by the window
         self._threads: list[threading.Thread] = []
         self._lock = threading.RLock()
         # state: the detector's part (the keeper's: loading/failed/ready) and the source's, combined by `state`
@@ -279,12 +292,19 @@ class StreamPipeline:
             return
         if self.capture is not None:  # otherwise a group's capture calls offer()
             self.capture.start()
-        self._spawn(self._infer_loop, "infer")
+        self._spawn_infer_loops()
         self._spawn(self._decode_loop, "decode")
 
     def _reload_then_infer(self) -> None:
         if self.keeper.load():
-            self._spawn(self._infer_loop, "infer")
+            self._spawn_infer_loops()
+
+    def _spawn_infer_loops(self) -> None:
+        """One loop per frame that may be in inference at once: the stream's lanes, up to its engine's."""
+        detector = self.detector
+        lanes = min(self.lanes, detector.backend.lanes) if detector is not None else 1
+        for lane in range(max(1, lanes)):
+            self._spawn(self._infer_loop, "infer" if lane == 0 else f"infer{lane}")
 
     def check(self, now: float) -> None:
         """The watchdog's call: a stuck inference reloads the detector, a stalled source is reopened."""
@@ -324,48 +344,87 @@ class StreamPipeline:
         if detector is None:
             return
         while not self._stop.is_set() and self.keeper.is_current(generation):
-            item = self.delivery.take(detector, 0.2)
-            if item is None:
+            taken = self._take(generation, detector)
+            if taken is None:
                 continue
+            number, item = taken
             if item is END:
-                put_unless_stopped(self._inferred, END, self._stop)
+                self._inferred.put((number, END))
                 return
             frame, ready = cast(Delivered, item)
             try:
                 outcome = self.keeper.infer(generation, detector, ready.tensor)
             except Exception as exc:  # noqa: BLE001 - e.g. an accelerator unplugged mid-run: count, report, go on
+                self._inferred.put((number, SKIP))
                 self.stats.error()
                 with self._lock:
                     self._note(f"inference failed: {exc}", clears=False)
                 self._stop.wait(0.5)
                 continue
             if outcome is None:
+                self._inferred.put((number, SKIP))
                 return  # the keeper gave up on this detector while it was stuck; a new loop runs the next one
             raw, inference_ms = outcome
-            put_unless_stopped(self._inferred, (frame, ready, raw, inference_ms, detector), self._stop)
+            self._inferred.put((number, (frame, ready, raw, inference_ms, detector)))
+
+    def _take(self, generation: int, detector: Detector) -> tuple[int, object] | None:
+        """The next frame (or END) with its number, once the window has room; None when nothing came in time."""
+        if not self._window.acquire(timeout=0.2):
+            return None
+        with self._take_lock:
+            item = self.delivery.take(detector, 0.2)
+            if item is None:
+                self._window.release()
+                return None
+            number = self._taken
+            self._taken += 1
+            self._in_flight[number] = generation
+        return number, item
 
     # -- decode ------------------------------------------------------------------------------------------------
     def _decode_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                item = self._inferred.get(timeout=0.2)
+                number, item = self._inferred.get(timeout=0.2)
+                if number >= self._next:  # an earlier one is a frame already given up on (`_next_in_order`)
+                    self._pending[number] = item
             except queue.Empty:
-                continue
-            if item is END:
-                self.set_source_state("ended")
-                return
-            frame, prepared, raw, inference_ms, detector = cast(
-                tuple[Frame, Prepared, list[np.ndarray], float, Detector], item
-            )
-            t0 = time.perf_counter()
-            try:
-                detections = detector.decode(raw, prepared.transform)
-            except Exception as exc:  # noqa: BLE001 - a decoding failure loses one frame, never the stream
-                self.stats.error()
-                with self._lock:
-                    self._note(f"decoding failed: {exc}", clears=False)
-                continue
-            self._publish(frame, prepared, detections, inference_ms, t0)
+                pass
+            while (item := self._next_in_order()) is not None:
+                if item is END:
+                    self.set_source_state("ended")
+                    return
+                if item is not SKIP:
+                    self._decode(item)
+
+    def _next_in_order(self) -> object | None:
+        """The result of the next frame to publish, SKIP for a frame whose detector was given up on while it ran
+        (a stuck inference may never return), or None while it is still in inference."""
+        number = self._next
+        item = self._pending.pop(number, None)
+        if item is None:
+            generation = self._in_flight.get(number)
+            if generation is None or self.keeper.is_current(generation):
+                return None
+            item = SKIP
+        self._in_flight.pop(number, None)
+        self._next += 1
+        self._window.release()
+        return item
+
+    def _decode(self, item: object) -> None:
+        frame, prepared, raw, inference_ms, detector = cast(
+            tuple[Frame, Prepared, list[np.ndarray], float, Detector], item
+        )
+        t0 = time.perf_counter()
+        try:
+            detections = detector.decode(raw, prepared.transform)
+        except Exception as exc:  # noqa: BLE001 - a decoding failure loses one frame, never the stream
+            self.stats.error()
+            with self._lock:
+                self._note(f"decoding failed: {exc}", clears=False)
+            return
+        self._publish(frame, prepared, detections, inference_ms, t0)
 
     def _publish(
         self, frame: Frame, prepared: Prepared, detections: list[Detection], inference_ms: float, t0: float
