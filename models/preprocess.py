@@ -75,7 +75,6 @@ class Preprocessor:
         self._turn = 0
         self._tensor = self._ring[0]
         self._scratch = None if self.dtype in _DIRECT_DTYPES else np.empty(shape[1:], dtype=np.float32)
-        self._work = self._tensor[0]
         self._a = a.astype(np.float32)
         self._b = b.astype(np.float32)
         self._has_offset = bool(np.any(self._b != 0))
@@ -96,37 +95,50 @@ class Preprocessor:
     def __call__(self, image_bgr: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
         self._tensor = self._ring[self._turn]
         self._turn = (self._turn + 1) % len(self._ring)
-        self._work = self._tensor[0] if self._scratch is None else self._scratch
         height, width = image_bgr.shape[:2]
         if self._last_size != (width, height) or self._transform is None:
             self._transform = ImageTransform.fit(width, height, self.pre)
             self._last_size = (width, height)
-            self._canvas[:] = self.pre.pad_value
+            self._pad_every_tensor()
         t = self._transform
+        rows, cols = slice(t.pad_y, t.pad_y + t.resized_height), slice(t.pad_x, t.pad_x + t.resized_width)
         # Resized straight into the letterbox canvas: no intermediate image, no copy.
-        roi = self._canvas[t.pad_y : t.pad_y + t.resized_height, t.pad_x : t.pad_x + t.resized_width]
+        roi = self._canvas[rows, cols]
         resized = cv2.resize(image_bgr, (t.resized_width, t.resized_height), dst=roi, interpolation=cv2.INTER_LINEAR)
         if resized is not roi:
             roi[...] = resized
         if self._swap and self.pre.layout == "NHWC":
             cv2.cvtColor(roi, cv2.COLOR_BGR2RGB, dst=roi)  # planar (NCHW) layouts swap for free, by plane order
-        hwc = self._canvas
-        if self._passthrough:
-            if self.pre.layout == "NCHW":
-                self._tensor[0] = (hwc[..., ::-1] if self._swap else hwc).transpose(2, 0, 1)
-            else:
-                self._tensor[0] = hwc
-            return self._tensor, t
-        if self._xor is not None:
-            np.bitwise_xor(_words(hwc), self._xor, out=_words(self._tensor[0]))
-            return self._tensor, t
-        if self._lut is not None:
-            self._apply_table(hwc)
-            return self._tensor, t
-        self._affine(hwc)
-        if self._work is not self._tensor[0]:
-            self._tensor[0] = self._work  # float32 scratch -> the model's float depth
+        self._convert(rows, cols)  # the picture only: the padding around it is in every tensor already
         return self._tensor, t
+
+    def _pad_every_tensor(self) -> None:
+        """A new frame size: the canvas is all padding, converted once into every tensor of the ring."""
+        self._canvas[:] = self.pre.pad_value
+        current = self._tensor
+        for tensor in self._ring:
+            self._tensor = tensor
+            self._convert(slice(None), slice(None))
+        self._tensor = current
+
+    def _region(self, array: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
+        """The rectangle of an image-shaped array (the tensor, the scratch) in the model's layout."""
+        return array[:, rows, cols] if self.pre.layout == "NCHW" else array[rows, cols]
+
+    def _convert(self, rows: slice, cols: slice) -> None:
+        """The canvas's rectangle into the same rectangle of the tensor: the model's depth, layout and values."""
+        src, dst = self._canvas[rows, cols], self._region(self._tensor[0], rows, cols)
+        if self._passthrough:
+            dst[...] = (src[..., ::-1] if self._swap else src).transpose(2, 0, 1) if self.pre.layout == "NCHW" else src
+        elif self._xor is not None:
+            np.bitwise_xor(src, self._xor, out=dst.view(np.uint8))
+        elif self._lut is not None:
+            self._apply_table(src, dst)
+        else:
+            work = dst if self._scratch is None else self._region(self._scratch, rows, cols)
+            self._affine(src, work)
+            if work is not dst:
+                dst[...] = work  # float32 scratch -> the model's float depth
 
     def _table(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         values = np.arange(256, dtype=np.float64)[:, None] * a[None, :] + b[None, :]  # (256, channels)
@@ -134,7 +146,7 @@ class Preprocessor:
             values = np.clip(np.rint(values), *_INTEGER_RANGES[self.dtype])
         return np.ascontiguousarray(values.astype(self.dtype))
 
-    def _shortcuts(self) -> tuple[np.ndarray | None, np.uint64 | None]:
+    def _shortcuts(self) -> tuple[np.ndarray | None, np.uint8 | None]:
         """One table for all channels, when they agree: OpenCV applies a one-channel table 2.5x faster than a
         three-channel one. And a table that only flips bits (an int8 input with scale 1/255 and zero point -128:
         q = pixel - 128 is the pixel's byte with its top bit flipped) as one XOR, 25x cheaper than the table."""
@@ -142,46 +154,46 @@ class Preprocessor:
         if not tables or not all(np.array_equal(t, tables[0]) for t in tables):
             return None, None
         shared = tables[0]
-        if self.dtype not in _INTEGER_RANGES or self.pre.layout != "NHWC" or self._canvas.size % 8:
+        if self.dtype not in _INTEGER_RANGES or self.pre.layout != "NHWC":
             return shared, None
-        mask = int(shared.view(np.uint8)[0])
-        if not np.array_equal(shared.view(np.uint8), _BYTES ^ np.uint8(mask)):
+        mask = shared.view(np.uint8)[0]
+        if not np.array_equal(shared.view(np.uint8), _BYTES ^ mask):
             return shared, None
-        return shared, np.uint64(int.from_bytes(bytes([mask]) * 8, "little"))
+        return shared, mask
 
-    def _apply_table(self, hwc: np.ndarray) -> None:
+    def _apply_table(self, src: np.ndarray, dst: np.ndarray) -> None:
         assert self._lut is not None
-        out = self._tensor[0]
         if self.pre.layout == "NCHW":
-            for index, plane in enumerate(self._planes(hwc)):
-                cv2.LUT(plane, self._plane_luts[index], dst=out[index])
+            for index, plane in enumerate(self._planes(src)):
+                _into(dst[index], cv2.LUT(plane, self._plane_luts[index], dst=dst[index]))
         elif self._shared_lut is not None:
-            cv2.LUT(hwc, self._shared_lut, dst=out)
+            _into(dst, cv2.LUT(src, self._shared_lut, dst=dst))
         else:
-            cv2.LUT(hwc, self._lut.reshape(1, 256, 3), dst=out)
+            _into(dst, cv2.LUT(src, self._lut.reshape(1, 256, 3), dst=dst))
 
     def _planes(self, hwc: np.ndarray) -> list[np.ndarray]:
         """The canvas's planes in the model's channel order (BGR split, reversed for RGB models)."""
         planes = list(cv2.split(hwc))
         return planes[::-1] if self._swap else planes
 
-    def _affine(self, hwc: np.ndarray) -> None:
+    def _affine(self, hwc: np.ndarray, work: np.ndarray) -> None:
         """work = hwc * a + b per channel, in the model's layout."""
         if self.pre.layout == "NCHW":
             if self._identity:  # the cast alone, from a transposed view (the colour swap free in it)
-                np.copyto(self._work, (hwc[..., ::-1] if self._swap else hwc).transpose(2, 0, 1), casting="unsafe")
+                np.copyto(work, (hwc[..., ::-1] if self._swap else hwc).transpose(2, 0, 1), casting="unsafe")
                 return
             # Contiguous planes from cv2.split are faster to scale than a strided transpose.
             for index, plane in enumerate(self._planes(hwc)):
-                np.multiply(plane, self._a[index], out=self._work[index])
+                np.multiply(plane, self._a[index], out=work[index])
                 if self._has_offset:
-                    self._work[index] += self._b[index]
+                    work[index] += self._b[index]
             return
-        np.multiply(hwc, self._a, out=self._work)
+        np.multiply(hwc, self._a, out=work)
         if self._has_offset:
-            self._work += self._b
+            work += self._b
 
 
-def _words(array: np.ndarray) -> np.ndarray:
-    """A contiguous array's bytes as 64-bit words (its size a multiple of 8), for one XOR over all of them."""
-    return array.reshape(-1).view(np.uint64)
+def _into(dst: np.ndarray, result: np.ndarray) -> None:
+    """OpenCV writes into a strided view it can map; where it could not, it returned a new array: copy that in."""
+    if result is not dst:
+        dst[...] = result

@@ -1,3 +1,4 @@
+import cv2
 import numpy as np
 import pytest
 
@@ -87,3 +88,39 @@ def test_every_tensor_path_gives_the_defined_values(layout, color, dtype, norm, 
         np.testing.assert_allclose(tensor[0], expected, rtol=1e-3 if dtype == np.float16 else 1e-6, atol=1e-6)
     else:
         np.testing.assert_array_equal(tensor[0], expected)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("color", ["RGB", "BGR"])
+@pytest.mark.parametrize(
+    ("dtype", "norm", "quant"),
+    [
+        (np.uint8, ((0, 0, 0), (1, 1, 1)), None),  # raw pixels
+        (np.uint8, ((127.5,) * 3, (127.5,) * 3), Quantization(1 / 127.5, 128)),  # SSD MobileNet: identity
+        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(1 / 255, -128)),  # Ultralytics int8: one XOR
+        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(0.018658, -14)),  # one shared table
+        (np.int8, ((1, 2, 3), (50.3, 60.7, 70.1)), Quantization(0.0213, 3)),  # a table per channel (no exact .5 ties)
+        (np.float32, ((0, 0, 0), (1, 1, 1)), None),  # YOLOX: the cast alone
+        (np.float32, ((0, 0, 0), (255, 255, 255)), None),
+        (np.float32, ((123.7, 116.3, 103.5), (58.4, 57.1, 57.4)), None),  # ImageNet
+        (np.float16, ((0, 0, 0), (255, 255, 255)), None),
+    ],
+)
+def test_every_tensor_path_letterboxes_frames_of_changing_sizes(layout, color, dtype, norm, quant):
+    """Only the picture's rectangle is converted per frame; the padding is converted once per frame size into every
+    tensor of the ring. Landscape, portrait, landscape again, through a ring of two: each tensor is the definition
+    applied to the letterboxed frame (resized as cv2.resize does, padded with the pad value)."""
+    rng = np.random.default_rng(1)
+    pre = Preprocessing(width=40, height=40, layout=layout, color=color, pad_value=114, mean=norm[0], std=norm[1])
+    preprocess = Preprocessor(pre, np.dtype(dtype), quant, buffers=2)
+    for height, width in [(30, 60), (60, 24), (30, 60), (40, 40)]:
+        image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        tensor, t = preprocess(image)
+        canvas = np.full((40, 40, 3), 114, np.uint8)
+        resized = cv2.resize(image, (t.resized_width, t.resized_height), interpolation=cv2.INTER_LINEAR)
+        canvas[t.pad_y : t.pad_y + t.resized_height, t.pad_x : t.pad_x + t.resized_width] = resized
+        expected = _expected(canvas, pre, dtype, quant)
+        if np.dtype(dtype).kind == "f":
+            np.testing.assert_allclose(tensor[0], expected, rtol=1e-3 if dtype == np.float16 else 1e-6, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(tensor[0], expected)
