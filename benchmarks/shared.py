@@ -60,7 +60,10 @@ def run_service(
     batch: int,
     threads: int | None = None,
     engine_options: dict[str, dict[str, object]] | None = None,
+    live: bool = False,
 ) -> dict[str, object]:
+    """`streams` streams of vtest.avi: files read unpaced (every frame, as fast as the engine allows), or with
+    `live`, cameras (the newest frame, at the file's own fps)."""
     config = ServiceConfig(
         detectors=DetectorsConfig(share=share, max_batch=batch),
         streams=[
@@ -69,8 +72,8 @@ def run_service(
                 source=str(VTEST),
                 model=model,
                 backend=backend,
-                mode="file",
-                pace=False,
+                mode="live" if live else "file",
+                pace=live,
                 loop=True,
                 threads=threads,
                 engine_options=engine_options or {},
