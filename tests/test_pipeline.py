@@ -159,8 +159,10 @@ class HeldLanes:
     makes the first frame's inference return after the second's (results then arrive out of order); `stuck_call`
     never returns until `release` is set (an accelerator hung in one lane)."""
 
-    def __init__(self, stuck_call: int | None = None, hold_first_until_second: bool = False) -> None:
-        self.calls = 0
+    def __init__(
+        self, stuck_call: int | None = None, hold_first_until_second: bool = False, reload_s: float = 0.0
+    ) -> None:
+        self.calls, self.loads, self.reload_s = 0, 0, reload_s
         self.finished: list[int] = []
         self.second_done = threading.Event()
         self.release = threading.Event()
@@ -168,6 +170,9 @@ class HeldLanes:
         self.lock = threading.Lock()
 
     def loader(self, buffers: int):
+        self.loads += 1
+        if self.loads > 1:
+            time.sleep(self.reload_s)  # a reload slower than reading the rest of the file
         detector = _loader(buffers)
         real, lanes = detector.backend, self
 
@@ -212,8 +217,9 @@ def test_a_file_on_two_lanes_publishes_every_frame_in_order_when_results_come_ba
 
 def test_a_lane_stuck_in_the_engine_loses_its_frame_not_the_stream(frame_folder):
     """The detector is given up on and reloaded; the frame in the stuck lane (and one beside it at most) is
-    skipped, and every later frame is still published, in order, to the file's end."""
-    lanes = HeldLanes(stuck_call=6)  # past the warm-up's call
+    skipped, and every later frame is still published, in order, to the file's end: the capture waits for the
+    reload (slower here than reading the rest of the folder) instead of dropping what it reads meanwhile."""
+    lanes = HeldLanes(stuck_call=6, reload_s=2.0)  # past the warm-up's call
     pipeline = StreamPipeline(
         "stuck", open_source(str(frame_folder)), lanes.loader, pace=False, lanes=2, inference_timeout_s=1.0
     )
@@ -231,3 +237,21 @@ def test_a_lane_stuck_in_the_engine_loses_its_frame_not_the_stream(frame_folder)
     assert pipeline.state == "ended" and pipeline.stats.restarts == 1
     assert seen == sorted(set(seen)) and seen[-1] == 24
     assert 23 <= len(seen) <= 24, seen
+
+
+def test_a_file_frame_read_while_the_detector_reloads_waits_for_it(frame_folder):
+    """A file's every frame is wanted: a frame the capture reads while there is no detector (loading, or reloading
+    after a stuck inference) is held until one is in place, not dropped as a camera's would be."""
+    pipeline = StreamPipeline("wait", open_source(str(frame_folder)), _loader, pace=False)
+    offered = threading.Thread(target=pipeline.offer, args=(_frames(1)[0],))
+    offered.start()
+    offered.join(0.5)
+    try:
+        assert offered.is_alive()  # held, not dropped
+        assert pipeline.keeper.load()
+        offered.join(30)
+        assert not offered.is_alive()
+        item = pipeline.delivery.take(pipeline.detector, 1.0)
+        assert item is not None and item is not END and item[0].index == 0
+    finally:
+        pipeline.stop()

@@ -319,7 +319,7 @@ class StreamPipeline:
 
     def offer(self, frame: Frame) -> None:
         """A new frame from this pipeline's own capture, or from a group feeding several pipelines."""
-        detector = self.detector
+        detector = self.detector if self.mode == "live" else self._detector_for_file()
         if detector is None:
             return  # loading or reloading: nothing to run it on yet
         if self.capture is None and self._source_state == "connecting":
@@ -330,6 +330,12 @@ class StreamPipeline:
             return
         if self.delivery.offer(frame, detector):
             self.stats.frame_dropped()
+
+    def _detector_for_file(self) -> Detector | None:
+        """A file's every frame is wanted: while its detector reloads, the capture waits instead of dropping."""
+        while (detector := self.detector) is None and not self._stop.is_set():
+            self._stop.wait(0.05)
+        return detector
 
     def _clock(self, frame: Frame) -> float:
         """Seconds on the stream's own timeline: a file's position (it may play faster than real time), else now."""
@@ -370,6 +376,9 @@ class StreamPipeline:
     def _take(self, generation: int, detector: Detector) -> tuple[int, object] | None:
         """The next frame (or END) with its number, once the window has room; None when nothing came in time."""
         if not self._window.acquire(timeout=0.2):
+            return None
+        if not self.keeper.is_current(generation):  # given up on meanwhile: leave the frame to the new detector
+            self._window.release()
             return None
         with self._take_lock:
             item = self.delivery.take(detector, 0.2)
