@@ -57,22 +57,34 @@ def _expected(image_bgr, pre, dtype, quant):
     return values.transpose(2, 0, 1) if pre.layout == "NCHW" else values
 
 
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("color", ["RGB", "BGR"])
-@pytest.mark.parametrize(
-    ("dtype", "norm", "quant"),
-    [
-        (np.uint8, ((0, 0, 0), (1, 1, 1)), None),  # raw pixels
-        (np.uint8, ((127.5,) * 3, (127.5,) * 3), Quantization(1 / 127.5, 128)),  # SSD MobileNet: identity
-        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(1 / 255, -128)),  # Ultralytics int8: one XOR
-        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(0.018658, -14)),  # one shared table
-        (np.int8, ((1, 2, 3), (50.3, 60.7, 70.1)), Quantization(0.0213, 3)),  # a table per channel (no exact .5 ties)
-        (np.float32, ((0, 0, 0), (1, 1, 1)), None),  # YOLOX: the cast alone
-        (np.float32, ((0, 0, 0), (255, 255, 255)), None),
-        (np.float32, ((123.7, 116.3, 103.5), (58.4, 57.1, 57.4)), None),  # ImageNet
-        (np.float16, ((0, 0, 0), (255, 255, 255)), None),
-    ],
-)
+EVERY_PATH = [
+    pytest.mark.parametrize("layout", ["NCHW", "NHWC"]),
+    pytest.mark.parametrize("color", ["RGB", "BGR"]),
+    pytest.mark.parametrize(
+        ("dtype", "norm", "quant"),
+        [
+            (np.uint8, ((0, 0, 0), (1, 1, 1)), None),  # raw pixels
+            (np.uint8, ((127.5,) * 3, (127.5,) * 3), Quantization(1 / 127.5, 128)),  # SSD MobileNet: identity
+            (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(1 / 255, -128)),  # Ultralytics int8: one XOR
+            (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(0.018658, -14)),  # one shared table
+            (np.int8, ((1, 2, 3), (50.3, 60.7, 70.1)), Quantization(0.0213, 3)),  # a table per channel, no .5 ties
+            (np.float32, ((0, 0, 0), (1, 1, 1)), None),  # YOLOX: the cast alone
+            (np.float32, ((0, 0, 0), (255, 255, 255)), None),
+            (np.float32, ((123.7, 116.3, 103.5), (58.4, 57.1, 57.4)), None),  # ImageNet
+            (np.float16, ((0, 0, 0), (255, 255, 255)), None),
+        ],
+    ),
+]
+
+
+def every_path(test):
+    """The test once per tensor path: layout x colour order x depth, normalisation and quantisation."""
+    for mark in reversed(EVERY_PATH):
+        test = mark(test)
+    return test
+
+
+@every_path
 def test_every_tensor_path_gives_the_defined_values(layout, color, dtype, norm, quant):
     """Each shortcut (pixels passed through, one XOR, one shared table, a table per channel, the bare cast) gives
     the values the definition gives, on every pixel value of every channel."""
@@ -90,22 +102,7 @@ def test_every_tensor_path_gives_the_defined_values(layout, color, dtype, norm, 
         np.testing.assert_array_equal(tensor[0], expected)
 
 
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("color", ["RGB", "BGR"])
-@pytest.mark.parametrize(
-    ("dtype", "norm", "quant"),
-    [
-        (np.uint8, ((0, 0, 0), (1, 1, 1)), None),  # raw pixels
-        (np.uint8, ((127.5,) * 3, (127.5,) * 3), Quantization(1 / 127.5, 128)),  # SSD MobileNet: identity
-        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(1 / 255, -128)),  # Ultralytics int8: one XOR
-        (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(0.018658, -14)),  # one shared table
-        (np.int8, ((1, 2, 3), (50.3, 60.7, 70.1)), Quantization(0.0213, 3)),  # a table per channel (no exact .5 ties)
-        (np.float32, ((0, 0, 0), (1, 1, 1)), None),  # YOLOX: the cast alone
-        (np.float32, ((0, 0, 0), (255, 255, 255)), None),
-        (np.float32, ((123.7, 116.3, 103.5), (58.4, 57.1, 57.4)), None),  # ImageNet
-        (np.float16, ((0, 0, 0), (255, 255, 255)), None),
-    ],
-)
+@every_path
 def test_every_tensor_path_letterboxes_frames_of_changing_sizes(layout, color, dtype, norm, quant):
     """Only the picture's rectangle is converted per frame; the padding is converted once per frame size into every
     tensor of the ring. Landscape, portrait, landscape again, through a ring of two: each tensor is the definition
