@@ -39,6 +39,25 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
+class PixelSteps:
+    """Pre-processing an engine may compile into the model: it is then handed BGR uint8 pixels, NHWC, at its input's
+    size, and converts them itself (depth, channel order, mean and scale, layout)."""
+
+    reverse_channels: bool  # the model wants RGB
+    mean: tuple[float, float, float]  # in the model's channel order
+    std: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class Description:
+    """What a model file declares, read without preparing it to run (for engines that can: OpenVINO)."""
+
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class BackendOptions:
     device: str = "auto"  # each engine's own default: CPU for ONNX Runtime and TFLite, AUTO for OpenVINO
     threads: int | None = None
@@ -53,6 +72,8 @@ class BackendOptions:
     # Inferences that will run at once on this loaded model (streams sharing it): OpenVINO compiles that many
     # parallel streams; ONNX Runtime's threads stop spin-waiting when lanes share the cores
     lanes: int = 1
+    # Pre-processing to compile into the model where the engine can (OpenVINO's PrePostProcessor)
+    pixels: PixelSteps | None = None
 
 
 @dataclass
@@ -67,6 +88,7 @@ class Backend(ABC):
     outputs: list[TensorInfo]
     metadata: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. "CUDA unavailable, fell back to CPU"
+    pixels: PixelSteps | None = None  # set when the engine took the pre-processing: its input is BGR uint8 pixels
     # How inferences may run at once (several streams on one engine): "shared": `run` may be called from several
     # threads on this one loaded model; "copies": load the model again for each; "none": one at a time (a device).
     parallel: ClassVar[Parallel] = "none"

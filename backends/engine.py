@@ -24,7 +24,7 @@ from edge_inference.backends.base import BackendError
 from edge_inference.backends.options import EngineOptions, parse_options
 
 if TYPE_CHECKING:
-    from edge_inference.backends.base import Backend, BackendOptions
+    from edge_inference.backends.base import Backend, BackendOptions, Description
 
 ENTRY_POINT_GROUP = "edge_inference.engines"
 
@@ -70,6 +70,9 @@ class Engine:
     distributions: tuple[str, ...] = ()
     # Its own settings (a stream's `engine_options: {key: {...}}`), checked before anything is loaded
     options: type[EngineOptions] = EngineOptions
+    # Reads a model's tensors without compiling it, where that is cheap and the engine is to take the
+    # pre-processing (`BackendOptions.pixels`): the spec is then known before `load`. None: it will not take it
+    describe: Callable[[Path, BackendOptions], Description | None] | None = None
 
     def parse_options(self, raw: Mapping[str, Any]) -> EngineOptions:
         return parse_options(self.key, self.options, raw)

@@ -10,6 +10,8 @@
 (b) `edge detect --backend auto` vs `--backend <what auto picks>` on one photo, in fresh processes, alternated
     5 times: wall time to the answer and peak RSS. The measurement auto keeps is made first (not timed here).
     Target: equal (ratio within noise, 1.00 +- 0.05).
+(d) OpenVINO with the pre-processing compiled into the model against the same engine fed by our own, on the
+    whole `detect`'s CPU per frame.
 (c) For every registry family: auto's pick and the fps of every engine that can run it here, timed on 60 frames
     of vtest.avi each, in one run. Target: auto's pick >= 0.95 of the fastest.
 """
@@ -32,6 +34,7 @@ from benchmarks.common import (
     read_frames,
     stage_timings,
 )
+from edge_inference.backends import BackendOptions, open_backend
 from edge_inference.edge.detection.autoselect import auto_choice, candidates
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
@@ -82,6 +85,32 @@ def overhead(frames: list) -> None:
             f" (target <= {target}: {'met' if ratio <= target else 'MISSED'}); wall, paired: pre {pre:4.2f} ms"
             f" post {post:4.2f} ms, ratio {wall:.3f}"
         )
+
+
+def pixels_in_engine(frames: list, blocks: int = 20) -> None:
+    """(d) OpenVINO with the pre-processing compiled into the model (its PrePostProcessor; `openvino.preprocess:
+    engine`) against the same engine fed by our own pre-processing: the whole `detect`'s CPU per frame, alternated
+    pairs."""
+    print("\n## (d) OpenVINO taking the pixels (PrePostProcessor) vs our pre-processing: detect CPU ms per frame")
+    for name, model in (("yolox-nano IR", "openvino/yolox_nano.xml"), ("yolov8n int8 ONNX", "onnx/yolov8n_int8.onnx")):
+        engine = {"openvino": {"preprocess": "engine"}}
+        taking = load_detector(DetectorConfig(str(MODELS / model), backend="openvino", engine_options=engine))
+        plain = Detector(open_backend("openvino", MODELS / model, BackendOptions()), taking.spec)
+        size = max(1, len(frames) // blocks)
+        pairs = []
+        for start in range(0, size * blocks, size):
+            spent = []
+            for detector in (taking, plain):
+                t0 = time.process_time()
+                for frame in frames[start : start + size]:
+                    detector.detect(frame)
+                spent.append((time.process_time() - t0) * 1e3 / size)
+            pairs.append(spent)
+        ours, theirs = statistics.median(p[1] for p in pairs), statistics.median(p[0] for p in pairs)
+        ratio = statistics.median(p[0] / p[1] for p in pairs)
+        print(f"{name:<20} engine takes the pixels {theirs:6.2f} ms, ours {ours:6.2f} ms -> ratio {ratio:.3f}")
+        taking.close()
+        plain.close()
 
 
 def detect_run(backend: str) -> float:
@@ -172,6 +201,7 @@ def main() -> int:
     frames = read_frames(VTEST, args.frames)
     print(f"# {machine()}")
     overhead(frames)
+    pixels_in_engine(frames)
     auto_vs_named()
     pick_vs_fastest(frames[:60])
     return 0

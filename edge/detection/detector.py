@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -57,8 +57,10 @@ class Detector:
         self.superseded: Callable[[], bool] = lambda: False
         self.recent_inference_ms: collections.deque[float] = collections.deque(maxlen=RECENT)  # the live figure
         self.conf, self.iou, self.max_detections = conf, iou, max_detections
-        tensor = backend.inputs[0]
-        self._preprocess = Preprocessor(spec.preprocessing, tensor.dtype, tensor.quantization, buffers=buffers)
+        tensor, pre = backend.inputs[0], spec.preprocessing
+        if backend.pixels is not None:  # the engine converts BGR pixels itself: hand it the letterboxed frame
+            pre = replace(pre, layout="NHWC", color="BGR", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+        self._preprocess = Preprocessor(pre, tensor.dtype, tensor.quantization, buffers=buffers)
         decoder = get_decoder(spec.decoder)
         self._decode = decoder.decode
         self._output_quant = [o.quantization for o in backend.outputs]

@@ -38,6 +38,7 @@ class EngineKey:
     allow_fallback: bool
     input_size: tuple[int, int] | None
     engine_options: str = "{}"  # streams with different engine options do not share an engine
+    pixels: str = ""  # nor streams that ask the engine for different pre-processing
 
     @classmethod
     def of(cls, engine: str, path: Path, options: BackendOptions) -> EngineKey:
@@ -49,6 +50,7 @@ class EngineKey:
             options.allow_fallback,
             options.input_size,
             json.dumps(dict(options.engine_options), sort_keys=True, default=str),
+            repr(options.pixels) if options.pixels else "",
         )
 
 

@@ -7,7 +7,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge_inference.backends import Backend, BackendError, BackendOptions, engine_keys, open_backend
+from edge_inference.backends import (
+    Backend,
+    BackendError,
+    BackendOptions,
+    Description,
+    PixelSteps,
+    describe_model,
+    engine_keys,
+    open_backend,
+)
 from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.model_files import (
@@ -21,6 +30,7 @@ from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
 from edge_inference.models.registry import is_registry_name
 from edge_inference.models.resolve import ModelIO, resolve_spec
+from edge_inference.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from edge_inference.edge.detection.autoselect import AutoChoice
@@ -94,28 +104,9 @@ def load_detector(
     if config.backend == "auto":
         config, choice = resolve_auto(config, settings, wait_for_auto)
         note = choice.reason
-    name, path = locate_model(engine_model(config), settings, progress)
-    key, device = config.backend, config.device
-    sidecar = sidecar_path(path)
-    overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
-    size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
-    threads = config.threads or engine_threads()
-    own = config.engine_options.get(key, {})
-    options = BackendOptions(device, threads, config.allow_fallback, size, own, settings.model_cache)
-    backend = opener(key, path, options)
+    backend, spec = _open(config, settings, progress, opener)
     if note:
         backend.notes.insert(0, note)
-    io = ModelIO(
-        input_shape=backend.inputs[0].shape,
-        output_shapes=[o.shape for o in backend.outputs],
-        output_names=[o.name for o in backend.outputs],
-        metadata=backend.metadata,
-    )
-    try:
-        spec = resolve_spec(name, io, overrides)
-    except Exception:
-        backend.close()
-        raise
     detector = Detector(
         backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections, buffers=config.buffers
     )
@@ -124,6 +115,63 @@ def load_detector(
     elif choice is not None and choice.timing is not None:
         detector.superseded = _watch_live(detector, choice, asked_for, settings)
     return detector
+
+
+def _open(
+    config: DetectorConfig,
+    settings: Settings,
+    progress: Callable[[str, int, int | None], None] | None,
+    opener: Callable[[str, Path, BackendOptions], Backend],
+) -> tuple[Backend, ModelSpec]:
+    """The engine opened on the model's file, and the model's spec. Where the engine can read the model's tensors
+    without compiling it, the spec comes first and the engine is asked to take the pre-processing."""
+    name, path = locate_model(engine_model(config), settings, progress)
+    key = config.backend
+    sidecar = sidecar_path(path)
+    overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
+    size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
+    threads = config.threads or engine_threads()
+    own = config.engine_options.get(key, {})
+    options = BackendOptions(config.device, threads, config.allow_fallback, size, own, settings.model_cache)
+    described = _spec_before_loading(key, name, path, options, overrides)
+    if described is not None:  # the engine can take the pre-processing, compiled into the model
+        options = replace(options, pixels=pixel_steps(described))
+    backend = opener(key, path, options)
+    try:
+        spec = described if described and backend.pixels else resolve_spec(name, _io(backend), overrides)
+    except Exception:
+        backend.close()
+        raise
+    return backend, spec
+
+
+def _io(model: Backend | Description) -> ModelIO:
+    return ModelIO(
+        input_shape=model.inputs[0].shape,
+        output_shapes=[o.shape for o in model.outputs],
+        output_names=[o.name for o in model.outputs],
+        metadata=model.metadata,
+    )
+
+
+def _spec_before_loading(
+    key: str, name: str, path: Path, options: BackendOptions, overrides: SpecOverrides
+) -> ModelSpec | None:
+    """The spec, from what the model declares, for an engine that can read that without compiling it; None
+    otherwise (the spec then comes from the loaded engine, as for every other)."""
+    description = describe_model(key, path, options)
+    if description is None or not description.inputs:
+        return None
+    try:
+        return resolve_spec(name, _io(description), overrides)
+    except Exception:  # noqa: BLE001 - resolved again after loading, where its error is reported
+        return None
+
+
+def pixel_steps(spec: ModelSpec) -> PixelSteps:
+    """What an engine does to BGR pixels to make the model's input: the spec's colour order, mean and std."""
+    pre = spec.preprocessing
+    return PixelSteps(reverse_channels=pre.color == "RGB", mean=pre.mean, std=pre.std)
 
 
 def _watch_live(detector: Detector, choice: AutoChoice, model: str, settings: Settings) -> Callable[[], bool]:
