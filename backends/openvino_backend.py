@@ -238,9 +238,9 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
     device = check_device(options.device, core.available_devices, version)
     model = _read(core, path)
     settings = parse_options("openvino", OpenVINOOptions, options.engine_options)
-    pixels = options.pixels if takes_pixels(settings.preprocess, device) else None
-    converted = with_pixels(ov, model, pixels) if pixels is not None else None
-    model, pixels = (model, None) if converted is None else (converted, pixels)
+    converted = with_pixels(ov, model, options.pixels) if options.pixels is not None else None
+    pixels = None if converted is None else options.pixels  # asked for (`describe` decided) and the model fits
+    model = model if converted is None else converted
     config = compile_config(device, settings.performance_hint, options.threads, options.lanes, settings.precision)
     try:
         compiled = core.compile_model(model, device, config)

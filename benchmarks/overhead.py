@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from benchmarks.common import (
     MEDIA,
@@ -48,25 +49,39 @@ CASES = {
 }
 
 
-def cpu_ratio(detector: Detector, frames: list, blocks: int = 20) -> tuple[float, float, float]:
-    """(detect CPU ms per frame, bare engine CPU ms per frame, their ratio): `blocks` pairs of short blocks, each
-    pair the whole `detect` and the bare engine call on the same frames, in turns; the ratio is the median of the
-    pairs' ratios, so a burst of load on the machine skews one pair, not the figure. The process's CPU clock
-    (nanoseconds, every thread) times each block: the tick-based clock is too coarse for blocks this short."""
-    tensors = [detector.prepare(frame).tensor.copy() for frame in frames]
-    size = max(1, len(frames) // blocks)
-    pairs: list[tuple[float, float]] = []
+def paired_cpu_ms(count: int, blocks: int, *runs: Callable[[int, int], object]) -> list[list[float]]:
+    """Each run's CPU ms per item on `blocks` short blocks of the same items, the runs in turns within a block, so
+    a burst of load on the machine skews one block's pair, not the figure (take the median pair). The process's
+    CPU clock (nanoseconds, every thread) times each block: the tick-based clock is too coarse for blocks this
+    short. A run is called with (start, stop) and does the work for those items."""
+    size = max(1, count // blocks)
+    pairs = []
     for start in range(0, size * blocks, size):
-        t0 = time.process_time()
-        for frame in frames[start : start + size]:
-            detector.detect(frame)
-        t1 = time.process_time()
-        for tensor in tensors[start : start + size]:
-            detector.backend.run(tensor)
-        t2 = time.process_time()
-        pairs.append((t1 - t0, t2 - t1))
-    whole = statistics.median(p[0] for p in pairs) * 1e3 / size
-    bare = statistics.median(p[1] for p in pairs) * 1e3 / size
+        spent = []
+        for run in runs:
+            t0 = time.process_time()
+            run(start, start + size)
+            spent.append((time.process_time() - t0) * 1e3 / size)
+        pairs.append(spent)
+    return pairs
+
+
+def detecting(detector: Detector, frames: list) -> Callable[[int, int], object]:
+    """A run for `paired_cpu_ms`: the whole `detect` on frames[start:stop]."""
+    return lambda start, stop: [detector.detect(frame) for frame in frames[start:stop]]
+
+
+def cpu_ratio(detector: Detector, frames: list, blocks: int = 20) -> tuple[float, float, float]:
+    """(detect CPU ms per frame, bare engine CPU ms per frame, their ratio): the whole `detect` and the bare engine
+    call on the same frames' tensors, in 20 alternated pairs of blocks (the median pair's ratio)."""
+    tensors = [detector.prepare(frame).tensor.copy() for frame in frames]
+    pairs = paired_cpu_ms(
+        len(frames),
+        blocks,
+        detecting(detector, frames),
+        lambda a, b: [detector.backend.run(tensor) for tensor in tensors[a:b]],
+    )
+    whole, bare = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
     return whole, bare, statistics.median(p[0] / p[1] for p in pairs)
 
 
@@ -96,16 +111,12 @@ def pixels_in_engine(frames: list, blocks: int = 20) -> None:
         engine = {"openvino": {"preprocess": "engine"}}
         taking = load_detector(DetectorConfig(str(MODELS / model), backend="openvino", engine_options=engine))
         plain = Detector(open_backend("openvino", MODELS / model, BackendOptions()), taking.spec)
-        size = max(1, len(frames) // blocks)
-        pairs = []
-        for start in range(0, size * blocks, size):
-            spent = []
-            for detector in (taking, plain):
-                t0 = time.process_time()
-                for frame in frames[start : start + size]:
-                    detector.detect(frame)
-                spent.append((time.process_time() - t0) * 1e3 / size)
-            pairs.append(spent)
+        pairs = paired_cpu_ms(
+            len(frames),
+            blocks,
+            detecting(taking, frames),
+            detecting(plain, frames),
+        )
         ours, theirs = statistics.median(p[1] for p in pairs), statistics.median(p[0] for p in pairs)
         ratio = statistics.median(p[0] / p[1] for p in pairs)
         print(f"{name:<20} engine takes the pixels {theirs:6.2f} ms, ours {ours:6.2f} ms -> ratio {ratio:.3f}")

@@ -104,30 +104,25 @@ class Preprocessor:
         rows, cols = slice(t.pad_y, t.pad_y + t.resized_height), slice(t.pad_x, t.pad_x + t.resized_width)
         # Resized straight into the letterbox canvas: no intermediate image, no copy.
         roi = self._canvas[rows, cols]
-        resized = cv2.resize(image_bgr, (t.resized_width, t.resized_height), dst=roi, interpolation=cv2.INTER_LINEAR)
-        if resized is not roi:
-            roi[...] = resized
+        _into(roi, cv2.resize(image_bgr, (t.resized_width, t.resized_height), dst=roi, interpolation=cv2.INTER_LINEAR))
         if self._swap and self.pre.layout == "NHWC":
             cv2.cvtColor(roi, cv2.COLOR_BGR2RGB, dst=roi)  # planar (NCHW) layouts swap for free, by plane order
-        self._convert(rows, cols)  # the picture only: the padding around it is in every tensor already
+        self._convert(rows, cols, self._tensor)  # the picture only: the padding around it is in every tensor already
         return self._tensor, t
 
     def _pad_every_tensor(self) -> None:
         """A new frame size: the canvas is all padding, converted once into every tensor of the ring."""
         self._canvas[:] = self.pre.pad_value
-        current = self._tensor
         for tensor in self._ring:
-            self._tensor = tensor
-            self._convert(slice(None), slice(None))
-        self._tensor = current
+            self._convert(slice(None), slice(None), tensor)
 
     def _region(self, array: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
         """The rectangle of an image-shaped array (the tensor, the scratch) in the model's layout."""
         return array[:, rows, cols] if self.pre.layout == "NCHW" else array[rows, cols]
 
-    def _convert(self, rows: slice, cols: slice) -> None:
-        """The canvas's rectangle into the same rectangle of the tensor: the model's depth, layout and values."""
-        src, dst = self._canvas[rows, cols], self._region(self._tensor[0], rows, cols)
+    def _convert(self, rows: slice, cols: slice, tensor: np.ndarray) -> None:
+        """The canvas's rectangle into the same rectangle of `tensor`: the model's depth, layout and values."""
+        src, dst = self._canvas[rows, cols], self._region(tensor[0], rows, cols)
         if self._passthrough:
             dst[...] = (src[..., ::-1] if self._swap else src).transpose(2, 0, 1) if self.pre.layout == "NCHW" else src
         elif self._xor is not None:

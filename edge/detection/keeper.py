@@ -11,6 +11,7 @@ object's business, and it reports each change of state through `on_state`.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import statistics
 import threading
@@ -62,7 +63,7 @@ class DetectorKeeper:
         self.generation = 0
         self._started: dict[int, float] = {}  # token -> monotonic start, for each inference in progress
         self._held: dict[int, int] = {}  # generation -> inferences in progress on that generation's detector
-        self._tokens = 0
+        self._tokens = itertools.count()
         # what an inference takes on this device (the warm-up's, then recent ones): on a slow device (a Pi Zero, a
         # large model, emulation) a fixed limit would call every inference stuck and reload forever
         self._recent_s: deque[float] = deque(maxlen=32)
@@ -77,10 +78,6 @@ class DetectorKeeper:
     @property
     def inferring(self) -> bool:
         return bool(self._started)
-
-    def _oldest_start(self) -> float | None:
-        with self._lock:
-            return min(self._started.values(), default=None)
 
     @property
     def normal_s(self) -> float | None:
@@ -136,8 +133,7 @@ class DetectorKeeper:
         keeper gave up on this detector while it ran (then it is closed here, and the caller's loop must end).
         Raises what the engine raised."""
         with self._lock:
-            self._tokens += 1
-            token, started = self._tokens, time.monotonic()
+            token, started = next(self._tokens), time.monotonic()
             self._started[token] = started
             self._held[generation] = self._held.get(generation, 0) + 1
         error: Exception | None = None
@@ -170,12 +166,11 @@ class DetectorKeeper:
         on; the caller then runs `load` on a thread of its own to put a new one in place."""
         if self._superseded():
             return True
-        started, limit = self._oldest_start(), self.stuck_after_s
-        if started is None or time.monotonic() - started <= limit:
-            return False
+        limit = self.stuck_after_s
         with self._lock:
-            if min(self._started.values(), default=None) != started:
-                return False  # it returned meanwhile
+            started = min(self._started.values(), default=None)
+            if started is None or time.monotonic() - started <= limit:
+                return False
             self._retire()
             self._on_replaced()
             normal = self.normal_s
