@@ -70,10 +70,13 @@ class BackendOptions:
     # Where an engine may keep what it builds from a model (TensorRT engines and timing caches); None: nowhere
     cache_dir: Path | None = None
     # Inferences that will run at once on this loaded model (streams sharing it): OpenVINO compiles that many
-    # parallel streams; ONNX Runtime's threads stop spin-waiting when lanes share the cores
+    # parallel streams
     lanes: int = 1
     # Pre-processing to compile into the model where the engine can (OpenVINO's PrePostProcessor)
     pixels: PixelSteps | None = None
+    # Inferences come one after another with little between them (a detect loop), not at a camera's pace:
+    # ONNX Runtime's threads may then spin-wait during an inference
+    back_to_back: bool = False
 
 
 @dataclass

@@ -55,10 +55,12 @@ class OnnxRuntimeOptions(EngineOptions):
     )
     trt_timing_cache: bool = Field(True, description="TensorRT: keep layer timings, so new engines build faster")
     trt_cache_dir: str | None = Field(None, description="TensorRT caches' folder (default: tensorrt/, model cache)")
-    spinning: Literal["auto", "on", "off"] = Field(
+    spinning: Literal["auto", "on", "runs", "off"] = Field(
         "auto",
         description="CPU threads spin-wait for work between operators: quicker hand-offs, but a core kept busy "
-        "while waiting. auto: off (measured: spinning costs up to 2x the CPU per frame for a few % of fps)",
+        "while waiting. on: also between inferences (a camera pays 3.3x the CPU per frame); runs: during an "
+        "inference only, stopped when it returns; auto: runs for back-to-back inferences (a detect loop), off "
+        "for the service's streams",
     )
 
 
@@ -94,10 +96,15 @@ def tensorrt_options(device_id: str, settings: OnnxRuntimeOptions, cache_dir: Pa
     return options
 
 
-def spins(setting: str) -> bool:
-    """Whether the CPU threads spin-wait. Off unless asked: on a small board the cores are shared with decoding,
-    the other streams and the service, and a spinning thread burns the core it waits on (BENCHMARKS.md)."""
-    return setting == "on"
+def spinning(setting: str, back_to_back: bool) -> str:
+    """When the CPU threads spin-wait: "on" (always), "runs" (during an inference, stopped when it returns), "off".
+    A thread spinning between inferences burns its core until the next frame: a camera at 10 fps paid 3.3x the CPU
+    per frame, and a small board shares its cores with decoding and the service. Within one inference the hand-offs
+    between operators are quicker: a back-to-back detect loop ran 1.16-1.25x the fps at the same CPU per frame
+    (BENCHMARKS.md). So `auto` spins during runs where inferences come back to back, and not at all otherwise."""
+    if setting != "auto":
+        return setting
+    return "runs" if back_to_back else "off"
 
 
 def _tensor_info(arg: Any) -> TensorInfo:
@@ -162,10 +169,13 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
     session_options.log_severity_level = 3  # the engine's own warnings are not the user's problem
     if options.threads:
         session_options.intra_op_num_threads = options.threads
-    if not spins(settings.spinning):
+    spin = spinning(settings.spinning, options.back_to_back)
+    if spin == "off":
         # ONNX Runtime's documented session options; a waiting thread sleeps instead of keeping its core busy
         session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    elif spin == "runs":  # its threads stop spinning as soon as the last Run() in progress returns
+        session_options.add_session_config_entry("session.force_spinning_stop", "1")
     try:
         session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - ORT raises several private types for unreadable models

@@ -61,7 +61,8 @@ def _bench_one(model: str, candidate: str, frames_from: str | None) -> None:
     settings = get_settings()
 
     def load(name: str, backend: str, device: str) -> Detector:
-        return load_detector(DetectorConfig(name, backend, device), settings)
+        # timed as the service runs a camera's engine (its threads idle between frames, not spinning)
+        return load_detector(DetectorConfig(name, backend, device, back_to_back=False), settings)
 
     frames = read_frames(frames_from, 30) if frames_from else [bench_image()]
     serve_rounds(Candidate(**json.loads(candidate)), load, frames, sys.stdin, sys.stdout)

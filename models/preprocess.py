@@ -88,6 +88,7 @@ class Preprocessor:
         self._lut = self._table(a, b) if uses_table else None
         self._plane_luts = [] if self._lut is None else [np.ascontiguousarray(self._lut[:, c]) for c in range(3)]
         self._shared_lut, self._xor = self._shortcuts()
+        self._weighted = self._vectorised(float(a[0]), float(b[0]))
         self._last_size: tuple[int, int] | None = None
         self._transform: ImageTransform | None = None
         self._swap = pre.color == "RGB"
@@ -127,6 +128,8 @@ class Preprocessor:
             dst[...] = (src[..., ::-1] if self._swap else src).transpose(2, 0, 1) if self.pre.layout == "NCHW" else src
         elif self._xor is not None:
             np.bitwise_xor(src, self._xor, out=dst.view(np.uint8))
+        elif self._weighted is not None:
+            self._apply_weighted(src, dst.view(np.uint8))
         elif self._lut is not None:
             self._apply_table(src, dst)
         else:
@@ -155,6 +158,33 @@ class Preprocessor:
         if not np.array_equal(shared.view(np.uint8), _BYTES ^ mask):
             return shared, None
         return shared, mask
+
+    def _vectorised(self, a: float, b: float) -> tuple[float, float] | None:
+        """The shared integer table as OpenCV's vectorised `pixel * alpha + gamma` (rounded, saturated to 0..255;
+        an int8 table computed as uint8 with 128 added, its top bit flipped after): 4x cheaper than the table
+        lookup (0.13 against 0.50 ms at 640x480). Only where it gives all 256 entries exactly, through both of
+        OpenCV's code paths (a long row runs its vector loop, a row of one byte its scalar tail)."""
+        if self._shared_lut is None or self._xor is not None or self.dtype not in _INTEGER_RANGES:
+            return None
+        if self.pre.layout != "NHWC" or self._passthrough:  # planar tensors take a plane at a time
+            return None
+        weighted = (a, b + (128.0 if self.dtype == np.int8 else 0.0))
+        wanted = self._shared_lut.view(np.uint8) ^ np.uint8(0x80 if self.dtype == np.int8 else 0)
+        long_row = _BYTES.reshape(1, 256)
+        one_byte_rows = np.zeros((256, 16), np.uint8)[:, :1]
+        one_byte_rows[:, 0] = _BYTES
+        for values in (long_row, one_byte_rows):
+            got = cv2.addWeighted(values, weighted[0], values, 0.0, weighted[1])
+            if not np.array_equal(got.reshape(-1), wanted):
+                return None
+        return weighted
+
+    def _apply_weighted(self, src: np.ndarray, dst: np.ndarray) -> None:
+        assert self._weighted is not None
+        alpha, gamma = self._weighted
+        _into(dst, cv2.addWeighted(src, alpha, src, 0.0, gamma, dst=dst))
+        if self.dtype == np.int8:
+            np.bitwise_xor(dst, np.uint8(0x80), out=dst)
 
     def _apply_table(self, src: np.ndarray, dst: np.ndarray) -> None:
         assert self._lut is not None

@@ -66,7 +66,8 @@ EVERY_PATH = [
             (np.uint8, ((0, 0, 0), (1, 1, 1)), None),  # raw pixels
             (np.uint8, ((127.5,) * 3, (127.5,) * 3), Quantization(1 / 127.5, 128)),  # SSD MobileNet: identity
             (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(1 / 255, -128)),  # Ultralytics int8: one XOR
-            (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(0.018658, -14)),  # one shared table
+            (np.int8, ((0, 0, 0), (255, 255, 255)), Quantization(0.018658, -14)),  # one shared affine, vectorised
+            (np.uint8, ((0, 0, 0), (255, 255, 255)), Quantization(0.0078125, 0)),  # the same on uint8, with .5 ties
             (np.int8, ((1, 2, 3), (50.3, 60.7, 70.1)), Quantization(0.0213, 3)),  # a table per channel, no .5 ties
             (np.float32, ((0, 0, 0), (1, 1, 1)), None),  # YOLOX: the cast alone
             (np.float32, ((0, 0, 0), (255, 255, 255)), None),

@@ -51,6 +51,9 @@ class DetectorConfig:
     buffers: int = 1
     # each engine's own options, by engine (`engine_options:` in a stream, `--engine-option` on the command line)
     engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # True: `detect` is called back to back (a loop over images or frames); False: frames come at a camera's pace
+    # or one at a time (the service), and the engine's threads must not keep cores busy between them
+    back_to_back: bool = True
 
 
 def check_reference(config: DetectorConfig) -> None:
@@ -132,7 +135,9 @@ def _open(
     size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
     threads = config.threads or engine_threads()
     own = config.engine_options.get(key, {})
-    options = BackendOptions(config.device, threads, config.allow_fallback, size, own, settings.model_cache)
+    options = BackendOptions(
+        config.device, threads, config.allow_fallback, size, own, settings.model_cache, back_to_back=config.back_to_back
+    )
     described = _spec_before_loading(key, name, path, options, overrides)
     if described is not None:  # the engine can take the pre-processing, compiled into the model
         options = replace(options, pixels=pixel_steps(described))

@@ -41,6 +41,8 @@ def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
         allow_fallback=stream.fallback,
         buffers=buffers,
         engine_options=stream.engine_options,
+        # a camera's engine waits between frames, and a file's lanes run one thread each: nothing to spin for
+        back_to_back=False,
     )
 
 

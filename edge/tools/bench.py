@@ -130,7 +130,9 @@ def run_pair(
         return result
     result.file = target
     try:
-        detector = load_detector(DetectorConfig(target, pair.backend, pair.device, conf=conf), settings)
+        # timed as a stream runs the engine (threads idle between frames), so the figures are the service's
+        config = DetectorConfig(target, pair.backend, pair.device, conf=conf, back_to_back=False)
+        detector = load_detector(config, settings)
     except (BackendError, ModelError, EdgeError) as exc:
         result.reason = str(exc)
         return result
