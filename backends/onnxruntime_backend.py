@@ -100,8 +100,9 @@ def spinning(setting: str, back_to_back: bool) -> str:
     """When the CPU threads spin-wait: "on" (always), "runs" (during an inference, stopped when it returns), "off".
     A thread spinning between inferences burns its core until the next frame: a camera at 10 fps paid 3.3x the CPU
     per frame, and a small board shares its cores with decoding and the service. Within one inference the hand-offs
-    between operators are quicker: a back-to-back detect loop ran 1.16-1.25x the fps at the same CPU per frame
-    (BENCHMARKS.md). So `auto` spins during runs where inferences come back to back, and not at all otherwise."""
+    between operators are quicker: a back-to-back detect loop ran 1.27x the fps at 0.92x the CPU per frame on
+    yolox-nano, 1.08x at 1.11x on yolov8n int8 (BENCHMARKS.md). So `auto` spins during runs where inferences come
+    back to back, and not at all otherwise."""
     if setting != "auto":
         return setting
     return "runs" if back_to_back else "off"
