@@ -37,7 +37,7 @@ MODEL = str(MODELS / "onnx/yolox_nano.onnx")
 
 def inference_only_fps(frames: int, threads: int | None) -> float:
     """Pre-processing untimed; only backend.run on each frame's tensor is timed."""
-    detector = load_detector(DetectorConfig(MODEL, threads=threads))
+    detector = load_detector(DetectorConfig(MODEL, threads=threads, back_to_back=False))  # the service's engine
     source = CaptureSource(str(VTEST), live=False)
     source.open()
     tensors: list[np.ndarray] = []
@@ -59,7 +59,7 @@ def pipeline_fps(frames: int, threads: int | None) -> float:
     pipeline = StreamPipeline(
         "bench",
         CaptureSource(str(VTEST), live=False),
-        lambda b: load_detector(DetectorConfig(MODEL, threads=threads, buffers=b)),
+        lambda b: load_detector(DetectorConfig(MODEL, threads=threads, buffers=b, back_to_back=False)),
         pace=False,
     )
     marks: list[float] = []

@@ -52,7 +52,8 @@ class DetectorConfig:
     # each engine's own options, by engine (`engine_options:` in a stream, `--engine-option` on the command line)
     engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # True: `detect` is called back to back (a loop over images or frames); False: frames come at a camera's pace
-    # or one at a time (the service), and the engine's threads must not keep cores busy between them
+    # or one at a time (the service), or other threads share the cores meanwhile (a pipeline decoding beside it),
+    # and the engine's threads must not keep cores busy waiting
     back_to_back: bool = True
 
 
