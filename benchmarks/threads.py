@@ -3,10 +3,9 @@
     python -m benchmarks.threads [--seconds 8] [--engines onnx,openvino,tflite]
 
 Four cases: a detect loop over vtest.avi frames (pre-processing, inference, decoding: `edge detect`, a library
-user's loop);
-the service with one camera (vtest.avi as a live source at its own 10 fps: the fps are the camera's, CPU per
-frame tells the settings apart); the service with one file (file mode, unpaced: a frame in each lane); the service
-with four vtest.avi files on one shared engine. Each setting runs with the default (the thread budget of
+user's loop); the service with one camera (vtest.avi as a live source at its own 10 fps: the fps are the camera's,
+CPU per frame tells the settings apart); the service with one file (file mode, unpaced: a frame in each lane);
+the service with four vtest.avi files on one shared engine. Each setting runs with the default (the thread budget of
 edge/detection/threads.py; ONNX Runtime's threads spin-waiting during an inference in the detect loop and not at
 all in the service; OpenVINO with a CPU stream per lane) and with each hand-picked count; ONNX Runtime also with
 spinning on (between inferences too). Settings are alternated, twice.
@@ -114,7 +113,7 @@ def verdict(name: str, results: dict[str, Figure], same: list[str]) -> None:
     for key, figure in results.items():
         print(f"    {key:<10} fps {figure.fps:7.2f}   CPU ms/frame {figure.cpu_ms:7.2f}")
     if same:
-        print(f"    the default's own plan, not run again: {', '.join(name.split()[0] for name in same)}")
+        print(f"    the default's own plan, not run again: {', '.join(same)}")
     print(
         f"  default: CPU per frame / most efficient ({efficient}) {ratio:.2f}, fps / fastest {fps_share:.2f}  "
         f"target <= 1.15 and >= 0.95: {status}"
@@ -133,12 +132,14 @@ def main() -> int:
     for backend in args.engines.split(","):
         model = ENGINES[backend]
         runs: dict[str, dict[str, list[Figure]]] = {case: {} for case in CASES}
+        same: dict[str, list[str]] = {case: [] for case in CASES}  # settings that are the default's own plan
         for _ in range(2):
             for case, shape in CASES.items():
                 default_plan = plan_of(backend, shape, Setting("default", None, {}), cores)
                 for setting in settings_for(backend, cores):
                     if setting.name != "default" and plan_of(backend, shape, setting, cores) == default_plan:
-                        runs[case].setdefault(f"{setting.name} (= default)", [])
+                        if setting.name not in same[case]:
+                            same[case].append(setting.name)
                         continue
                     figure = (
                         one_stream(model, backend, setting, frames, args.seconds)
@@ -147,8 +148,7 @@ def main() -> int:
                     )
                     runs[case].setdefault(setting.name, []).append(figure)
         for case in CASES:
-            same = [k for k, v in runs[case].items() if not v]
-            verdict(f"{backend} {case}", {k: best(v) for k, v in runs[case].items() if v}, same)
+            verdict(f"{backend} {case}", {k: best(v) for k, v in runs[case].items()}, same[case])
     print("# each figure: the run of the two with more fps (the camera's: less CPU); t<N> is `threads: N` per stream")
     return 0
 

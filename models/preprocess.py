@@ -166,7 +166,8 @@ class Preprocessor:
         OpenCV's code paths (a long row runs its vector loop, a row of one byte its scalar tail)."""
         if self._shared_lut is None or self._xor is not None or self.dtype not in _INTEGER_RANGES:
             return None
-        if self.pre.layout != "NHWC" or self._passthrough:  # planar tensors take a plane at a time
+        # planar tensors take a plane at a time; raw pixels (within half a step of the table) are handed over as is
+        if self.pre.layout != "NHWC" or self._passthrough:
             return None
         weighted = (a, b + (128.0 if self.dtype == np.int8 else 0.0))
         wanted = self._shared_lut.view(np.uint8) ^ np.uint8(0x80 if self.dtype == np.int8 else 0)
