@@ -14,7 +14,7 @@ from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamCon
 from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.scheduler import InferenceScheduler
-from edge_inference.edge.detection.threads import cgroup_cpu_limit, plan_engine, usable_cores
+from edge_inference.edge.detection.threads import EnginePlan, cgroup_cpu_limit, plan_engine, usable_cores
 from edge_inference.edge.runtime.snapshots import service_stats
 from edge_inference.edge.runtime.streams import StreamManager, detector_config
 from tests.conftest import MEDIA, MODELS, VTEST
@@ -201,22 +201,30 @@ def test_thread_budget_divides_the_cores_among_engines_and_lanes():
 def test_a_file_gets_a_lane_per_core_and_a_camera_one_frame_at_a_time():
     """A file read to its end wants every frame: on a small CPU two one-thread inferences side by side beat one on
     two threads (BENCHMARKS.md), so its engine gets a lane per usable core and the stream that many inference
-    threads; a live source runs its newest frame alone, on all the threads."""
+    threads; a live source runs its newest frame alone, on all the threads. A file given `threads:` equal to the
+    cores runs on one lane: what the README tells a machine short of memory to do (each lane holds its own
+    working memory)."""
     two_cores = plan_engine(requests=2, engines=1, cores=2)
     assert (two_cores.threads, two_cores.lanes) == (1, 2)
     cores = usable_cores()
-    expected = {"file": plan_engine(cores, 1, cores), "live": plan_engine(1, 1, cores)}
-    for mode, plan in expected.items():
-        stream = StreamConfig(id=mode, source=str(VTEST), model=str(YOLOX), backend="onnx", mode=mode, pace=False)
+    cases = {  # stream id -> (mode, configured threads, expected plan)
+        "file": ("file", None, plan_engine(cores, 1, cores)),
+        "live": ("live", None, plan_engine(1, 1, cores)),
+        "pinned": ("file", cores, EnginePlan(cores, 1)),
+    }
+    for name, (mode, threads, plan) in cases.items():
+        stream = StreamConfig(
+            id=name, source=str(VTEST), model=str(YOLOX), backend="onnx", mode=mode, pace=False, threads=threads
+        )
         manager = StreamManager(ServiceConfig(streams=[stream]))
         manager.start()
         try:
-            pipeline = manager.pipelines[mode]
-            wait_for(lambda p=pipeline: p.stats.frames_processed >= 3, f"frames of the {mode}")
+            pipeline = manager.pipelines[name]
+            wait_for(lambda p=pipeline: p.stats.frames_processed >= 3, f"frames of the {name} stream")
             figures = describe_engine(manager.detectors.engines()[0])
-            assert (figures.lanes, figures.threads) == (plan.lanes, plan.threads), mode
-            alive = [t.name for t in threading.enumerate() if t.name.startswith(f"{mode}-infer") and t.is_alive()]
-            assert len(alive) == plan.lanes, (mode, alive)
+            assert (figures.lanes, figures.threads) == (plan.lanes, plan.threads), name
+            alive = [t.name for t in threading.enumerate() if t.name.startswith(f"{name}-infer") and t.is_alive()]
+            assert len(alive) == plan.lanes, (name, alive)
         finally:
             manager.stop()
 
