@@ -37,7 +37,7 @@ def one(engine: str, model: str, lanes: int) -> float:
     """Peak RSS (MiB) of this process after loading `lanes` lanes and running them all at once."""
     handle = DetectorPool().acquire("bench", engine, MODELS / model, BackendOptions(threads=1), lanes=lanes)
     tensor = handle.inputs[0]
-    shape = [d if isinstance(d, int) and d > 0 else 1 for d in tensor.shape]
+    shape = [d if d > 0 else 1 for d in tensor.shape]  # a dynamic dimension (-1): one
     blank = np.zeros(shape, dtype=tensor.dtype)
     together = threading.Barrier(lanes)
 
