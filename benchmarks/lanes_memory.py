@@ -2,25 +2,35 @@
 costs over one lane, per engine and model.
 
     python -m benchmarks.lanes_memory
+    python -m benchmarks.lanes_memory --limit 200     # as root: 6 LiteRT lanes wanted inside a 200 MiB cgroup
 
 Each figure is a fresh process that loads the engine through the service's own pool (copies for LiteRT, one
 session for ONNX Runtime, a CPU stream per lane for OpenVINO), runs every lane at once ten times on a blank frame,
 and prints its peak RSS. Memory does not depend on the cores' count or speed, so this 2-core machine gives the
 figure a 4-core Raspberry Pi would (the engines' arenas are the same size on arm64).
+
+`--limit MIB` runs yolov8n int8 on LiteRT (an interpreter per lane) with 6 lanes wanted, in a fresh child of this
+process's memory cgroup limited to MIB (a small board, or `docker run --memory`), twice: the pool as the service
+builds it, which adds a lane only while the memory left keeps its reserve, and the same pool with that check off
+(every lane, as before it): lanes loaded, how the process ended, its peak RSS. Needs root and cgroup v1 or v2.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import threading
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 
 from benchmarks.common import MODELS, machine, peak_rss_mib
 from edge_inference.backends import BackendOptions
 from edge_inference.edge.detection.detector_pool import DetectorPool
+from edge_inference.edge.detection.memory import own_memory_cgroup
 
 CASES = {
     "yolox-nano (onnx)": ("onnx", "onnx/yolox_nano.onnx"),
@@ -31,11 +41,15 @@ CASES = {
 }
 LANES = (1, 2, 4)
 RUNS = 10
+LIMITED = ("tflite", "tflite/yolov8n_full_integer_quant.tflite", 6)
 
 
-def one(engine: str, model: str, lanes: int) -> float:
+def one(engine: str, model: str, lanes: int, guarded: bool = True) -> float:
     """Peak RSS (MiB) of this process after loading `lanes` lanes and running them all at once."""
-    handle = DetectorPool().acquire("bench", engine, MODELS / model, BackendOptions(threads=1), lanes=lanes)
+    pool = DetectorPool() if guarded else DetectorPool(memory=lambda: None)
+    handle = pool.acquire("bench", engine, MODELS / model, BackendOptions(threads=1), lanes=lanes)
+    print(f"lanes {handle.lanes}", flush=True)
+    lanes = handle.lanes
     tensor = handle.inputs[0]
     shape = [d if d > 0 else 1 for d in tensor.shape]  # a dynamic dimension (-1): one
     blank = np.zeros(shape, dtype=tensor.dtype)
@@ -65,13 +79,60 @@ def measured(engine: str, model: str, lanes: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def limited_cgroup(limit_mib: int) -> Path:
+    """A new child of this process's memory cgroup, limited to `limit_mib` (v1 or v2 names), without swap."""
+    parent = own_memory_cgroup()
+    if parent is None:
+        raise SystemExit("--limit: no memory cgroup found under /sys/fs/cgroup")
+    folder = parent / f"edge-lanes-{os.getpid()}"
+    try:
+        folder.mkdir()
+        v2 = (folder / "memory.max").exists()
+        (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit_mib * 2**20))
+        (folder / ("memory.swap.max" if v2 else "memory.swappiness")).write_text("0")
+    except OSError as exc:
+        raise SystemExit(f"--limit needs root and a writable memory cgroup ({exc})") from exc
+    return folder
+
+
+def _join(folder: Path) -> None:
+    """In the child, before it runs Python: move itself into the cgroup."""
+    (folder / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def under_limit(limit_mib: int) -> None:
+    engine, model, lanes = LIMITED
+    print(f"# {model} on {engine}, {lanes} lanes wanted, in a {limit_mib} MiB memory cgroup; {machine()}")
+    for name, guard in (("the service's pool", "on"), ("memory check off (every lane)", "off")):
+        folder = limited_cgroup(limit_mib)
+        try:
+            out = subprocess.run(
+                [sys.executable, "-m", "benchmarks.lanes_memory", "--one", engine, model, str(lanes), guard],
+                capture_output=True,
+                text=True,
+                check=False,
+                preexec_fn=partial(_join, folder),
+            )
+        finally:
+            folder.rmdir()
+        lines = out.stdout.strip().splitlines()
+        loaded = next((line.split()[1] for line in lines if line.startswith("lanes ")), "?")
+        ended = "ran every lane at once" if out.returncode == 0 else f"killed (exit {out.returncode})"
+        peak = f"peak RSS {lines[-1]} MiB" if out.returncode == 0 else "no figure"
+        print(f"{name:<32} lanes loaded {loaded} of {lanes}: {ended}, {peak}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--one", nargs=3, metavar=("ENGINE", "MODEL", "LANES"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs="+", metavar="ENGINE MODEL LANES [on|off]", help=argparse.SUPPRESS)
+    parser.add_argument("--limit", type=int, metavar="MIB", help="lanes inside a memory cgroup of MIB (root)")
     args = parser.parse_args()
     if args.one:
-        engine, model, lanes = args.one
-        print(f"{one(engine, model, int(lanes)):.0f}")
+        engine, model, lanes, *guard = args.one
+        print(f"{one(engine, model, int(lanes), guard != ['off']):.0f}")
+        return 0
+    if args.limit:
+        under_limit(args.limit)
         return 0
     print(f"# peak RSS (MiB) with every lane running at once, fresh process each; {machine()}")
     for name, (engine, model) in CASES.items():

@@ -41,6 +41,9 @@ def test_a_raspberry_pi_with_a_slow_coral_a_closed_hailo_node_and_a_throttled_cp
     fake_devices.write(root, "/sys/bus/usb/devices/1-1/devnum", "4\n")
     fake_devices.write(root, "/dev/bus/usb/001/004", mode=0o664)  # root:root, as without the libedgetpu udev rule
     fake_devices.hailo(root, node_mode=0o600)
+    fake_devices.write(root, "/proc/self/cgroup", "0::/\n")  # in a container limited to 256 MiB, 200 MiB used
+    fake_devices.write(root, "/sys/fs/cgroup/memory.max", f"{256 * 2**20}\n")
+    fake_devices.write(root, "/sys/fs/cgroup/memory.current", f"{200 * 2**20}\n")
     code, report = _doctor("--root", str(root), "--user", "nobody")
     findings = _by_subject(report)
 
@@ -56,6 +59,8 @@ def test_a_raspberry_pi_with_a_slow_coral_a_closed_hailo_node_and_a_throttled_cp
     for reason in ("under-voltage now", "throttled now", "under-voltage has occurred", "throttling has occurred"):
         assert reason in throttling["detail"]
     assert findings["cpu-thermal"]["status"] == "ok" and findings["memory"]["status"] == "ok"
+    limit = findings["memory limit"]
+    assert limit["status"] == "warn" and limit["detail"].startswith("56 MiB left") and "--memory" in limit["fix"]
     assert code == 0 and not report["blocks_serving"]  # all of it costs speed or a device; the CPU still serves
 
     text = run_edge("doctor", "--root", str(root), "--user", "nobody").stdout

@@ -13,6 +13,12 @@ from edge_inference.backends import Backend, BackendError, BackendOptions, open_
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.memory import (
+    RESERVE_BYTES,
+    available_memory,
+    cgroup_memory_headroom,
+    meminfo_available,
+)
 from edge_inference.edge.detection.scheduler import InferenceScheduler
 from edge_inference.edge.detection.threads import EnginePlan, cgroup_cpu_limit, plan_engine, usable_cores
 from edge_inference.edge.runtime.snapshots import service_stats
@@ -259,6 +265,92 @@ def test_a_shared_litert_engine_gets_an_interpreter_per_lane():
         first.close()
         second.close()
     assert pool.engines() == []
+
+
+def _run_at_once(handles: list) -> list[list[np.ndarray]]:
+    """One inference on each handle, all started together: each lane busy at once."""
+    tensor = np.zeros(handles[0].inputs[0].shape, dtype=handles[0].inputs[0].dtype)
+    results: list[list[np.ndarray]] = []
+    workers = [threading.Thread(target=lambda h=h: results.append(h.run(tensor))) for h in handles]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    return results
+
+
+def test_a_litert_engine_loads_only_the_lanes_its_memory_holds(caplog: pytest.LogCaptureFixture):
+    """Each LiteRT lane is another interpreter holding the model (+26 to +33 MiB): where the memory left would fall
+    under the reserve, the engine stops adding lanes, says so with what to do, and its streams share the lanes
+    it has. Readings are handed in one per copy, as the machine's would come: plenty, then none."""
+    path = MODELS / "tflite/ssd_mobilenet_v2_coco_quant_postprocess.tflite"
+    plenty = 8 * 2**30
+    cases = {"plenty": ([plenty] * 3, 3), "one more copy": ([plenty, 0], 2), "none": ([RESERVE_BYTES], 1)}
+    for name, (readings, lanes) in cases.items():
+        left = iter(readings)
+        pool = DetectorPool(memory=lambda left=left: next(left))
+        caplog.clear()
+        handles = [pool.acquire(f"s{i}", "tflite", path, BackendOptions(threads=1), lanes=3) for i in range(3)]
+        try:
+            shared = handles[0].shared
+            assert shared is not None and shared.scheduler.lanes == lanes, name
+            assert len(shared.copies) == lanes - 1, name
+            warnings = [r.getMessage() for r in caplog.records if "lanes loaded" in r.getMessage()]
+            if lanes == 3:
+                assert warnings == [], name
+            else:
+                assert len(warnings) == 1 and f"{lanes} of 3 lanes loaded" in warnings[0], (name, warnings)
+                assert "free memory" in warnings[0] and "threads:" in warnings[0]
+            outputs = _run_at_once(handles)
+            assert len(outputs) == 3 and all(len(o) == 4 for o in outputs), name  # SSD: 4 outputs each
+            assert describe_engine(shared).lanes == lanes
+        finally:
+            for handle in handles:
+                handle.close()
+        assert pool.engines() == []
+
+
+def _cgroup(folder: Path, files: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text + "\n")
+
+
+def test_memory_left_is_the_machines_capped_by_the_containers_limit(tmp_path: Path):
+    """MemAvailable, capped by the tightest memory cgroup over the process (its own or one above it), page cache
+    the kernel reclaims first not counted as used; cgroup v2 (Pi OS, JetPack 6) and v1 (JetPack 5) names."""
+    mib = 2**20
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:        1000000 kB\nMemFree:          100000 kB\nMemAvailable:     400000 kB\n")
+    assert meminfo_available(meminfo) == 400000 * 1024
+    assert meminfo_available(tmp_path / "absent") is None
+
+    v2, proc = tmp_path / "v2", tmp_path / "cgroup"
+    proc.write_text("0::/system.slice/edge.service\n")
+    service = v2 / "system.slice/edge.service"
+    _cgroup(v2 / "system.slice", {"memory.max": "max", "memory.current": str(900 * mib)})
+    _cgroup(service, {"memory.max": str(256 * mib), "memory.current": str(220 * mib)})
+    (service / "memory.stat").write_text(f"anon {180 * mib}\ninactive_file {20 * mib}\nactive_file {20 * mib}\n")
+    assert cgroup_memory_headroom(proc, v2) == 56 * mib  # 256 - (220 - 20 reclaimable first)
+    _cgroup(v2 / "system.slice", {"memory.max": str(950 * mib)})  # the slice above it is tighter
+    assert cgroup_memory_headroom(proc, v2) == 50 * mib
+
+    v1 = tmp_path / "v1"
+    proc.write_text("5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n")
+    _cgroup(v1 / "memory", {"memory.limit_in_bytes": "9223372036854771712", "memory.usage_in_bytes": "1"})
+    _cgroup(
+        v1 / "memory/docker/abc", {"memory.limit_in_bytes": str(512 * mib), "memory.usage_in_bytes": str(300 * mib)}
+    )
+    (v1 / "memory/docker/abc/memory.stat").write_text(f"cache {40 * mib}\ntotal_inactive_file {12 * mib}\n")
+    assert cgroup_memory_headroom(proc, v1) == 224 * mib
+    proc.write_text("5:memory:/docker/other\n0::/\n")  # inside the container: its own cgroup is the mount's top
+    assert cgroup_memory_headroom(proc, v1) is None  # the top here is unlimited
+    _cgroup(v1 / "memory", {"memory.limit_in_bytes": str(128 * mib), "memory.usage_in_bytes": str(100 * mib)})
+    assert cgroup_memory_headroom(proc, v1) == 28 * mib
+
+    assert cgroup_memory_headroom(tmp_path / "absent", tmp_path / "none") is None
+    here = available_memory()
+    assert here is not None and 0 < here <= (meminfo_available() or here)
 
 
 @pytest.mark.parametrize("device", ["AUTO", "CPU"])

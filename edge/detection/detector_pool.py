@@ -22,11 +22,20 @@ from pathlib import Path
 import numpy as np
 
 from edge_inference.backends import Backend, BackendOptions, open_backend
+from edge_inference.edge.detection.memory import (
+    MIB,
+    RESERVE_BYTES,
+    available_memory,
+    lane_bytes,
+    lane_fits,
+    process_rss,
+)
 from edge_inference.edge.detection.scheduler import InferenceScheduler
 from edge_inference.edge.detection.timings import percentile
 
 log = logging.getLogger("edge.detectors")
 Opener = Callable[[str, Path, BackendOptions], Backend]
+MemoryReading = Callable[[], int | None]
 
 
 @dataclass(frozen=True)
@@ -102,10 +111,18 @@ class SharedBackend(Backend):
 
 
 class DetectorPool:
-    def __init__(self, *, max_batch: int = 1, share: bool = True, opener: Opener = open_backend) -> None:
+    def __init__(
+        self,
+        *,
+        max_batch: int = 1,
+        share: bool = True,
+        opener: Opener = open_backend,
+        memory: MemoryReading = available_memory,
+    ) -> None:
         self.max_batch = max_batch
         self.share = share
         self._open = opener
+        self._available = memory  # read before each further copy of a model, for engines that copy it per lane
         self._lock = threading.Lock()
         self._key_locks: dict[EngineKey, threading.Lock] = {}
         self._engines: dict[EngineKey, SharedEngine] = {}
@@ -144,18 +161,39 @@ class DetectorPool:
 
     def _load(self, key: EngineKey, engine: str, path: Path, options: BackendOptions, lanes: int) -> SharedEngine:
         options = replace(options, lanes=max(1, lanes))
+        before = process_rss()
         backend = self._open(engine, path, options)
         copies: list[Backend] = []
-        if backend.parallel == "copies":
+        if backend.parallel == "copies" and lanes > 1:
             try:
-                copies = [self._open(engine, path, options) for _ in range(lanes - 1)]
+                copies = self._copies(engine, path, options, lanes - 1, _grown(before))
             except Exception:
-                for copy in copies:
-                    copy.close()
                 backend.close()
                 raise
         lane_backends = [backend] * max(1, lanes) if backend.parallel == "shared" else [backend, *copies]
         return SharedEngine(key, backend, InferenceScheduler(lane_backends, self.max_batch), copies=copies)
+
+    def _copies(self, engine: str, path: Path, options: BackendOptions, wanted: int, loaded: int) -> list[Backend]:
+        """Up to `wanted` further loads of the model, each only while the memory left after it keeps the reserve.
+        A copy is first reckoned at what the first load took (imports included: an overestimate), then at what the
+        last copy took."""
+        copies: list[Backend] = []
+        try:
+            while len(copies) < wanted:
+                available = self._available()
+                if not lane_fits(available, loaded):
+                    _warn_short_of_memory(
+                        path, engine, options.threads, len(copies) + 1, wanted + 1, available, lane_bytes(loaded)
+                    )
+                    break
+                before = process_rss()
+                copies.append(self._open(engine, path, options))
+                loaded = _grown(before) or loaded
+        except Exception:
+            for copy in copies:
+                copy.close()
+            raise
+        return copies
 
     def _live_engine(self, key: EngineKey, stuck_after_s: float) -> SharedEngine | None:
         with self._lock:
@@ -200,6 +238,32 @@ class DetectorPool:
     def engines(self) -> list[SharedEngine]:
         with self._lock:
             return list(self._all)
+
+
+def _grown(before: int | None) -> int:
+    """Bytes the process's resident memory grew by since `before` (0 where it cannot be read, or it shrank)."""
+    after = process_rss()
+    return 0 if before is None or after is None else max(after - before, 0)
+
+
+def _warn_short_of_memory(
+    path: Path, engine: str, threads: int | None, lanes: int, wanted: int, available: int | None, lane: int
+) -> None:
+    log.warning(
+        "%s on %s: %d of %d lanes loaded: %d MiB of memory left, and another lane would take about %d MiB "
+        "(%d MiB are kept free). Its streams take turns on %d lane(s) of %s thread(s): free memory or raise the "
+        "container's limit for every lane, or give these streams threads: equal to the cores for one lane on "
+        "every core",
+        path.name,
+        engine,
+        lanes,
+        wanted,
+        (available or 0) // MIB,
+        lane // MIB,
+        RESERVE_BYTES // MIB,
+        lanes,
+        threads or "its default",
+    )
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from edge_inference.backends.hardware import (
     system_root,
     under,
 )
+from edge_inference.edge.detection.memory import MIB, cgroup_memory_headroom
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.ffmpeg import FFMPEG, PRESETS, ffmpeg_offers
 from edge_inference.models.download import check_cached, is_cached
@@ -270,8 +271,25 @@ def check_system(root: Path) -> Iterator[Finding]:
         status: Status = "warn" if available < LOW_MEMORY_MB else "ok"
         fix = "close other programs or use a smaller model (yolox-nano, ssd-mobilenet-v2)" if status == "warn" else None
         yield Finding("system", "memory", status, f"{available} MiB available", fix)
+    yield from _memory_limit(root)
     yield from _throttling(root)
     yield from _temperature(root)
+
+
+def _memory_limit(root: Path) -> Iterator[Finding]:
+    """A container's or a systemd unit's memory limit: what it leaves, which MemAvailable does not show."""
+    headroom = cgroup_memory_headroom(under("/proc/self/cgroup", root), under("/sys/fs/cgroup", root))
+    if headroom is None:
+        return
+    left = headroom // MIB
+    status: Status = "warn" if left < LOW_MEMORY_MB else "ok"
+    fix = (
+        "raise the limit (docker run --memory, MemoryMax= in the systemd unit) or use a smaller model; a LiteRT "
+        "model holds a copy per lane, and loads only the lanes the limit leaves room for"
+        if status == "warn"
+        else None
+    )
+    yield Finding("system", "memory limit", status, f"{left} MiB left under this process's memory cgroup", fix)
 
 
 def _throttling(root: Path) -> Iterator[Finding]:
