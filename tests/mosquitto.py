@@ -99,14 +99,18 @@ class Subscriber:
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False)
         self.client.on_message = lambda _c, _u, m: self._add(Received(m.topic, bytes(m.payload), bool(m.retain)))
         self.topics = topics
+        # Connected is not subscribed: a message routed before the broker has taken the SUBSCRIBE is not queued for
+        # this consumer (a test that stopped the broker right after connecting lost its batch that way).
+        self.subscribed = threading.Event()
         self.client.on_connect = self._subscribe
+        self.client.on_subscribe = lambda *_: self.subscribed.set()
         self.client.reconnect_delay_set(min_delay=1, max_delay=2)
         self.client.connect_async("127.0.0.1", broker.port, keepalive=10)
         self.client.loop_start()
+        assert self.subscribed.wait(120), f"the broker did not confirm the subscription to {topics} within 120 s"
 
     def _subscribe(self, client: Any, *_: Any) -> None:
-        for topic in self.topics:
-            client.subscribe(topic, qos=1)
+        client.subscribe([(topic, 1) for topic in self.topics])
 
     def _add(self, message: Received) -> None:
         with self._lock:
