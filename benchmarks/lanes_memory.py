@@ -18,6 +18,7 @@ builds it, which adds a lane only while the memory left keeps its reserve, and t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -91,7 +92,12 @@ def limited_cgroup(limit_mib: int) -> Path:
         (folder / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit_mib * 2**20))
         (folder / ("memory.swap.max" if v2 else "memory.swappiness")).write_text("0")
     except OSError as exc:
-        raise SystemExit(f"--limit needs root and a writable memory cgroup ({exc})") from exc
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        raise SystemExit(
+            f"--limit needs root and a memory cgroup it may make a child in ({exc}): cgroup v1, or v2 with the memory"
+            " controller delegated (e.g. under `systemd-run --scope -p Delegate=yes`)"
+        ) from exc
     return folder
 
 
