@@ -251,7 +251,7 @@ def _warn_short_of_memory(
 ) -> None:
     log.warning(
         "%s on %s: %d of %d lanes loaded: %d MiB of memory left, and another lane would take about %d MiB "
-        "(%d MiB are kept free). Its streams take turns on %d lane(s) of %s thread(s): free memory or raise the "
+        "(%d MiB are kept free). Its streams take turns on those, of %s thread(s) each: free memory or raise the "
         "container's limit for every lane, or give these streams threads: equal to the cores for one lane on "
         "every core",
         path.name,
@@ -261,7 +261,6 @@ def _warn_short_of_memory(
         (available or 0) // MIB,
         lane // MIB,
         RESERVE_BYTES // MIB,
-        lanes,
         threads or "its default",
     )
 

@@ -17,6 +17,8 @@ RESERVE_BYTES = 64 * MIB
 # A LiteRT copy's first inferences add to what it holds once loaded: 19.9 -> 26 MiB on yolox-nano fp16,
 # 28.8 -> 33 on yolov8n int8, 17.5 -> 19 on SSD MobileNet v2 (resident memory, x86_64).
 RUN_GROWTH = 1.3
+PROC_CGROUP = Path("/proc/self/cgroup")
+CGROUP_MOUNT = Path("/sys/fs/cgroup")
 
 
 def meminfo_available(path: Path = Path("/proc/meminfo")) -> int | None:
@@ -38,9 +40,7 @@ _CGROUP_FILES = (
 _UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
 
 
-def cgroup_memory_headroom(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), mount: Path = Path("/sys/fs/cgroup")
-) -> int | None:
+def cgroup_memory_headroom(proc_cgroup: Path = PROC_CGROUP, mount: Path = CGROUP_MOUNT) -> int | None:
     """What this process's memory cgroups still allow, in bytes: the least, over its cgroup and the ones above it
     that have a limit, of the limit less the usage, page cache the kernel would reclaim first not counted (as
     `docker stats` counts). cgroup v2 (Raspberry Pi OS, JetPack 6) and v1 (JetPack 5); None without a limit."""
@@ -50,7 +50,7 @@ def cgroup_memory_headroom(
 
 def own_memory_cgroup() -> Path | None:
     """This process's own memory cgroup folder (v1 or v2), where one is mounted."""
-    folders = _own_cgroups(Path("/proc/self/cgroup"), Path("/sys/fs/cgroup"))
+    folders = _own_cgroups(PROC_CGROUP, CGROUP_MOUNT)
     return folders[0] if folders else None
 
 

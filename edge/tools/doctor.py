@@ -33,7 +33,7 @@ from edge_inference.backends.hardware import (
     system_root,
     under,
 )
-from edge_inference.edge.detection.memory import MIB, cgroup_memory_headroom
+from edge_inference.edge.detection.memory import MIB, cgroup_memory_headroom, meminfo_available
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.ffmpeg import FFMPEG, PRESETS, ffmpeg_offers
 from edge_inference.models.download import check_cached, is_cached
@@ -261,13 +261,9 @@ def check_decoders(root: Path) -> Iterator[Finding]:
 
 
 def check_system(root: Path) -> Iterator[Finding]:
-    meminfo = {
-        line.split(":")[0]: line.split()[1]
-        for line in read_text(under("/proc/meminfo", root)).splitlines()
-        if ":" in line and len(line.split()) > 1
-    }
-    if "MemAvailable" in meminfo:
-        available = int(meminfo["MemAvailable"]) // 1024
+    available_bytes = meminfo_available(under("/proc/meminfo", root))
+    if available_bytes is not None:
+        available = available_bytes // MIB
         status: Status = "warn" if available < LOW_MEMORY_MB else "ok"
         fix = "close other programs or use a smaller model (yolox-nano, ssd-mobilenet-v2)" if status == "warn" else None
         yield Finding("system", "memory", status, f"{available} MiB available", fix)
