@@ -2,17 +2,18 @@
 costs over one lane, per engine and model.
 
     python -m benchmarks.lanes_memory
-    python -m benchmarks.lanes_memory --limit 200     # as root: 6 LiteRT lanes wanted inside a 200 MiB cgroup
+    python -m benchmarks.lanes_memory --limit 200     # as root: 6 lanes wanted inside a 200 MiB cgroup
 
 Each figure is a fresh process that loads the engine through the service's own pool (copies for LiteRT, one
 session for ONNX Runtime, a CPU stream per lane for OpenVINO), runs every lane at once ten times on a blank frame,
 and prints its peak RSS. Memory does not depend on the cores' count or speed, so this 2-core machine gives the
 figure a 4-core Raspberry Pi would (the engines' arenas are the same size on arm64).
 
-`--limit MIB` runs yolov8n int8 on LiteRT (an interpreter per lane) with 6 lanes wanted, in a fresh child of this
-process's memory cgroup limited to MIB (a small board, or `docker run --memory`), twice: the pool as the service
-builds it, which adds a lane only while the memory left keeps its reserve, and the same pool with that check off
-(every lane, as before it): lanes loaded, how the process ended, its peak RSS. Needs root and cgroup v1 or v2.
+`--limit MIB` runs yolov8n int8 with 6 lanes wanted on LiteRT (an interpreter per lane) and on ONNX Runtime (one
+session, an inference's working memory per lane), in a fresh child of this process's memory cgroup limited to MIB
+(a small board, or `docker run --memory`), twice each: the pool as the service builds it, which keeps a lane only
+while the memory left keeps its reserve, and the same pool with that check off (every lane, as before it): lanes
+loaded, how the process ended, its peak RSS. Needs root and cgroup v1 or v2.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ CASES = {
 }
 LANES = (1, 2, 4)
 RUNS = 10
-LIMITED = ("tflite", "tflite/yolov8n_full_integer_quant.tflite", 6)
+LIMITED = (("tflite", "tflite/yolov8n_full_integer_quant.tflite"), ("onnx", "onnx/yolov8n_int8.onnx"))
+LIMITED_LANES = 6
 
 
 def one(engine: str, model: str, lanes: int, guarded: bool = True) -> float:
@@ -106,25 +108,32 @@ def _join(folder: Path) -> None:
 
 
 def under_limit(limit_mib: int) -> None:
-    engine, model, lanes = LIMITED
-    print(f"# {model} on {engine}, {lanes} lanes wanted, in a {limit_mib} MiB memory cgroup; {machine()}")
-    for name, guard in (("the service's pool", "on"), ("memory check off (every lane)", "off")):
-        folder = limited_cgroup(limit_mib)
-        try:
-            out = subprocess.run(
-                [sys.executable, "-m", "benchmarks.lanes_memory", "--one", engine, model, str(lanes), guard],
-                capture_output=True,
-                text=True,
-                check=False,
-                preexec_fn=partial(_join, folder),
-            )
-        finally:
-            folder.rmdir()
-        lines = out.stdout.strip().splitlines()
-        loaded = next((line.split()[1] for line in lines if line.startswith("lanes ")), "?")
-        ended = "ran every lane at once" if out.returncode == 0 else f"killed (exit {out.returncode})"
-        peak = f"peak RSS {lines[-1]} MiB" if out.returncode == 0 else "no figure"
-        print(f"{name:<32} lanes loaded {loaded} of {lanes}: {ended}, {peak}")
+    lanes = LIMITED_LANES
+    print(f"# {lanes} lanes wanted, in a {limit_mib} MiB memory cgroup each time; {machine()}")
+    for engine, model in LIMITED:
+        print(f"{model} on {engine}")
+        for name, guard in (("  the service's pool", "on"), ("  memory check off (every lane)", "off")):
+            _limited_run(limit_mib, engine, model, lanes, name, guard)
+
+
+def _limited_run(limit_mib: int, engine: str, model: str, lanes: int, name: str, guard: str) -> None:
+    """One fresh process in a fresh cgroup of `limit_mib`: lanes loaded, how it ended, its peak RSS."""
+    folder = limited_cgroup(limit_mib)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.lanes_memory", "--one", engine, model, str(lanes), guard],
+            capture_output=True,
+            text=True,
+            check=False,
+            preexec_fn=partial(_join, folder),
+        )
+    finally:
+        folder.rmdir()
+    lines = out.stdout.strip().splitlines()
+    loaded = next((line.split()[1] for line in lines if line.startswith("lanes ")), "?")
+    ended = "ran every lane at once" if out.returncode == 0 else f"killed (exit {out.returncode})"
+    peak = f"peak RSS {lines[-1]} MiB" if out.returncode == 0 else "no figure"
+    print(f"{name:<34} lanes loaded {loaded} of {lanes}: {ended}, {peak}")
 
 
 def main() -> int:

@@ -18,6 +18,7 @@ from edge_inference.edge.detection.memory import (
     available_memory,
     cgroup_memory_headroom,
     meminfo_available,
+    shared_lanes_fitting,
 )
 from edge_inference.edge.detection.scheduler import InferenceScheduler
 from edge_inference.edge.detection.threads import EnginePlan, cgroup_cpu_limit, plan_engine, usable_cores
@@ -308,6 +309,44 @@ def test_a_litert_engine_loads_only_the_lanes_its_memory_holds(caplog: pytest.Lo
             for handle in handles:
                 handle.close()
         assert pool.engines() == []
+
+
+@pytest.mark.parametrize(
+    ("engine", "model"), [("onnx", "onnx/yolox_nano.onnx"), ("openvino", "openvino/yolox_nano.xml")]
+)
+def test_a_shared_engine_runs_only_the_lanes_its_memory_holds(engine: str, model: str, caplog):
+    """ONNX Runtime and OpenVINO share one loaded model between lanes, and each lane running at once holds one
+    more inference's working memory: with the reserve alone left after the model's first inferences, the engine
+    keeps one lane, says so with what to do, and its three streams take turns on it; with plenty, three lanes."""
+    for available, lanes in ((8 * 2**30, 3), (RESERVE_BYTES, 1)):
+        pool = DetectorPool(memory=lambda available=available: available)
+        caplog.clear()
+        handles = [pool.acquire(f"s{i}", engine, MODELS / model, BackendOptions(threads=1), lanes=3) for i in range(3)]
+        try:
+            shared = handles[0].shared
+            assert shared is not None and describe_engine(shared).lanes == lanes, available
+            warnings = [r.getMessage() for r in caplog.records if "lanes loaded" in r.getMessage()]
+            if lanes == 3:
+                assert warnings == []
+            else:
+                assert len(warnings) == 1 and "1 of 3 lanes loaded" in warnings[0], warnings
+                assert "another lane would take about" in warnings[0] and "threads:" in warnings[0]
+            outputs = _run_at_once(handles)
+            assert len(outputs) == 3 and all(o[0].shape == (1, 3549, 85) for o in outputs)
+            assert np.array_equal(outputs[0][0], outputs[2][0])  # a turn on one lane gives the same answer
+        finally:
+            for handle in handles:
+                handle.close()
+        assert pool.engines() == []
+
+
+def test_shared_lanes_are_counted_by_one_inferences_memory_over_the_reserve():
+    mib = 2**20
+    assert shared_lanes_fitting(RESERVE_BYTES + 50 * mib, 20 * mib, 4) == 3  # the first and two more of 20 MiB
+    assert shared_lanes_fitting(RESERVE_BYTES + 500 * mib, 20 * mib, 4) == 4  # never more than wanted
+    assert shared_lanes_fitting(RESERVE_BYTES - mib, 20 * mib, 4) == 1  # the first lane has already run
+    assert shared_lanes_fitting(None, 20 * mib, 4) == 4  # an unknown figure holds no lane back
+    assert shared_lanes_fitting(RESERVE_BYTES, 0, 4) == 4  # nor a first inference that added nothing
 
 
 def _cgroup(folder: Path, files: dict[str, str]) -> None:

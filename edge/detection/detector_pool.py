@@ -29,6 +29,7 @@ from edge_inference.edge.detection.memory import (
     lane_bytes,
     lane_fits,
     process_rss,
+    shared_lanes_fitting,
 )
 from edge_inference.edge.detection.scheduler import InferenceScheduler
 from edge_inference.edge.detection.timings import percentile
@@ -164,14 +165,34 @@ class DetectorPool:
         before = process_rss()
         backend = self._open(engine, path, options)
         copies: list[Backend] = []
-        if backend.parallel == "copies" and lanes > 1:
-            try:
+        try:
+            if backend.parallel == "copies" and lanes > 1:
                 copies = self._copies(engine, path, options, lanes - 1, _grown(before))
-            except Exception:
-                backend.close()
-                raise
+            elif backend.parallel == "shared" and lanes > 1:
+                lanes = self._shared_lanes(backend, path, engine, options, lanes)
+        except Exception:
+            backend.close()
+            raise
         lane_backends = [backend] * max(1, lanes) if backend.parallel == "shared" else [backend, *copies]
         return SharedEngine(key, backend, InferenceScheduler(lane_backends, self.max_batch), copies=copies)
+
+    def _shared_lanes(self, backend: Backend, path: Path, engine: str, options: BackendOptions, wanted: int) -> int:
+        """How many of `wanted` lanes one shared model may run at once: each holds an inference's working memory,
+        reckoned at what the model's first inference added, while the memory left keeps the reserve. Two blank
+        inferences first (the stream's warm-up then finds the engine warm): ONNX Runtime lays out its memory for
+        a shape at the second run (+23 MiB on yolov8n int8 at 640), which the reading after them counts."""
+        blank = _blank_input(backend)
+        before = process_rss()
+        if blank is None or before is None or self._available() is None:
+            return wanted
+        backend.run(blank)
+        lane = _grown(before)
+        backend.run(blank)
+        available = self._available()
+        fitting = shared_lanes_fitting(available, lane, wanted)
+        if fitting < wanted:
+            _warn_short_of_memory(path, engine, options.threads, fitting, wanted, available, lane)
+        return fitting
 
     def _copies(self, engine: str, path: Path, options: BackendOptions, wanted: int, loaded: int) -> list[Backend]:
         """Up to `wanted` further loads of the model, each only while the memory left after it keeps the reserve.
@@ -238,6 +259,14 @@ class DetectorPool:
     def engines(self) -> list[SharedEngine]:
         with self._lock:
             return list(self._all)
+
+
+def _blank_input(backend: Backend) -> np.ndarray | None:
+    """A zero input of the model's shape (a dynamic batch as one), or None where its size is only known per frame."""
+    tensor = backend.inputs[0] if backend.inputs else None
+    if tensor is None or any(d <= 0 for d in tensor.shape[1:]):
+        return None
+    return np.zeros([max(tensor.shape[0], 1), *tensor.shape[1:]], dtype=tensor.dtype)
 
 
 def _grown(before: int | None) -> int:

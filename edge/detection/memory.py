@@ -1,7 +1,9 @@
-"""How much memory the process may still take, and what it holds: for engines that load a copy of the model per lane.
+"""How much memory the process may still take, and what it holds: how many lanes of an engine the memory holds.
 
 LiteRT loads an interpreter per lane (an interpreter is not thread-safe), and each copy holds the model's repacked
-weights and its own activations: +26 to +33 MiB a lane on yolox-nano and yolov8n int8, more on a larger model
+weights and its own activations: +26 to +33 MiB a lane on yolox-nano and yolov8n int8, more on a larger model.
+ONNX Runtime and OpenVINO share one loaded model between lanes, and each lane running at once holds one more
+inference's working memory: +4 to +25 MiB a lane on these models, more at a higher resolution
 (`python -m benchmarks.lanes_memory`). A 4-core board with little memory, or a container with a memory limit, would
 have the kernel kill the whole service for lanes it did not need; it gets the lanes its memory holds instead.
 """
@@ -122,3 +124,12 @@ def lane_fits(available: int | None, loaded_bytes: int, reserve: int = RESERVE_B
     """Whether another lane, whose copy takes `loaded_bytes` to load, leaves `reserve` free once it has run; an
     unknown figure never holds a lane back."""
     return available is None or available - lane_bytes(loaded_bytes) >= reserve
+
+
+def shared_lanes_fitting(available: int | None, lane: int, wanted: int, reserve: int = RESERVE_BYTES) -> int:
+    """Lanes of one loaded model shared between threads that the memory holds: the first (already run, so already
+    counted in `available`) and each further one at `lane` bytes, one inference's working memory, while `reserve`
+    stays free. All of them where either figure is unknown."""
+    if available is None or lane <= 0:
+        return wanted
+    return max(1, min(wanted, 1 + (available - reserve) // lane))
