@@ -220,6 +220,44 @@ def test_a_wrong_password_is_reported_in_the_brokers_own_words(tmp_path):
         secured.stop()
 
 
+def test_a_message_handed_over_as_the_broker_goes_is_sent_once_it_is_back(tmp_path, broker, monkeypatch):
+    """The broker goes while the outbox is publishing: the link still counts as connected (paho reports the loss a
+    moment later) and paho answers "not connected" while keeping the messages, which it sends itself after
+    reconnecting. The outbox must then see them confirmed: before, their handles raised for good and the outbox
+    waited on the first of them forever (three minutes of events held back in a full run)."""
+    from edge_inference.edge.config import MqttConfig
+    from edge_inference.edge.events import mqtt as mqtt_module
+    from edge_inference.edge.events.store import Message
+
+    monkeypatch.setattr(mqtt_module, "PUBACK_TIMEOUT_S", 1.0)
+    subscriber = Subscriber(broker, ["kept/#"], client_id="kept-consumer")
+    config = MqttConfig(device_id=DEVICE)
+    link = mqtt_module.MqttLink(config, mqtt_module.parse_broker(broker.url, config), DEVICE)
+    link.start()
+    try:
+        assert link.connected.wait(60)
+        broker.stop()
+        deadline = time.monotonic() + 60
+        while link.connected.is_set():  # paho has noticed
+            assert time.monotonic() < deadline, "the link never saw the broker go"
+            time.sleep(0.05)
+        link.connected.set()  # the moment before it noticed, as the outbox saw it
+        batch = [Message(i, "mqtt", f"kept/{i}", b"%d" % i, False) for i in range(5)]
+        assert link.deliver(batch) == 0  # not confirmed: the outbox keeps the rows
+        link.connected.clear()
+        broker.start()
+        assert link.connected.wait(60)
+        subscriber.wait_for(lambda: len(subscriber.received()) >= 5, what="the batch, sent by paho on reconnecting")
+        assert link.deliver(batch) == 5  # the outbox's next try sees them confirmed, and sends no second copy
+        assert link.deliver([Message(99, "mqtt", "kept/end", b"end", False)]) == 1
+        subscriber.wait_for(lambda: subscriber.received("kept/end"), what="the sentinel")
+    finally:
+        link.stop()
+        subscriber.close()
+    topics = [m.topic for m in subscriber.received() if m.topic != "kept/end"]
+    assert sorted(topics) == [f"kept/{i}" for i in range(5)]  # each once
+
+
 def test_a_message_paho_already_holds_is_not_published_again_by_the_outbox(tmp_path, broker, monkeypatch):
     """The broker stops answering (SIGSTOP) while a batch waits for its PUBACKs: the outbox is told "not confirmed"
     and will hand the same rows over again, while paho keeps them and sends them itself. Each arrives once."""

@@ -207,7 +207,12 @@ class MqttLink:
             info = self._in_flight.get(message.seq)
             if info is None:
                 info = self._client.publish(message.topic, message.payload, qos=1, retain=message.retain)
-                if info.rc not in (0, NOT_CONNECTED):  # NOT_CONNECTED: paho keeps it and sends it on reconnect
+                if info.rc == NOT_CONNECTED:
+                    # The broker went a moment before paho said so: paho keeps the message and sends it when it
+                    # reconnects, but its handle keeps this code, on which waiting raises for good (paho 2.2).
+                    # Marked as paho marks a message it queues for later, so waiting on it sees the PUBACK.
+                    info.rc = type(info.rc).MQTT_ERR_SUCCESS
+                if info.rc != 0:
                     break
                 self._in_flight[message.seq] = info
             handles.append(info)
