@@ -2,18 +2,22 @@
 costs over one lane, per engine and model.
 
     python -m benchmarks.lanes_memory
-    python -m benchmarks.lanes_memory --limit 200     # as root: 6 lanes wanted inside a 200 MiB cgroup
+    python -m benchmarks.lanes_memory --limit 200               # as root: 6 lanes wanted inside a 200 MiB cgroup
+    python -m benchmarks.lanes_memory --limit 180 --lanes 2     # this machine's plan for a file: 2 lanes of 1 thread
 
 Each figure is a fresh process that loads the engine through the service's own pool (copies for LiteRT, one
 session for ONNX Runtime, a CPU stream per lane for OpenVINO), runs every lane at once ten times on a blank frame,
 and prints its peak RSS. Memory does not depend on the cores' count or speed, so this 2-core machine gives the
 figure a 4-core Raspberry Pi would (the engines' arenas are the same size on arm64).
 
-`--limit MIB` runs yolov8n int8 with 6 lanes wanted on LiteRT (an interpreter per lane) and on ONNX Runtime (one
-session, an inference's working memory per lane), in a fresh child of this process's memory cgroup limited to MIB
-(a small board, or `docker run --memory`), twice each: the pool as the service builds it, which keeps a lane only
-while the memory left keeps its reserve, and the same pool with that check off (every lane, as before it): lanes
-loaded, how the process ended, its peak RSS. Needs root and cgroup v1 or v2.
+`--limit MIB` runs yolov8n int8 with `--lanes` lanes of one thread wanted (6 by default) on LiteRT (an interpreter
+per lane) and on ONNX Runtime (one session, an inference's working memory per lane), each time in a fresh child of
+this process's memory cgroup limited to MIB (a small board, or `docker run --memory`), three ways: the pool as the
+service builds it, which keeps a lane only while the memory left keeps its reserve and gives the lanes kept the
+threads of those held back; the same with the threads given by the user (kept as given); and the pool with its
+memory check off (every lane, as before it). Each prints the lanes and threads kept, how the process ended, the
+throughput of as many callers as lanes wanted running back to back (fps and CPU ms a frame) and its peak RSS.
+Needs root and cgroup v1 or v2.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from functools import partial
 from pathlib import Path
 
@@ -47,26 +52,44 @@ LIMITED = (("tflite", "tflite/yolov8n_full_integer_quant.tflite"), ("onnx", "onn
 LIMITED_LANES = 6
 
 
-def one(engine: str, model: str, lanes: int, guarded: bool = True) -> float:
-    """Peak RSS (MiB) of this process after loading `lanes` lanes and running them all at once."""
-    pool = DetectorPool() if guarded else DetectorPool(memory=lambda: None)
-    handle = pool.acquire("bench", engine, MODELS / model, BackendOptions(threads=1), lanes=lanes)
+GUARDS = {
+    "planned": "the service's pool",  # memory check on; the threads are the thread budget's, as a stream's are
+    "on": "the service's pool, threads given",  # memory check on; threads: 1 given by the user, as on a stream
+    "off": "memory check off (every lane)",
+}
+
+
+def one(engine: str, model: str, lanes: int, guard: str = "on") -> float:
+    """Peak RSS (MiB) of this process after loading `lanes` lanes of one thread and running them all at once;
+    printed before it: the lanes and threads the pool kept, then the throughput of `lanes` callers running back to
+    back (a file keeping every lane busy): fps and CPU ms per frame."""
+    pool = DetectorPool() if guard != "off" else DetectorPool(memory=lambda: None)
+    options = BackendOptions(threads=1)
+    handle = pool.acquire("bench", engine, MODELS / model, options, 10.0, lanes, guard == "planned")
+    assert handle.shared is not None
     print(f"lanes {handle.lanes}", flush=True)  # fewer than asked where memory held some back
+    print(f"threads {handle.shared.threads}", flush=True)
     tensor = handle.inputs[0]
     shape = [d if d > 0 else 1 for d in tensor.shape]  # a dynamic dimension (-1): one
     blank = np.zeros(shape, dtype=tensor.dtype)
-    together = threading.Barrier(handle.lanes)
+    together = threading.Barrier(lanes)
 
-    def lane() -> None:
+    def caller() -> None:
+        together.wait()
         for _ in range(RUNS):
-            together.wait()
             handle.run(blank)
 
-    workers = [threading.Thread(target=lane) for _ in range(handle.lanes)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    for phase in ("warm", "timed"):
+        workers = [threading.Thread(target=caller) for _ in range(lanes)]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        frames = lanes * RUNS
+        if phase == "timed":
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            print(f"fps {frames / wall:.2f} cpu {cpu * 1e3 / frames:.1f}", flush=True)
     handle.close()
     return peak_rss_mib()
 
@@ -107,17 +130,17 @@ def _join(folder: Path) -> None:
     (folder / "cgroup.procs").write_text(str(os.getpid()))
 
 
-def under_limit(limit_mib: int) -> None:
-    lanes = LIMITED_LANES
-    print(f"# {lanes} lanes wanted, in a {limit_mib} MiB memory cgroup each time; {machine()}")
+def under_limit(limit_mib: int, lanes: int) -> None:
+    print(f"# {lanes} lanes of one thread wanted, in a {limit_mib} MiB memory cgroup each time; {machine()}")
     for engine, model in LIMITED:
         print(f"{model} on {engine}")
-        for name, guard in (("  the service's pool", "on"), ("  memory check off (every lane)", "off")):
-            _limited_run(limit_mib, engine, model, lanes, name, guard)
+        for guard, name in GUARDS.items():
+            _limited_run(limit_mib, engine, model, lanes, f"  {name}", guard)
 
 
 def _limited_run(limit_mib: int, engine: str, model: str, lanes: int, name: str, guard: str) -> None:
-    """One fresh process in a fresh cgroup of `limit_mib`: lanes loaded, how it ended, its peak RSS."""
+    """One fresh process in a fresh cgroup of `limit_mib`: lanes and threads kept, how it ended, its throughput
+    and peak RSS."""
     folder = limited_cgroup(limit_mib)
     try:
         out = subprocess.run(
@@ -130,23 +153,27 @@ def _limited_run(limit_mib: int, engine: str, model: str, lanes: int, name: str,
     finally:
         folder.rmdir()
     lines = out.stdout.strip().splitlines()
-    loaded = next((line.split()[1] for line in lines if line.startswith("lanes ")), "?")
-    ended = "ran every lane at once" if out.returncode == 0 else f"killed (exit {out.returncode})"
-    peak = f"peak RSS {lines[-1]} MiB" if out.returncode == 0 else "no figure"
-    print(f"{name:<34} lanes loaded {loaded} of {lanes}: {ended}, {peak}")
+    said = {line.split()[0]: line.split()[1:] for line in lines if line.split()}
+    kept = f"{said.get('lanes', ['?'])[0]} of {lanes} lanes x {said.get('threads', ['?'])[0]} threads"
+    if out.returncode != 0:
+        print(f"{name:<37} {kept}: killed (exit {out.returncode}), no figure")
+        return
+    fps, _, cpu = said["fps"]
+    print(f"{name:<37} {kept}: ran, {fps} fps at {cpu} ms of CPU a frame, peak RSS {lines[-1]} MiB")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--one", nargs="+", metavar="ENGINE MODEL LANES [on|off]", help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, metavar="MIB", help="lanes inside a memory cgroup of MIB (root)")
+    parser.add_argument("--lanes", type=int, default=LIMITED_LANES, help="lanes wanted under --limit")
     args = parser.parse_args()
     if args.one:
         engine, model, lanes, *guard = args.one
-        print(f"{one(engine, model, int(lanes), guard != ['off']):.0f}")
+        print(f"{one(engine, model, int(lanes), *guard):.0f}")
         return 0
     if args.limit:
-        under_limit(args.limit)
+        under_limit(args.limit, args.lanes)
         return 0
     print(f"# peak RSS (MiB) with every lane running at once, fresh process each; {machine()}")
     for name, (engine, model) in CASES.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from pathlib import Path
 
 import cv2
@@ -296,6 +297,7 @@ def test_a_litert_engine_loads_only_the_lanes_its_memory_holds(caplog: pytest.Lo
             shared = handles[0].shared
             assert shared is not None and shared.scheduler.lanes == lanes, name
             assert len(shared.copies) == lanes - 1, name
+            assert describe_engine(shared).threads == 1, name  # the user's threads are kept
             warnings = [r.getMessage() for r in caplog.records if "lanes loaded" in r.getMessage()]
             if lanes == 3:
                 assert warnings == [], name
@@ -317,22 +319,30 @@ def test_a_litert_engine_loads_only_the_lanes_its_memory_holds(caplog: pytest.Lo
 def test_a_shared_engine_runs_only_the_lanes_its_memory_holds(engine: str, model: str, caplog):
     """ONNX Runtime and OpenVINO share one loaded model between lanes, and each lane running at once holds one
     more inference's working memory: with the reserve alone left after the model's first inferences, the engine
-    keeps one lane, says so with what to do, and its three streams take turns on it; with plenty, three lanes."""
-    for available, lanes in ((8 * 2**30, 3), (RESERVE_BYTES, 1)):
+    keeps one lane, says so with what to do, and its three streams take turns on it; with plenty, three lanes.
+    Where the threads are the thread budget's (not the user's), the lane kept is given the three lanes' threads."""
+    cases = {"plenty": (8 * 2**30, False, 3, 1), "reserve": (RESERVE_BYTES, False, 1, 1)}
+    cases["reserve, planned threads"] = (RESERVE_BYTES, True, 1, 3)
+    for name, (available, planned, lanes, threads) in cases.items():
         pool = DetectorPool(memory=lambda available=available: available)
         caplog.clear()
-        handles = [pool.acquire(f"s{i}", engine, MODELS / model, BackendOptions(threads=1), lanes=3) for i in range(3)]
+        options = BackendOptions(threads=1)
+        handles = [pool.acquire(f"s{i}", engine, MODELS / model, options, 10.0, 3, planned) for i in range(3)]
         try:
             shared = handles[0].shared
-            assert shared is not None and describe_engine(shared).lanes == lanes, available
+            assert shared is not None and describe_engine(shared).lanes == lanes, name
+            assert describe_engine(shared).threads == threads, name
+            if engine == "onnx":  # the session itself, not only our figure
+                assert shared.backend.session.get_session_options().intra_op_num_threads == threads, name
             warnings = [r.getMessage() for r in caplog.records if "lanes loaded" in r.getMessage()]
             if lanes == 3:
-                assert warnings == []
+                assert warnings == [], name
             else:
                 assert len(warnings) == 1 and "1 of 3 lanes loaded" in warnings[0], warnings
-                assert "another lane would take about" in warnings[0] and "threads:" in warnings[0]
+                assert "another lane would take about" in warnings[0] and f"of {threads} thread(s) each" in warnings[0]
+                assert ("others' threads" if planned else "threads: equal to the cores") in warnings[0]
             outputs = _run_at_once(handles)
-            assert len(outputs) == 3 and all(o[0].shape == (1, 3549, 85) for o in outputs)
+            assert len(outputs) == 3 and all(o[0].shape == (1, 3549, 85) for o in outputs), name
             assert np.array_equal(outputs[0][0], outputs[2][0])  # a turn on one lane gives the same answer
         finally:
             for handle in handles:
@@ -347,6 +357,33 @@ def test_shared_lanes_are_counted_by_one_inferences_memory_over_the_reserve():
     assert shared_lanes_fitting(RESERVE_BYTES - mib, 20 * mib, 4) == 1  # the first lane has already run
     assert shared_lanes_fitting(None, 20 * mib, 4) == 4  # an unknown figure holds no lane back
     assert shared_lanes_fitting(RESERVE_BYTES, 0, 4) == 4  # nor a first inference that added nothing
+
+
+def test_litert_lanes_held_back_hand_their_threads_to_the_lanes_kept(caplog: pytest.LogCaptureFixture):
+    """Four lanes of one thread planned, memory for two copies: the engine is loaded again as two lanes of two
+    threads (the old copies closed first), so the cores the thread budget gave it stay in use."""
+    path = MODELS / "tflite/ssd_mobilenet_v2_coco_quant_postprocess.tflite"
+    opened: list[weakref.ref[Backend]] = []
+
+    def opener(engine: str, model: Path, options: BackendOptions) -> Backend:
+        backend = open_backend(engine, model, options)
+        opened.append(weakref.ref(backend))
+        return backend
+
+    left = iter([8 * 2**30, 0])
+    pool = DetectorPool(memory=lambda: next(left), opener=opener)
+    handles = [pool.acquire(f"s{i}", "tflite", path, BackendOptions(threads=1), 10.0, 4, True) for i in range(4)]
+    try:
+        shared = handles[0].shared
+        assert shared is not None and describe_engine(shared).lanes == 2 and describe_engine(shared).threads == 2
+        assert len(opened) == 4  # two copies of one thread, then two of two
+        assert [ref() for ref in opened[:2]] == [None, None]  # the first load's interpreters freed
+        assert "2 of 4 lanes loaded" in caplog.text and "of 2 thread(s) each" in caplog.text
+        outputs = _run_at_once(handles)
+        assert len(outputs) == 4 and all(len(o) == 4 for o in outputs)
+    finally:
+        for handle in handles:
+            handle.close()
 
 
 def _cgroup(folder: Path, files: dict[str, str]) -> None:

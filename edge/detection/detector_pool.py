@@ -10,6 +10,7 @@ A shared engine that hangs is left to its thread: the next stream that reloads g
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from edge_inference.edge.detection.memory import (
     lane_bytes,
     lane_fits,
     process_rss,
+    settled_rss,
     shared_lanes_fitting,
 )
 from edge_inference.edge.detection.scheduler import InferenceScheduler
@@ -70,6 +72,7 @@ class SharedEngine:
     backend: Backend
     scheduler: InferenceScheduler
     copies: list[Backend] = field(default_factory=list)  # further loads of the model, one per extra lane
+    threads: int | None = None  # per lane, as loaded (more than the key's where lanes were held back for memory)
     loaded_at: float = field(default_factory=time.time)
     holders: dict[int, str] = field(default_factory=dict)  # id(SharedBackend) -> stream id
     retired: bool = False  # replaced after it hung; closed by nobody while its inference may still be running
@@ -129,11 +132,12 @@ class DetectorPool:
         self._engines: dict[EngineKey, SharedEngine] = {}
         self._all: list[SharedEngine] = []  # every engine loaded, for statistics, until it is released
 
-    def opener(self, stream: str, stuck_after_s: float, lanes: int = 1) -> Opener:
-        """What a stream's loader calls in place of `open_backend`."""
+    def opener(self, stream: str, stuck_after_s: float, lanes: int = 1, threads_planned: bool = False) -> Opener:
+        """What a stream's loader calls in place of `open_backend`. `threads_planned`: the threads per lane are the
+        thread budget's, not the user's, so lanes held back for memory hand theirs to the lanes kept."""
 
         def open_shared(engine: str, path: Path, options: BackendOptions) -> Backend:
-            return self.acquire(stream, engine, path, options, stuck_after_s, lanes)
+            return self.acquire(stream, engine, path, options, stuck_after_s, lanes, threads_planned)
 
         return open_shared
 
@@ -145,6 +149,7 @@ class DetectorPool:
         options: BackendOptions,
         stuck_after_s: float = 10.0,
         lanes: int = 1,
+        threads_planned: bool = False,
     ) -> SharedBackend:
         """A handle on the engine for this model, engine and device; loaded (with `lanes` lanes) on first use."""
         key = EngineKey.of(engine, path, options)
@@ -153,48 +158,84 @@ class DetectorPool:
         with key_lock:  # two streams starting together load the model once; other models load meanwhile
             shared = self._live_engine(key, stuck_after_s) if self.share else None
             if shared is None:
-                shared = self._load(key, engine, path, options, lanes)
+                shared = self._load(key, engine, path, options, lanes, threads_planned)
                 with self._lock:
                     if self.share:
                         self._engines[key] = shared
                     self._all.append(shared)
             return self._handle(shared, stream)
 
-    def _load(self, key: EngineKey, engine: str, path: Path, options: BackendOptions, lanes: int) -> SharedEngine:
+    def _load(
+        self, key: EngineKey, engine: str, path: Path, options: BackendOptions, lanes: int, threads_planned: bool
+    ) -> SharedEngine:
         options = replace(options, lanes=max(1, lanes))
-        before = process_rss()
+        before = settled_rss()
         backend = self._open(engine, path, options)
         copies: list[Backend] = []
+        shortage: _Shortage | None = None
         try:
             if backend.parallel == "copies" and lanes > 1:
-                copies = self._copies(engine, path, options, lanes - 1, _grown(before))
+                copies, shortage = self._copies(engine, path, options, lanes - 1, _grown(before))
             elif backend.parallel == "shared" and lanes > 1:
-                lanes = self._shared_lanes(backend, path, engine, options, lanes)
+                shortage = self._shared_lanes(backend, lanes)
         except Exception:
             backend.close()
             raise
-        lane_backends = [backend] * max(1, lanes) if backend.parallel == "shared" else [backend, *copies]
-        return SharedEngine(key, backend, InferenceScheduler(lane_backends, self.max_batch), copies=copies)
+        if shortage is not None:
+            threads = (options.threads or 1) * shortage.wanted // shortage.kept
+            rethread = threads_planned and options.threads is not None and threads > options.threads
+            if rethread:
+                options = replace(options, threads=threads, lanes=shortage.kept)
+                loaded = [backend, *copies]
+                del backend, copies  # the reload frees them first: memory is what is short
+                backend, copies = self._reloaded(engine, path, options, loaded)
+            _warn_short_of_memory(path, engine, options.threads, shortage, rethread)
+        lanes = shortage.kept if shortage else max(1, lanes)
+        lane_backends = [backend] * lanes if backend.parallel == "shared" else [backend, *copies]
+        scheduler = InferenceScheduler(lane_backends, self.max_batch)
+        return SharedEngine(key, backend, scheduler, copies=copies, threads=options.threads)
 
-    def _shared_lanes(self, backend: Backend, path: Path, engine: str, options: BackendOptions, wanted: int) -> int:
-        """How many of `wanted` lanes one shared model may run at once: each holds an inference's working memory,
+    def _reloaded(
+        self, engine: str, path: Path, options: BackendOptions, opened: list[Backend]
+    ) -> tuple[Backend, list[Backend]]:
+        """The engine loaded again with `options.lanes` lanes of `options.threads`: the held-back lanes' threads
+        shared among the lanes kept, so the cores the thread budget gave the engine stay in use (an engine's
+        thread count is fixed when it loads). The old load is closed and freed first (the caller hands over its
+        only references in `opened`): memory is what is short."""
+        _close_each(opened)
+        opened.clear()
+        gc.collect()  # an engine's native memory goes with its last Python reference, cycles included
+        backend = self._open(engine, path, options)
+        copies: list[Backend] = []
+        try:
+            if backend.parallel == "copies":
+                copies.extend(self._open(engine, path, options) for _ in range(options.lanes - 1))
+        except Exception:
+            for copy in copies:
+                copy.close()
+            backend.close()
+            raise
+        return backend, copies
+
+    def _shared_lanes(self, backend: Backend, wanted: int) -> _Shortage | None:
+        """Whether one shared model may run `wanted` lanes at once: each holds an inference's working memory,
         reckoned at what the model's first inference added, while the memory left keeps the reserve. Two blank
         inferences first (the stream's warm-up then finds the engine warm): ONNX Runtime lays out its memory for
         a shape at the second run (+23 MiB on yolov8n int8 at 640), which the reading after them counts."""
         blank = _blank_input(backend)
-        before = process_rss()
+        before = settled_rss()
         if blank is None or before is None or self._available() is None:
-            return wanted
+            return None
         backend.run(blank)
         lane = _grown(before)
         backend.run(blank)
         available = self._available()
         fitting = shared_lanes_fitting(available, lane, wanted)
-        if fitting < wanted:
-            _warn_short_of_memory(path, engine, options.threads, fitting, wanted, available, lane)
-        return fitting
+        return _Shortage(fitting, wanted, available, lane) if fitting < wanted else None
 
-    def _copies(self, engine: str, path: Path, options: BackendOptions, wanted: int, loaded: int) -> list[Backend]:
+    def _copies(
+        self, engine: str, path: Path, options: BackendOptions, wanted: int, loaded: int
+    ) -> tuple[list[Backend], _Shortage | None]:
         """Up to `wanted` further loads of the model, each only while the memory left after it keeps the reserve.
         A copy is first reckoned at what the first load took (imports included: an overestimate), then at what the
         last copy took."""
@@ -203,18 +244,15 @@ class DetectorPool:
             while len(copies) < wanted:
                 available = self._available()
                 if not lane_fits(available, loaded):
-                    _warn_short_of_memory(
-                        path, engine, options.threads, len(copies) + 1, wanted + 1, available, lane_bytes(loaded)
-                    )
-                    break
-                before = process_rss()
+                    return copies, _Shortage(len(copies) + 1, wanted + 1, available, lane_bytes(loaded))
+                before = settled_rss()
                 copies.append(self._open(engine, path, options))
                 loaded = _grown(before) or loaded
         except Exception:
             for copy in copies:
                 copy.close()
             raise
-        return copies
+        return copies, None
 
     def _live_engine(self, key: EngineKey, stuck_after_s: float) -> SharedEngine | None:
         with self._lock:
@@ -269,28 +307,46 @@ def _blank_input(backend: Backend) -> np.ndarray | None:
     return np.zeros([max(tensor.shape[0], 1), *tensor.shape[1:]], dtype=tensor.dtype)
 
 
+def _close_each(backends: list[Backend]) -> None:
+    for backend in backends:
+        backend.close()
+
+
 def _grown(before: int | None) -> int:
     """Bytes the process's resident memory grew by since `before` (0 where it cannot be read, or it shrank)."""
     after = process_rss()
     return 0 if before is None or after is None else max(after - before, 0)
 
 
-def _warn_short_of_memory(
-    path: Path, engine: str, threads: int | None, lanes: int, wanted: int, available: int | None, lane: int
-) -> None:
+@dataclass(frozen=True)
+class _Shortage:
+    """Lanes held back for memory: `kept` of `wanted`, the memory left and what one more lane would take."""
+
+    kept: int
+    wanted: int
+    available: int | None
+    lane: int
+
+
+def _warn_short_of_memory(path: Path, engine: str, threads: int | None, shortage: _Shortage, rethreaded: bool) -> None:
+    todo = (
+        "the lanes kept were given the others' threads"
+        if rethreaded
+        else "or give these streams threads: equal to the cores for one lane on every core"
+    )
     log.warning(
         "%s on %s: %d of %d lanes loaded: %d MiB of memory left, and another lane would take about %d MiB "
         "(%d MiB are kept free). Its streams take turns on those, of %s thread(s) each: free memory or raise the "
-        "container's limit for every lane, or give these streams threads: equal to the cores for one lane on "
-        "every core",
+        "container's limit for every lane; %s",
         path.name,
         engine,
-        lanes,
-        wanted,
-        (available or 0) // MIB,
-        lane // MIB,
+        shortage.kept,
+        shortage.wanted,
+        (shortage.available or 0) // MIB,
+        shortage.lane // MIB,
         RESERVE_BYTES // MIB,
         threads or "its default",
+        todo,
     )
 
 
@@ -332,7 +388,7 @@ def describe_engine(shared: SharedEngine, now: float | None = None) -> DetectorF
         backend=shared.backend.key,
         engine=shared.backend.engine,
         device=shared.backend.device,
-        threads=shared.key.threads,
+        threads=shared.threads,
         lanes=shared.scheduler.lanes,
         streams=shared.streams,
         inference_ms_p50=_rounded(percentile(inference, 50)),

@@ -156,7 +156,7 @@ class StreamManager:
         def load(buffers: int) -> Detector:
             plan = self.engine_plan(key, requests)
             config = replace(detector_config(stream, buffers), threads=plan.threads)
-            opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes)
+            opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes, stream.threads is None)
             return load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
 
         return load
