@@ -359,6 +359,26 @@ def test_shared_lanes_are_counted_by_one_inferences_memory_over_the_reserve():
     assert shared_lanes_fitting(RESERVE_BYTES, 0, 4) == 4  # nor a first inference that added nothing
 
 
+def test_a_file_whose_memory_holds_one_lane_runs_it_on_the_threads_the_budget_planned():
+    """A file gets a lane per core; with only the reserve left, its engine keeps one lane, on every planned thread
+    where the stream set no `threads:`, and on the user's one thread where it did (the wiring from the stream)."""
+    cores = usable_cores()
+    for threads, expected in ((None, cores), (1, 1)):
+        stream = StreamConfig(
+            id="walk", source=str(VTEST), model=str(YOLOX), backend="onnx", mode="file", pace=False, threads=threads
+        )
+        manager = StreamManager(ServiceConfig(streams=[stream]))
+        manager.detectors = DetectorPool(memory=lambda: RESERVE_BYTES)
+        manager.start()
+        try:
+            pipeline = manager.pipelines["walk"]
+            wait_for(lambda p=pipeline: p.stats.frames_processed >= 10, "frames on the one lane")
+            figures = describe_engine(manager.detectors.engines()[0])
+            assert (figures.lanes, figures.threads) == (1, expected), threads
+        finally:
+            manager.stop()
+
+
 def test_litert_lanes_held_back_hand_their_threads_to_the_lanes_kept(caplog: pytest.LogCaptureFixture):
     """Four lanes of one thread planned, memory for two copies: the engine is loaded again as two lanes of two
     threads (the old copies closed first), so the cores the thread budget gave it stay in use."""
