@@ -220,20 +220,27 @@ def test_a_wrong_password_is_reported_in_the_brokers_own_words(tmp_path):
         secured.stop()
 
 
+def _started_link(broker, monkeypatch):
+    """Our MQTT link to the broker, started, waiting 1 s for a PUBACK (10 s in the service)."""
+    from edge_inference.edge.config import MqttConfig
+    from edge_inference.edge.events import mqtt as mqtt_module
+
+    monkeypatch.setattr(mqtt_module, "PUBACK_TIMEOUT_S", 1.0)
+    config = MqttConfig(device_id=DEVICE)
+    link = mqtt_module.MqttLink(config, mqtt_module.parse_broker(broker.url, config), DEVICE)
+    link.start()
+    return link
+
+
 def test_a_message_handed_over_as_the_broker_goes_is_sent_once_it_is_back(tmp_path, broker, monkeypatch):
     """The broker goes while the outbox is publishing: the link still counts as connected (paho reports the loss a
     moment later) and paho answers "not connected" while keeping the messages, which it sends itself after
     reconnecting. The outbox must then see them confirmed: before, their handles raised for good and the outbox
     waited on the first of them forever (three minutes of events held back in a full run)."""
-    from edge_inference.edge.config import MqttConfig
-    from edge_inference.edge.events import mqtt as mqtt_module
     from edge_inference.edge.events.store import Message
 
-    monkeypatch.setattr(mqtt_module, "PUBACK_TIMEOUT_S", 1.0)
     subscriber = Subscriber(broker, ["kept/#"], client_id="kept-consumer")
-    config = MqttConfig(device_id=DEVICE)
-    link = mqtt_module.MqttLink(config, mqtt_module.parse_broker(broker.url, config), DEVICE)
-    link.start()
+    link = _started_link(broker, monkeypatch)
     try:
         assert link.connected.wait(60)
         broker.stop()
@@ -261,15 +268,10 @@ def test_a_message_handed_over_as_the_broker_goes_is_sent_once_it_is_back(tmp_pa
 def test_a_message_paho_already_holds_is_not_published_again_by_the_outbox(tmp_path, broker, monkeypatch):
     """The broker stops answering (SIGSTOP) while a batch waits for its PUBACKs: the outbox is told "not confirmed"
     and will hand the same rows over again, while paho keeps them and sends them itself. Each arrives once."""
-    from edge_inference.edge.config import MqttConfig
-    from edge_inference.edge.events import mqtt as mqtt_module
     from edge_inference.edge.events.store import Message
 
-    monkeypatch.setattr(mqtt_module, "PUBACK_TIMEOUT_S", 1.0)
     subscriber = Subscriber(broker, ["once/#"], client_id="once-consumer")
-    config = MqttConfig(device_id=DEVICE)
-    link = mqtt_module.MqttLink(config, mqtt_module.parse_broker(broker.url, config), DEVICE)
-    link.start()
+    link = _started_link(broker, monkeypatch)
     try:
         assert link.connected.wait(60)
         batch = [Message(i, "mqtt", f"once/{i}", b"%d" % i, False) for i in range(5)]

@@ -126,7 +126,7 @@ class DetectorPool:
         self.max_batch = max_batch
         self.share = share
         self._open = opener
-        self._available = memory  # read before each further copy of a model, for engines that copy it per lane
+        self._available = memory  # read before each lane beyond the first: what the memory left allows
         self._lock = threading.Lock()
         self._key_locks: dict[EngineKey, threading.Lock] = {}
         self._engines: dict[EngineKey, SharedEngine] = {}
@@ -169,7 +169,7 @@ class DetectorPool:
         self, key: EngineKey, engine: str, path: Path, options: BackendOptions, lanes: int, threads_planned: bool
     ) -> SharedEngine:
         options = replace(options, lanes=max(1, lanes))
-        before = settled_rss()
+        before = settled_rss() if lanes > 1 else None  # what a first copy took, for further ones
         backend = self._open(engine, path, options)
         copies: list[Backend] = []
         shortage: _Shortage | None = None
@@ -211,9 +211,7 @@ class DetectorPool:
             if backend.parallel == "copies":
                 copies.extend(self._open(engine, path, options) for _ in range(options.lanes - 1))
         except Exception:
-            for copy in copies:
-                copy.close()
-            backend.close()
+            _close_each([*copies, backend])
             raise
         return backend, copies
 
@@ -223,8 +221,10 @@ class DetectorPool:
         inferences first (the stream's warm-up then finds the engine warm): ONNX Runtime lays out its memory for
         a shape at the second run (+23 MiB on yolov8n int8 at 640), which the reading after them counts."""
         blank = _blank_input(backend)
+        if blank is None or self._available() is None:
+            return None
         before = settled_rss()
-        if blank is None or before is None or self._available() is None:
+        if before is None:
             return None
         backend.run(blank)
         lane = _grown(before)
@@ -249,8 +249,7 @@ class DetectorPool:
                 copies.append(self._open(engine, path, options))
                 loaded = _grown(before) or loaded
         except Exception:
-            for copy in copies:
-                copy.close()
+            _close_each(copies)
             raise
         return copies, None
 

@@ -280,8 +280,8 @@ def _memory_limit(root: Path) -> Iterator[Finding]:
     left = headroom // MIB
     status: Status = "warn" if left < LOW_MEMORY_MB else "ok"
     fix = (
-        "raise the limit (docker run --memory, MemoryMax= in the systemd unit) or use a smaller model; a LiteRT "
-        "model holds a copy per lane, and loads only the lanes the limit leaves room for"
+        "raise the limit (docker run --memory, MemoryMax= in the systemd unit) or use a smaller model; every lane "
+        "of an engine holds memory, and an engine keeps only the lanes the limit leaves room for"
         if status == "warn"
         else None
     )
