@@ -77,17 +77,24 @@ def _bench(model: str, as_json: bool, frames_from: str | None) -> None:
         read_frames(frames_from, 1)  # a missing or undecodable file is one line here, not a failure per engine
     _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True), frames=frames_from)
     if as_json:
-        rows = [asdict(r) | {"fps": r.fps, "spread": round(r.spread, 3)} for r in results]
+        rows = [asdict(r) | {"fps": r.fps, "best_fps": r.best_fps, "spread": round(r.spread, 3)} for r in results]
         click.echo(json.dumps({"results": rows, "certainty": certainty(results)}, indent=2))
         return
     best = fastest(results)
-    click.echo(f"\n{'backend':<10}{'device':<24}{'fps':>8}{'spread':>8}{'CPU ms':>8}  model")
-    for result in sorted(results, key=lambda r: r.ms_p50 or float("inf")):
-        figures = (result.fps or 0, f"{result.spread:.0%}", result.cpu_ms or 0) if result.ms_p50 else ("-", "-", "-")
+    click.echo(f"\n{'backend':<10}{'device':<24}{'best':>8}{'median':>8}{'spread':>8}{'CPU ms':>8}  model")
+    for result in sorted(results, key=lambda r: -(r.best_fps or 0) if r.ms_p50 else float("inf")):
+        figures = (
+            (result.best_fps or 0, result.fps or 0, f"{result.spread:.0%}", result.cpu_ms or 0)
+            if result.ms_p50
+            else ("-", "-", "-", "-")
+        )
         timing = "".join(f"{value:>8.1f}" if isinstance(value, float) else f"{value:>8}" for value in figures)
         mark = "  <- --backend auto" if result is best else ""
         click.echo(f"{result.backend:<10}{result.device[:23]:<24}{timing}  {result.model}{mark}")
         if result.error:
             click.echo(f"{'':<10}cannot run here: {result.error}")
-    click.echo("(whole frames: pre-processing, inference and decoding; median of rounds taken in turns; CPU per frame)")
+    click.echo(
+        "(frames per second on whole frames: pre-processing, inference and decoding; in rounds taken in turns, the"
+        " best and the median; CPU per frame)"
+    )
     click.echo(f"choice: {certainty(results)}")

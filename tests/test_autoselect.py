@@ -56,7 +56,7 @@ def test_bench_times_every_engine_that_runs_the_model_and_keeps_the_result(setti
     assert list(stored) == [cache_key(candidates("yolox-nano", settings))]
     (entry,) = stored.values()
     # the figures as stored, not as rounded for the table: a rounding cannot flip the comparison
-    fps = {r["backend"]: 1000 / r["ms_p50"] for r in entry["results"]}
+    fps = {r["backend"]: max(r["fps_rounds"]) for r in entry["results"]}  # each engine's best round
     cpu = {r["backend"]: r["cpu_ms"] for r in entry["results"]}
     quickest = max(fps, key=lambda k: fps[k])
     # the highest throughput, or one within 3% of it that costs less CPU per frame
@@ -76,10 +76,22 @@ def test_the_pick_breaks_a_tie_within_the_noise_by_cpu_per_frame_and_says_how_su
     assert certainty([spinning, frugal, slow]).startswith("close: openvino and onnx are within 3%")
     assert fastest([spinning, slow]) is spinning
     assert certainty([spinning, slow]).startswith(
-        "sure: every round of onnx beat every round of the others (1.67x tflite)"
+        "sure: every round of onnx beat every round of the others (1.66x tflite)"
     )
-    overlapping = timed("openvino", [95.0, 93.0, 102.0], 15.0)
-    assert certainty([spinning, overlapping]).startswith("likely: onnx is ahead at the median")
+    ahead = timed("onnx", [100.0, 92.0, 96.0], 30.0)
+    overlapping = timed("openvino", [95.0, 93.0, 90.0], 15.0)
+    assert certainty([ahead, overlapping]).startswith("likely: onnx is ahead in its best round")
+
+
+def test_a_burst_of_load_over_some_rounds_of_one_engine_does_not_decide_the_pick():
+    """Measured here while 50 uploads reached the service: two of ONNX Runtime's three rounds were slowed, and the
+    median picked OpenVINO, which used 1.2x the CPU per frame (the stream moved to it, +380 MiB)."""
+    disturbed = Measurement("onnx", "cpu", "m", 1000 / 60.6, None, [56.2, 60.6, 78.4], 18.5)
+    other = Measurement("openvino", "CPU", "m", 1000 / 74.2, None, [56.4, 75.6, 74.2], 22.5)
+    assert (disturbed.fps or 0) < (other.fps or 0)  # at the median, OpenVINO looked 1.22x faster
+    assert fastest([disturbed, other]) is disturbed
+    assert fastest([other, disturbed]) is disturbed
+    assert certainty([disturbed, other]).startswith("likely: onnx is ahead in its best round")
 
 
 def _store(settings: Settings, model: str, timings: dict[str, float]) -> None:
@@ -226,11 +238,17 @@ def test_the_service_serves_while_auto_measures_then_moves_to_the_measured_pick(
             assert time.monotonic() < deadline, server.log
             time.sleep(0.5)
         (entry,) = json.loads(cache.read_text()).values()
-        best = min((r for r in entry["results"] if r["ms_p50"]), key=lambda r: r["ms_p50"])
+        timed = [r for r in entry["results"] if r["ms_p50"]]
+        best = max(timed, key=lambda r: max(r["fps_rounds"]))  # the best round's engine, or a tie at less CPU
+        picks = {best["backend"]} | {
+            r["backend"]
+            for r in timed
+            if max(r["fps_rounds"]) >= 0.97 * max(best["fps_rounds"]) and r["cpu_ms"] < best["cpu_ms"]
+        }
         # on the measured pick, whichever it is (moved to it, or confirmed on it), and saying so
         while True:
             stream = server.client.get("/api/v1/streams").json()[0]
-            if stream["backend"] == best["backend"] and "fastest here when measured" in stream["notes"][0]:
+            if stream["backend"] in picks and "fastest here when measured" in stream["notes"][0]:
                 break
             assert time.monotonic() < deadline, (stream, server.log)
             time.sleep(0.5)
