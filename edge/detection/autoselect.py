@@ -476,15 +476,17 @@ def auto_choice(model: str, settings: Settings | None = None, *, measure: bool =
     best = fastest(results)
     if best is None:
         return _by_rule(model, settings, found, "measuring the engines failed")
-    others = ", ".join(f"{r.backend} {r.best_fps:.1f}" for r in results if r is not best and r.best_fps)
-    reason = (
-        f"fastest here when measured ({best.best_fps or 0:.1f} frames/s in its best round; "
-        f"{others or 'no other engine ran'}); {certainty(results)}"
-    )
+    reason = f"fastest here when measured ({_figures(best, results)}); {certainty(results)}"
     # the candidate's own model: a stored result may come from another copy of the same file
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
     sure = certainty(results).startswith("sure")
     return AutoChoice(pick.backend, pick.device, pick.model, reason, key=key, timing=best, sure=sure)
+
+
+def _figures(best: Measurement, results: list[Measurement]) -> str:
+    """The pick's best round and the others', for the stream's note."""
+    others = ", ".join(f"{r.backend} {r.best_fps:.1f}" for r in results if r is not best and r.best_fps)
+    return f"{best.best_fps or 0:.1f} frames/s in its best round; {others or 'no other engine ran'}"
 
 
 def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = "") -> AutoChoice:
