@@ -12,6 +12,9 @@
     Target: equal (ratio within noise, 1.00 +- 0.05).
 (d) OpenVINO with the pre-processing compiled into the model against the same engine fed by our own, on the
     whole `detect`'s CPU per frame.
+(e) Where (a)'s overhead goes, inside the detect loop: the calling thread's CPU per frame for pre-processing,
+    inference and decoding, each decode followed by a second one on the same outputs (the first pays for what the
+    inference evicted), against the allowance each target leaves over the bare engine.
 (c) For every registry family: auto's pick and the fps of every engine that can run it here, timed on 60 frames
     of vtest.avi each, in one run. Target: auto's pick >= 0.95 of the fastest.
 """
@@ -99,6 +102,40 @@ def overhead(frames: list) -> None:
             f"{name:<24} CPU per frame: detect {whole:6.2f} ms, bare engine {bare:6.2f} ms -> ratio {ratio:.3f}"
             f" (target <= {target}: {'met' if ratio <= target else 'MISSED'}); wall, paired: pre {pre:4.2f} ms"
             f" post {post:4.2f} ms, ratio {wall:.3f}"
+        )
+
+
+def stages(frames: list) -> None:
+    """(e) The calling thread's CPU per frame for each stage of the detect loop (the engine's other threads are
+    not in these), a second decode of the same outputs beside the first, and what each target allows."""
+    print("\n## (e) where the overhead goes: calling thread's CPU ms per frame inside the detect loop")
+    clock = time.thread_time
+    for name, (model, backend, target) in CASES.items():
+        detector = load_detector(DetectorConfig(model, backend=backend))
+        detector.warmup()
+        spent = [0.0] * 4  # pre, inference, decode, the same decode again
+        for frame in frames:
+            t0 = clock()
+            prepared = detector.prepare(frame)
+            t1 = clock()
+            raw = detector.infer(prepared.tensor)
+            t2 = clock()
+            detector.decode(raw, prepared.transform)
+            t3 = clock()
+            detector.decode(raw, prepared.transform)
+            for index, took in enumerate((t1 - t0, t2 - t1, t3 - t2, clock() - t3)):
+                spent[index] += took * 1e3 / len(frames)
+        tensors = [detector.prepare(frame).tensor.copy() for frame in frames]
+        t0 = time.process_time()
+        for tensor in tensors:
+            detector.backend.run(tensor)
+        bare = (time.process_time() - t0) * 1e3 / len(frames)
+        detector.close()
+        pre, _, post, again = spent
+        print(
+            f"{name:<24} pre {pre:4.2f}  decode {post:4.2f} (again on the same outputs {again:4.2f})"
+            f"  allowance {(target - 1) * bare:4.2f} ms of a bare engine's {bare:5.2f} ms (all its threads)"
+            f"  pre alone -> ratio {1 + pre / bare:.3f}"
         )
 
 
@@ -212,6 +249,7 @@ def main() -> int:
     frames = read_frames(VTEST, args.frames)
     print(f"# {machine()}")
     overhead(frames)
+    stages(frames)
     pixels_in_engine(frames)
     auto_vs_named()
     pick_vs_fastest(frames[:60])
