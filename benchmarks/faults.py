@@ -371,7 +371,7 @@ def full_disk_case(work: Path) -> Row | None:
                 said = server.log.count("events are not being stored")
                 return (
                     f"ready {health['status']}: {health['problems'][0][:90]}...; {said} log line",
-                    f"{lost} changes not stored, counted (live SSE/MQTT still got them); storing again "
+                    f"{lost} change(s) not stored, counted (live SSE/MQTT still got them); storing again "
                     f"{back:.1f} s after room was made",
                 )
 
@@ -401,7 +401,7 @@ def damaged_database_case(work: Path) -> Row:
         kept = next(data.glob("events.db.damaged-*")).name
         return Row(
             "events.db with a damaged page",
-            f"started (ready in {ready:.1f} s): {notice.split(':')[0]}; moved aside, a fresh one opened",
+            f"started (ready in {ready:.1f} s): {notice.split('): moved to')[0]}); moved aside, a fresh one opened",
             "-",
             f"{server.rss_mib():.0f}",
             f"the 300 old events kept in {kept}",

@@ -164,6 +164,6 @@ class EventRecorder:
         try:
             self.store.record(change.event, snapshot, messages)
         except (OSError, sqlite3.Error) as exc:
-            self.watch.failed(f"storing a {change.kind} of event {change.event.id}", exc)
+            self.watch.failed(f"storing the {change.kind} of event {change.event.id}", exc)
             return False
         return True
