@@ -74,15 +74,20 @@ def detecting(detector: Detector, frames: list) -> Callable[[int, int], object]:
     return lambda start, stop: [detector.detect(frame) for frame in frames[start:stop]]
 
 
+def bare_engine(detector: Detector, frames: list) -> Callable[[int, int], object]:
+    """A run for `paired_cpu_ms`: the bare engine call on frames[start:stop]'s tensors, made beforehand."""
+    tensors = [detector.prepare(frame).tensor.copy() for frame in frames]
+    return lambda start, stop: [detector.backend.run(tensor) for tensor in tensors[start:stop]]
+
+
 def cpu_ratio(detector: Detector, frames: list, blocks: int = 20) -> tuple[float, float, float]:
     """(detect CPU ms per frame, bare engine CPU ms per frame, their ratio): the whole `detect` and the bare engine
     call on the same frames' tensors, in 20 alternated pairs of blocks (the median pair's ratio)."""
-    tensors = [detector.prepare(frame).tensor.copy() for frame in frames]
     pairs = paired_cpu_ms(
         len(frames),
         blocks,
         detecting(detector, frames),
-        lambda a, b: [detector.backend.run(tensor) for tensor in tensors[a:b]],
+        bare_engine(detector, frames),
     )
     whole, bare = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
     return whole, bare, statistics.median(p[0] / p[1] for p in pairs)
@@ -125,11 +130,7 @@ def stages(frames: list) -> None:
             detector.decode(raw, prepared.transform)
             for index, took in enumerate((t1 - t0, t2 - t1, t3 - t2, clock() - t3)):
                 spent[index] += took * 1e3 / len(frames)
-        tensors = [detector.prepare(frame).tensor.copy() for frame in frames]
-        t0 = time.process_time()
-        for tensor in tensors:
-            detector.backend.run(tensor)
-        bare = (time.process_time() - t0) * 1e3 / len(frames)
+        (bare,) = paired_cpu_ms(len(frames), 1, bare_engine(detector, frames))[0]
         detector.close()
         pre, _, post, again = spent
         print(
