@@ -15,6 +15,9 @@
 (e) Where (a)'s overhead goes, inside the detect loop: the calling thread's CPU per frame for pre-processing,
     inference and decoding, each decode followed by a second one on the same outputs (the first pays for what the
     inference evicted), against the allowance each target leaves over the bare engine.
+(f) The resize, the largest part of (e)'s pre-processing, where else it could run: OpenCV's in-process resize
+    against ONNX Runtime's `Resize` operator and OpenVINO's PrePostProcessor resize (the engine taking the camera's
+    frame whole), CPU per frame on one thread each, at yolox-nano's and yolov8n's letterbox sizes.
 (c) For every registry family: auto's pick and the fps of every engine that can run it here, timed on 60 frames
     of vtest.avi each, in one run. Target: auto's pick >= 0.95 of the fastest.
 """
@@ -22,12 +25,16 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+
+import cv2
+import numpy as np
 
 from benchmarks.common import (
     MEDIA,
@@ -43,6 +50,7 @@ from edge_inference.edge.detection.autoselect import auto_choice, candidates
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.settings import get_settings
+from edge_inference.models.preprocess import opencv_threads_off
 from edge_inference.models.registry import REGISTRY
 
 CASES = {
@@ -162,6 +170,70 @@ def pixels_in_engine(frames: list, blocks: int = 20) -> None:
         plain.close()
 
 
+def resize_in_engine(frames: list, rounds: int = 3) -> None:
+    """(f) CPU ms per frame of the letterbox resize: OpenCV (what the detector does) against each engine's own
+    resize, one thread each, in alternated rounds (the median). The `onnx` package (the test extra) builds the
+    one-operator graph."""
+    print("\n## (f) the resize in the engine instead: CPU ms per frame, one thread each")
+    opencv_threads_off()  # as the detector runs it
+    height, width = frames[0].shape[:2]
+    for name, size in (("yolox-nano", (416, 312)), ("yolov8n", (640, 480))):
+        runs: dict[str, Callable[[np.ndarray], object]] = {
+            "OpenCV": functools.partial(cv2.resize, dsize=size, interpolation=cv2.INTER_LINEAR),
+            "ONNX Runtime Resize": _onnx_resize(height, width, size),
+            "OpenVINO PrePostProcessor": _openvino_resize(height, width, size),
+        }
+        spent: dict[str, list[float]] = {key: [] for key in runs}
+        for _ in range(rounds):
+            for key, run in runs.items():
+                t0 = time.process_time()
+                for frame in frames:
+                    run(frame)
+                spent[key].append((time.process_time() - t0) * 1e3 / len(frames))
+        ours = statistics.median(spent["OpenCV"])
+        row = "  ".join(
+            f"{key} {statistics.median(ms):.2f} ms ({statistics.median(ms) / ours:.1f}x)" for key, ms in spent.items()
+        )
+        print(f"{name:<12} {width}x{height} -> {size[0]}x{size[1]}: {row}")
+
+
+def _onnx_resize(height: int, width: int, size: tuple[int, int]) -> Callable[[np.ndarray], object]:
+    """A one-operator ONNX graph: uint8 HWC in, bilinear `Resize` on the two spatial axes, uint8 out."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    sizes = numpy_helper.from_array(np.array([size[1], size[0]], np.int64), "sizes")
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", axes=[0, 1])
+    graph = helper.make_graph(
+        [node],
+        "resize",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [height, width, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [size[1], size[0], 3])],
+        initializer=[sizes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return lambda frame: session.run(None, {"x": frame})
+
+
+def _openvino_resize(height: int, width: int, size: tuple[int, int]) -> Callable[[np.ndarray], object]:
+    """OpenVINO's PrePostProcessor resizing the whole frame (uint8 NHWC) to the input of an identity model."""
+    import openvino as ov
+    import openvino.opset13 as ops
+    from openvino.preprocess import PrePostProcessor, ResizeAlgorithm
+
+    pixels = ops.parameter([1, size[1], size[0], 3], ov.Type.u8, name="x")
+    ppp = PrePostProcessor(ov.Model([ops.convert(pixels, ov.Type.u8).output(0)], [pixels], "identity"))
+    ppp.input().tensor().set_layout(ov.Layout("NHWC")).set_spatial_static_shape(height, width)
+    ppp.input().preprocess().resize(ResizeAlgorithm.RESIZE_LINEAR)
+    ppp.input().model().set_layout(ov.Layout("NHWC"))
+    request = ov.Core().compile_model(ppp.build(), "CPU", {"INFERENCE_NUM_THREADS": 1}).create_infer_request()
+    return lambda frame: request.infer({0: frame[None]})
+
+
 def detect_run(backend: str) -> float:
     """Seconds to the answer of one `edge detect` in a fresh process."""
     t0 = time.perf_counter()
@@ -252,6 +324,7 @@ def main() -> int:
     overhead(frames)
     stages(frames)
     pixels_in_engine(frames)
+    resize_in_engine(frames)
     auto_vs_named()
     pick_vs_fastest(frames[:60])
     return 0
