@@ -22,6 +22,14 @@ class BackendError(RuntimeError):
     """A failure the user can act on; the message says what to do."""
 
 
+def unreadable_model(path: Path, kind: str, detail: str) -> BackendError:
+    """An engine could not parse the file: cut short by a copy or download, or not a model of this kind."""
+    return BackendError(
+        f"{path} could not be loaded as {kind} model ({detail}): the file is damaged, incomplete or not {kind} model;"
+        " copy, download or export it again"
+    )
+
+
 @dataclass(frozen=True)
 class Quantization:
     """real = scale * (q - zero_point)"""

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo, unreadable_model
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import nvidia_gpus
 from edge_inference.backends.options import EngineOptions, parse_options
@@ -181,7 +181,7 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
         session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - ORT raises several private types for unreadable models
         detail = str(exc).splitlines()[0][:300]
-        raise BackendError(f"{path} could not be loaded as an ONNX model: {detail}") from None
+        raise unreadable_model(path, "an ONNX", detail) from None
 
     active = session.get_providers()[0]
     if name != "cpu" and active != wanted and not notes:

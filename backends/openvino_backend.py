@@ -158,6 +158,9 @@ def compile_config(device: str, hint: str, threads: int | None, lanes: int, prec
 
 
 def _read(core: Any, path: Path) -> Any:
+    weights = path.with_suffix(".bin")
+    if path.suffix.lower() == ".xml" and not weights.is_file():  # OpenVINO's own words: "Check 'm_weights_provider'"
+        raise BackendError(f"OpenVINO's IR {path.name} needs its weights {weights.name} beside it: copy both files")
     try:
         return core.read_model(str(path))
     except RuntimeError as exc:
@@ -169,7 +172,10 @@ def _read(core: Any, path: Path) -> Any:
                 "run the model with --backend tflite, or give OpenVINO an ONNX conversion of it"
             ) from None
         detail = " ".join(line for line in text.splitlines() if "failed" in line.lower() or "Unable" in line)
-        raise BackendError(f"OpenVINO cannot read {path.name}: {detail[:300] or text[:300]}") from None
+        raise BackendError(
+            f"OpenVINO cannot read {path.name} ({detail[:300] or text[:300]}): the file is damaged, incomplete or not"
+            " a model OpenVINO reads (IR .xml with its .bin, ONNX, TFLite); copy, download or export it again"
+        ) from None
 
 
 def _tensors(compiled: Any, path: Path) -> tuple[list[TensorInfo], list[TensorInfo]]:

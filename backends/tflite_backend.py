@@ -14,7 +14,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edge_inference.backends.base import Backend, BackendError, BackendOptions, Parallel, Quantization, TensorInfo
+from edge_inference.backends.base import (
+    Backend,
+    BackendError,
+    BackendOptions,
+    Parallel,
+    Quantization,
+    TensorInfo,
+    unreadable_model,
+)
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 
 EDGETPU_OP = "edgetpu-custom-op"
@@ -88,7 +96,7 @@ def create_interpreter(path: Path, threads: int | None, delegates: list[Any] | N
         interpreter = interpreter_cls(model_path=str(path), num_threads=threads, experimental_delegates=delegates)
     except (ValueError, RuntimeError) as exc:
         detail = str(exc).splitlines()[0][:200]
-        raise BackendError(f"{path} could not be loaded as a TFLite model: {detail}") from None
+        raise unreadable_model(path, "a TFLite", detail) from None
     return interpreter, engine
 
 

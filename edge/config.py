@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
@@ -320,8 +320,40 @@ class ServiceConfig(BaseModel):
 
 def _explain(exc: ValidationError) -> str:
     return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+        f"{'.'.join(map(str, e['loc'])) or 'file'}: {_message(e['type'], e['loc'], e['msg'])}" for e in exc.errors()
     )
+
+
+def _message(kind: str, loc: tuple[int | str, ...], msg: str) -> str:
+    """Pydantic's words, and for a key the config does not know (a typo, another program's name for a setting)
+    the keys that place takes."""
+    keys = _keys_at(loc[:-1]) if kind == "extra_forbidden" else []
+    if not keys:
+        return msg.removeprefix("Value error, ")
+    where = ".".join(map(str, loc[:-1])) or "the top level"
+    return f"not a setting; {where} takes: {', '.join(keys)}"
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys of the config section at `loc` (list indexes pass through to the list's item)."""
+    section: type[BaseModel] | None = ServiceConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = section.model_fields.get(part) if section is not None else None
+        section = _section_in(field.annotation) if field is not None else None
+    return list(section.model_fields) if section is not None else []
+
+
+def _section_in(annotation: Any) -> type[BaseModel] | None:
+    """The config section a field holds: itself, or inside `list[...]`, `dict[..., ...]` or `... | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for inner in get_args(annotation):
+        found = _section_in(inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -86,7 +86,24 @@ def test_bad_images_each_get_one_line_and_good_ones_still_run(tmp_path):
 def test_model_file_that_is_not_a_model(tmp_path):
     fake = tmp_path / "model.onnx"
     fake.write_text("not a model")
-    assert_one_clear_error(run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(fake)), "model.onnx", "ONNX")
+    assert_one_clear_error(
+        run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(fake)), "model.onnx", "ONNX", "export it again"
+    )
+
+
+@pytest.mark.parametrize("backend", ["tflite", "openvino"])
+def test_a_model_cut_short_by_a_copy_says_to_copy_it_again(tmp_path, backend):
+    whole = (MODELS / "tflite/yolox_nano_float16_quantize.tflite").read_bytes()
+    cut = tmp_path / "yolox_nano.tflite"
+    cut.write_bytes(whole[: len(whole) // 2])
+    proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(cut), "-b", backend)
+    assert_one_clear_error(proc, "yolox_nano.tflite", "damaged, incomplete", "copy, download or export it again")
+
+
+def test_openvino_ir_without_its_weights_names_the_missing_file(tmp_path):
+    shutil.copy(MODELS / "openvino/yolox_nano.xml", tmp_path)
+    proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(tmp_path / "yolox_nano.xml"))
+    assert_one_clear_error(proc, "yolox_nano.xml", "needs its weights yolox_nano.bin beside it")
 
 
 def test_missing_model_file_and_unknown_registry_name():

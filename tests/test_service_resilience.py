@@ -171,3 +171,16 @@ def test_bad_configs_and_sources_get_one_line(tmp_path):
         proc = run_edge("serve", *args, "--port", "0", timeout=60)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         assert fragment in proc.stderr, proc.stderr
+
+
+def test_a_key_the_config_does_not_know_is_answered_with_the_keys_of_its_section(tmp_path):
+    # Frigate's `threshold` on a stream and a typo in motion's: each answered with what that section takes
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(f"streams:\n  - id: a\n    source: {VTEST}\n    threshold: 0.4\n    motion: {{treshold: 0.1}}\n")
+    proc = run_edge("serve", "--config", str(typo), "--port", "0", timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "streams.0.threshold: not a setting; streams.0 takes: id, source, model" in errors[0]
+    assert ", conf, " in errors[0]
+    assert "streams.0.motion.treshold: not a setting; streams.0.motion takes: threshold, pixel_threshold" in errors[0]
