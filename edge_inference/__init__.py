@@ -18,6 +18,11 @@ os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(DECODER_MAX_PIXELS))
 # 4.0; the wheels bundle a newer one): without this, one camera that accepts the connection and never answers keeps
 # every other source, local files too, from opening for its whole open timeout.
 os.environ.setdefault("OPENCV_FFMPEG_IS_THREAD_SAFE", "1")
+# FFmpeg inside OpenCV writes every damaged block of a stream straight to the process's stderr ("[h264 @ 0x..] error
+# while decoding MB ..."), unbounded, beside our logs: a camera with a lossy network fills the journal on a Pi's SD
+# card. Quiet by default (-8, AV_LOG_QUIET); our own lines say when a source cannot be opened or stalls. Set it to
+# 16 (errors) or 24 (warnings) to read FFmpeg's own words, printed on stdout with an [OPENCV:FFMPEG:NN] prefix.
+os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
 
 try:
     __version__ = version("edge-inference")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -176,3 +177,42 @@ def test_error_messages_quote_bounded_input():
         assert invalid.status_code == 422 and len(invalid.content) < 1000
         unknown_detect = client.post(f"/api/v1/detect?stream={long_id}", content=b"x")
         assert unknown_detect.status_code == 404 and len(unknown_detect.content) < 400
+
+
+_READ_A_DAMAGED_VIDEO = """
+import sys
+from edge_inference.edge.stream.sources import SourceError, open_source
+damaged, not_a_video = sys.argv[1:3]
+source = open_source(damaged)
+source.open()
+frames = 0
+while source.read() is not None:
+    frames += 1
+try:
+    open_source(not_a_video).open()
+except SourceError as exc:
+    print(f"refused: {exc}")
+print(f"frames {frames}")
+"""
+
+
+def test_a_damaged_video_does_not_write_ffmpegs_complaints_into_the_log(tmp_path):
+    # vtest.avi cut in the middle of a frame, and an .mp4 that is text: FFmpeg inside OpenCV writes each damaged
+    # block and each failed open to stderr itself, unbounded (a lossy camera fills a Pi's journal)
+    damaged, not_a_video = tmp_path / "cut.avi", tmp_path / "notes.mp4"
+    damaged.write_bytes(VTEST.read_bytes()[:3_000_000])
+    not_a_video.write_text("not a video")
+
+    def read_both(**env: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", _READ_A_DAMAGED_VIDEO, str(damaged), str(not_a_video)]
+        inherited = {k: v for k, v in os.environ.items() if k != "OPENCV_FFMPEG_LOGLEVEL"}  # the child's own default
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**inherited, **env})
+
+    quiet = read_both()
+    assert quiet.returncode == 0, quiet.stderr
+    assert "refused: video" in quiet.stdout
+    assert int(quiet.stdout.split("frames ")[1]) > 100  # read up to the damage, then ended
+    assert " @ 0x" not in quiet.stderr and "OPENCV:FFMPEG" not in quiet.stdout, quiet.stderr
+    # FFmpeg's own words are there to be had: the user's setting wins
+    told = read_both(OPENCV_FFMPEG_LOGLEVEL="16")
+    assert "[OPENCV:FFMPEG:16] moov atom not found" in told.stdout and "error while decoding" in told.stdout
