@@ -15,6 +15,8 @@ from edge_inference.edge.stream.delivery import END, FileDelivery, LiveDelivery
 from edge_inference.edge.stream.pipeline import StreamPipeline
 from edge_inference.edge.stream.sources import CaptureSource, Frame, SourceError, open_source
 from tests.conftest import MODELS, VTEST, video_frame
+from tests.rtsp import rtsp_camera
+from tests.server import free_port
 
 
 def _loader(buffers: int):
@@ -108,6 +110,25 @@ def test_source_errors_say_what_to_do(tmp_path):
         open_source("/dev/video7").open()
     url = open_source("rtsp://admin:pw123@127.0.0.1:9/stream")
     assert url.live and url.description == "rtsp://admin:***@127.0.0.1:9/stream"
+
+
+def test_a_stream_that_does_not_open_says_whether_anything_answered():
+    # FFmpeg's own words stay out of the log (OPENCV_FFMPEG_LOGLEVEL): the message tells the cases apart itself
+    closed = free_port()
+    with pytest.raises(SourceError) as nothing:
+        open_source(f"rtsp://admin:pw123@127.0.0.1:{closed}/stream").open()
+    assert str(nothing.value) == (
+        f"stream rtsp://admin:***@127.0.0.1:{closed}/stream cannot be opened: nothing listens at 127.0.0.1:{closed}:"
+        " check the address and port, and that the camera is on"
+    )
+    with rtsp_camera(VTEST) as camera:
+        wrong_path = camera.url.rsplit("/", 1)[0] + "/no-such-stream"
+        with pytest.raises(SourceError, match=f"127.0.0.1:{camera.port} answers but sent no video: check the stream"):
+            open_source(wrong_path).open()
+        source = open_source(camera.url)  # the right path opens: the message above was about the path
+        source.open()
+        assert source.read() is not None
+        source.close()
 
 
 def _frames(count: int) -> list[Frame]:

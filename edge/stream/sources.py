@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import glob
 import os
+import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import cv2
 import numpy as np
@@ -21,6 +23,8 @@ cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 NETWORK_OPEN_TIMEOUT_MS = 15_000
 NETWORK_READ_TIMEOUT_MS = 10_000
+# the schemes with a TCP connection to try when a stream does not open, and their usual ports
+DEFAULT_PORTS = {"rtsp": 554, "rtsps": 322, "rtmp": 1935, "http": 80, "https": 443, "tcp": None}
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
 
 
@@ -131,7 +135,7 @@ class CaptureSource(FrameSource):
                 "not used by another program, and that this user is in the 'video' group"
             )
         if self.target.startswith(STREAM_SCHEMES):
-            return f"stream {name} cannot be opened: check the address, credentials and network, and that it is live"
+            return f"stream {name} cannot be opened: {network_reason(self.target)}"
         return f"video {name} cannot be opened: the file is missing or not a video FFmpeg can decode"
 
     @property
@@ -227,6 +231,33 @@ def _local_source(target: str, fps: float | None = None) -> FrameSource:
             "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
         )
     return CaptureSource(target, live=False)
+
+
+def network_reason(target: str, timeout_s: float = 2.0) -> str:
+    """Why a network stream gave no video, from one TCP connection to its host (FFmpeg's own words are kept out
+    of the log): no such name, nothing listening, no answer, or a server that answered but sent no video."""
+    generic = "check the address, credentials and network, and that it is live"
+    parts = urlsplit(target)
+    try:
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return f"its port is not a number; {generic}"
+    host = parts.hostname
+    if not host or port is None or parts.scheme not in DEFAULT_PORTS:  # udp://, srt://: no connection to try
+        return generic
+    where = f"{host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except socket.gaierror:
+        return f"the name {host} does not resolve: check the address"
+    except ConnectionRefusedError:
+        return f"nothing listens at {where}: check the address and port, and that the camera is on"
+    except TimeoutError:
+        return f"{where} does not answer within {timeout_s:g} s: check the network, a firewall, and the address"
+    except OSError as exc:
+        return f"{where} cannot be reached ({exc.strerror or exc}): check the network and the address"
+    return f"{where} answers but sent no video: check the stream's path and the credentials, and that it streams"
 
 
 def describe_error(exc: BaseException, source: FrameSource) -> str:
