@@ -1,7 +1,8 @@
 """Keep credentials in URLs out of every output: API, SSE, metrics, logs, errors, `edge bench` files.
 
 URLs are parsed, not pattern-replaced: the password is everything between the first ':' of the user info and the
-last '@' of the authority (so `admin:t@lk@host` masks `t@lk`), and query values are masked by their key
+last '@' of the authority (so `admin:t@lk@host` masks `t@lk`, and `admin:p#ss@host`, whose '#' a URL parser takes
+for the end of the address, masks `p#ss`), and query values are masked by their key
 (password, pass, pw, pwd, token, key, secret, auth, sig and their compounds such as api_key or access_token).
 Text that holds no URL with a secret is returned unchanged, byte for byte.
 """
@@ -43,12 +44,36 @@ def _unquote(text: str) -> str:
     return unquote(text)
 
 
+def _first_of(text: str, characters: str, start: int = 0) -> int:
+    return min([i for i in (text.find(c, start) for c in characters) if i >= 0], default=len(text))
+
+
+def authority_end(rest: str) -> int:
+    """Where the authority of `rest` (a URL after its '://') ends: at the first '/', '?' or '#', unless a password
+    holds one of them unencoded (`admin:p#ss@cam/`, which FFmpeg cannot use either, yet it must never reach a log):
+    then at the end of the host after the user info."""
+    end = _first_of(rest, "/?#")
+    authority = rest[:end]
+    _user, colon, after = authority.partition(":")
+    at = rest.find("@", end)
+    if "@" in authority or authority.startswith("[") or not colon or after.isdigit() or at < 0:
+        return end  # a user info already, an IPv6 host, no password, a port, or no '@' after: as parsed
+    return _first_of(rest, "/?#", at)
+
+
+def unencoded_in_password(url: str) -> str:
+    """The characters of `url`'s password that end the address unless percent-encoded ('', if none)."""
+    _scheme, sep, rest = url.partition("://")
+    userinfo = rest[: authority_end(rest)].rpartition("@")[0] if sep else ""
+    return "".join(c for c in "/?#" if c in userinfo)
+
+
 def mask_url(url: str) -> str:
     """`rtsp://admin:t@lk@cam/s?pw=1&fps=5` -> `rtsp://admin:***@cam/s?pw=***&fps=5`; other text as it is."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0], default=len(rest))
+    end = authority_end(rest)
     authority, tail = rest[:end], rest[end:]
     userinfo, at, host = authority.rpartition("@")
     if at:
@@ -107,7 +132,7 @@ def mask_in(message: str, secret_source: str) -> str:
     library echoed it without the scheme. The password alone is never replaced: it may be any common string."""
     message = mask_text(message.replace(secret_source, mask_url(secret_source)))
     _scheme, sep, rest = secret_source.partition("://")
-    userinfo, at, _ = rest.split("/", 1)[0].rpartition("@") if sep else ("", "", "")
+    userinfo, at, _ = rest[: authority_end(rest)].rpartition("@") if sep else ("", "", "")
     if at and ":" in userinfo:
         user = userinfo.split(":", 1)[0]
         message = message.replace(f"{userinfo}@", f"{user}:{MASK}@")

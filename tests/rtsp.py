@@ -45,10 +45,10 @@ def _has_rtsp_server() -> bool:
 class RtspCamera:
     """The camera's process; `pause` and `resume` freeze it with its sockets open (a camera gone silent)."""
 
-    def __init__(self, video: Path) -> None:
+    def __init__(self, video: Path, login: str = "") -> None:
         self.port = free_port()
         self.process = subprocess.Popen(
-            [SYSTEM_PYTHON, str(CAMERA_SCRIPT), str(self.port), str(video)],
+            [SYSTEM_PYTHON, str(CAMERA_SCRIPT), str(self.port), str(video), "/cam", login],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -77,11 +77,12 @@ class RtspCamera:
 
 
 @contextmanager
-def rtsp_camera(video: Path) -> Iterator[RtspCamera]:
+def rtsp_camera(video: Path, login: str = "") -> Iterator[RtspCamera]:
+    """The camera; with `login` ("user:password", the password as the camera knows it) it asks for them."""
     require_ffmpeg()
     if not _has_rtsp_server():
         _missing("GStreamer's RTSP server for Debian's python3")
-    camera = RtspCamera(video)
+    camera = RtspCamera(video, login)
     try:
         yield camera
     finally:

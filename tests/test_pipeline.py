@@ -6,12 +6,14 @@ import asyncio
 import dataclasses
 import threading
 import time
+from urllib.parse import quote
 
 import cv2
 import pytest
 
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.stream.delivery import END, FileDelivery, LiveDelivery
+from edge_inference.edge.stream.ffmpeg import ffmpeg_source
 from edge_inference.edge.stream.pipeline import StreamPipeline
 from edge_inference.edge.stream.sources import CaptureSource, Frame, SourceError, open_source
 from tests.conftest import MODELS, VTEST, video_frame
@@ -276,3 +278,22 @@ def test_a_file_frame_read_while_the_detector_reloads_waits_for_it(frame_folder)
         assert item is not None and item is not END and item[0].index == 0
     finally:
         pipeline.stop()
+
+
+def test_a_password_with_characters_that_end_the_address_is_refused_with_how_to_write_it():
+    password = "p#ss/w?rd@1"  # as the camera knows it
+    with rtsp_camera(VTEST, login=f"viewer:{password}") as camera:
+        address = camera.url.split("://", 1)[1]
+        for make in (open_source, ffmpeg_source):
+            with pytest.raises(SourceError) as typed:
+                make(f"rtsp://viewer:{password}@{address}")
+            assert str(typed.value) == (
+                f"stream rtsp://viewer:***@{address}: its password holds / ? # as typed, which ends the address in a"
+                " URL; write / as %2F, ? as %3F, # as %23 (the camera still gets the password as it is)"
+            )
+        written = open_source(f"rtsp://viewer:{quote(password, safe='')}@{address}")  # as the message says
+        written.open()
+        assert written.read() is not None
+        written.close()
+        with pytest.raises(SourceError, match="answers but sent no video: check the stream's path and the credentials"):
+            open_source(f"rtsp://viewer:wrong@{address}").open()

@@ -32,6 +32,18 @@ def test_user_info_and_secret_query_keys_are_masked():
     assert not is_secret_key("keyframe") and not is_secret_key("monkey") and is_secret_key("session_key")
 
 
+def test_a_password_typed_with_a_character_that_ends_the_address_is_masked_whole():
+    # '/', '?' and '#' end a URL's authority: a parser stops there, before the '@', and saw no password at all
+    for password in ("p#ss", "p/ss", "p?ss", "/?#", "p#s@s"):
+        url = f"rtsp://admin:{password}@192.168.1.5:554/live?fps=5"
+        assert mask_url(url) == "rtsp://admin:***@192.168.1.5:554/live?fps=5"
+        assert mask_text(f"stream {url} stalled") == "stream rtsp://admin:***@192.168.1.5:554/live?fps=5 stalled"
+        assert mask_in(f"401 for admin:{password}@192.168.1.5", url) == "401 for admin:***@192.168.1.5"
+    # where nothing before the path is a password, an '@' in the path or after a port is left alone
+    for untouched in ("rtsp://cam:8554/a@b", "rtsp://cam/a@b#x", "rtsp://[::1]:554/x@y"):
+        assert mask_url(untouched) == untouched
+
+
 def test_text_around_a_url_is_never_altered():
     url = "rtsp://admin:t@lk@host/stream"
     message = f"cannot open {url}: the stream timed out (try tcp transport)."

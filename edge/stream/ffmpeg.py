@@ -29,7 +29,7 @@ import cv2
 import numpy as np
 
 from edge_inference.edge.secrets import mask_in
-from edge_inference.edge.stream.sources import FrameSource, SourceError, is_live
+from edge_inference.edge.stream.sources import FrameSource, SourceError, check_password_encoding, is_live
 
 FFMPEG = os.environ.get("EDGE_FFMPEG", "ffmpeg")
 VAAPI_DEVICE = "/dev/dri/renderD128"
@@ -383,6 +383,8 @@ def ffmpeg_source(
         if isinstance(value, str) and value.startswith("preset-") and value not in known:
             raise FFmpegError(f"unknown ffmpeg {what} preset {value!r}; choose one of: {', '.join(sorted(known))}")
     live = is_live(target)
+    if live:
+        check_password_encoding(target)
     if not live and not target.startswith("file://") and not Path(target).expanduser().exists():
         raise FFmpegError(f"source {target} is not a URL or an existing file")
     if target.isdigit():
