@@ -68,6 +68,17 @@ def unencoded_in_password(url: str) -> str:
     return "".join(c for c in "/?#" if c in userinfo)
 
 
+def password_encoding_advice(url: str) -> str:
+    """What to write instead, when `url`'s password holds characters that end the address ('' if it holds none)."""
+    from urllib.parse import quote
+
+    found = unencoded_in_password(url)
+    if not found:
+        return ""
+    codes = ", ".join(f"{c} as {quote(c, safe='')}" for c in found)
+    return f"its password holds {' '.join(found)} as typed, which ends the address in a URL; write {codes}"
+
+
 def mask_url(url: str) -> str:
     """`rtsp://admin:t@lk@cam/s?pw=1&fps=5` -> `rtsp://admin:***@cam/s?pw=***&fps=5`; other text as it is."""
     scheme, sep, rest = url.partition("://")

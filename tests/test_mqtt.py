@@ -12,6 +12,7 @@ import signal
 import time
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -214,6 +215,33 @@ def test_a_wrong_password_is_reported_in_the_brokers_own_words(tmp_path):
             time.sleep(1.5)  # past the disconnect that follows the refusal, and a retry
             assert "refused the connection: Not authorized" in (link.last_error or ""), link.last_error
             assert "wrong" not in (link.last_error or "")
+        finally:
+            link.stop()
+    finally:
+        secured.stop()
+
+
+def test_a_broker_password_with_characters_that_end_the_address_is_refused_with_how_to_write_it(tmp_path):
+    require_mosquitto()
+    password = "p#ss/w?rd"
+    secured = Broker(tmp_path / "secured", users={"edge": password})
+    secured.start()
+    try:
+        from edge_inference.edge.config import ConfigError, MqttConfig
+        from edge_inference.edge.events.mqtt import MqttLink, parse_broker
+
+        config = MqttConfig(device_id=DEVICE)
+        with pytest.raises(ConfigError) as typed:
+            parse_broker(f"mqtt://edge:{password}@127.0.0.1:{secured.port}", config)
+        assert str(typed.value) == (
+            f"MQTT broker 'mqtt://edge:***@127.0.0.1:{secured.port}': its password holds / ? # as typed, which ends"
+            " the address in a URL; write / as %2F, ? as %3F, # as %23, or give it as `password:` in the mqtt block"
+        )
+        written = parse_broker(f"mqtt://edge:{quote(password, safe='')}@127.0.0.1:{secured.port}", config)
+        link = MqttLink(config, written, DEVICE)  # as the message says: the broker gets the password as typed
+        link.start()
+        try:
+            assert link.connected.wait(60), link.last_error
         finally:
             link.stop()
     finally:

@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 from edge_inference.edge.config import ConfigError, MqttConfig
 from edge_inference.edge.errors import needs_events_extra
 from edge_inference.edge.events.store import Message
-from edge_inference.edge.secrets import mask_url
+from edge_inference.edge.secrets import mask_url, password_encoding_advice
 
 log = logging.getLogger("edge.mqtt")
 PUBACK_TIMEOUT_S = 10.0
@@ -49,6 +49,9 @@ class Broker:
 
 
 def parse_broker(url: str, config: MqttConfig) -> Broker:
+    advice = password_encoding_advice(url)
+    if advice:
+        raise ConfigError(f"MQTT broker {mask_url(url)!r}: {advice}, or give it as `password:` in the mqtt block")
     parts = urlsplit(url)
     if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
         raise ConfigError(

@@ -8,13 +8,13 @@ import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import cv2
 import numpy as np
 
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.secrets import mask_in, mask_url, unencoded_in_password
+from edge_inference.edge.secrets import mask_in, mask_url, password_encoding_advice
 from edge_inference.edge.stream.images import ImageError, read_image
 
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
@@ -237,13 +237,9 @@ def _local_source(target: str, fps: float | None = None) -> FrameSource:
 def check_password_encoding(target: str) -> None:
     """A password holding '/', '?' or '#' as they are ends the address early: FFmpeg would connect to a host named
     after the user and, before masking knew better, log the rest. Percent-encoded they work (FFmpeg decodes them)."""
-    found = unencoded_in_password(target)
-    if found:
-        codes = ", ".join(f"{c} as {quote(c, safe='')}" for c in found)
-        raise SourceError(
-            f"stream {mask_url(target)}: its password holds {' '.join(found)} as typed, which ends the address in a"
-            f" URL; write {codes} (the camera still gets the password as it is)"
-        )
+    advice = password_encoding_advice(target)
+    if advice:
+        raise SourceError(f"stream {mask_url(target)}: {advice} (the camera still gets the password as it is)")
 
 
 def network_reason(target: str, timeout_s: float = 2.0) -> str:
