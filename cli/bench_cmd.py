@@ -12,7 +12,7 @@ from edge_inference.cli.app import cli
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.tools.bench import parse_backends, plan, read_frames, run_pair, score_against_reference
-from edge_inference.edge.tools.bench_report import table, write_outputs
+from edge_inference.edge.tools.bench_report import table, writable_folder, write_outputs
 
 
 @cli.command()
@@ -57,6 +57,7 @@ def bench(
 
     names = [m.strip() for m in models.split(",") if m.strip()]
     pairs = plan(names, parse_backends(backend_list), reference)
+    writable_folder(out)
     images = read_frames(source, frames, step)
     machine = describe_machine()
     shown = mask_url(source)  # the table, bench.json and bench.csv never carry a stream's password

@@ -89,3 +89,19 @@ def test_bench_with_nothing_runnable_fails_clearly(tmp_path):
         "bench", "--source", str(VTEST), "--models", "yolox-nano", "--backends", "coral", "--out", str(tmp_path)
     )
     assert proc.returncode == 1 and "unknown backend 'coral'" in proc.stderr
+
+
+def test_a_results_folder_that_cannot_be_written_is_refused_before_measuring(tmp_path):
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("kept")
+    for out, fragment in [
+        (a_file, f"--out {a_file} is a file: give it a folder"),
+        (a_file / "bench", f"cannot write the results to {a_file / 'bench'} (Not a directory)"),
+    ]:
+        proc = run_edge(
+            "bench", "--source", str(VTEST), "--models", "yolox-nano", "--backends", "onnx", "--out", str(out)
+        )
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("error:") and fragment in proc.stderr, proc.stderr
+        assert "frames of" not in proc.stderr and not proc.stdout  # nothing was measured only to be lost
+    assert a_file.read_text() == "kept"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from edge_inference.edge.detection.timings import percentile
+from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_text
 from edge_inference.edge.tools.bench import PairResult
 
@@ -65,6 +67,21 @@ def table(results: list[PairResult], machine: str) -> str:
             f"{row['fps']:>7.1f}{row['cpu_percent']:>6.0f}{row['peak_rss_mib']:>8.0f}{agree:>7}"
         )
     return "\n".join(lines)
+
+
+def writable_folder(out: Path) -> None:
+    """`--out` made and written to before the run, so minutes of measuring are not lost to a folder that cannot
+    hold the results."""
+    if out.exists() and not out.is_dir():
+        raise EdgeError(f"--out {out} is a file: give it a folder (made if missing) for bench.json, .csv and .png")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise EdgeError(
+            f"cannot write the results to {out} ({exc.strerror or exc}): give --out a folder you can write"
+        ) from None
 
 
 def write_outputs(results: list[PairResult], out: Path, meta: dict[str, Any]) -> list[Path]:
