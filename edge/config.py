@@ -31,6 +31,12 @@ Point = tuple[float, float]
 NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
+def label_key(name: str) -> str:
+    """A label as configs, MQTT topics and Home Assistant's object ids name it ([a-z0-9_-]+): "Person" is the
+    model's "person", "traffic_light" and "Traffic Light" its "traffic light"."""
+    return re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_").lower() or "unnamed"
+
+
 class ZoneConfig(BaseModel):
     """A polygon: points in pixels, or all in 0..1 of the frame. An object is in it when its bottom centre is."""
 
@@ -165,6 +171,24 @@ class StreamConfig(BaseModel):
         if missing:
             raise ValueError(f"events name zones that are not defined: {', '.join(missing)}")
         return events
+
+    @property
+    def tracked_labels(self) -> list[str]:
+        """What the tracker follows: `tracking.labels` and every label `events` name (an event is a tracked object,
+        so events for cars need cars tracked); [] is every label."""
+        tracked = (self.tracking or TrackingConfig()).labels
+        wanted = self.events.labels if self.events else []
+        if not tracked or (self.events and not wanted):
+            return []
+        keys = {label_key(label) for label in tracked}
+        return [*tracked, *(label for label in wanted if label_key(label) not in keys)]
+
+    @property
+    def named_labels(self) -> dict[str, list[str]]:
+        """The labels the config names, by the setting that names them: checked against the model's once it loads."""
+        named = {"tracking.labels": self.tracking.labels if self.tracking else []}
+        named["events.labels"] = self.events.labels if self.events else []
+        return {setting: labels for setting, labels in named.items() if labels}
 
     @property
     def analysed(self) -> bool:

@@ -10,8 +10,9 @@ import numpy as np
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from edge_inference.edge.config import ServiceConfig
 from tests.conftest import REPO, VTEST
-from tests.inprocess import app_client, service_config
+from tests.inprocess import SSD_ONNX, app_client, service_config
 from tests.server import running_server, sse_data
 
 
@@ -95,3 +96,25 @@ def test_without_events_configured_the_events_routes_say_how_to_configure_them()
             assert answer.status_code == 404 and "events are not configured" in answer.json()["detail"], path
         assert "events" in client.get("/api/v1/stats").json()
         assert client.get("/api/v1/stats").json()["events"] is None
+
+
+def test_a_label_the_model_does_not_detect_is_reported_and_one_in_another_case_makes_events(tmp_path):
+    """A typo in `events.labels` kept events from ever firing without a word; "Person" did the same."""
+    streams = [
+        {"id": "hall", "source": str(VTEST), "loop": True, "events": {"labels": ["Person"], "min_frames": 2}},
+        {"id": "yard", "source": str(VTEST), "loop": True, "events": {"labels": ["persons"]}},
+    ]
+    config = ServiceConfig.model_validate(
+        {"streams": [{"model": SSD_ONNX, **s} for s in streams], "storage": {"data_dir": str(tmp_path / "data")}}
+    )
+    with app_client(config) as client:
+        deadline = time.monotonic() + 180
+        while not client.get("/api/v1/events", params={"stream": "hall"}).json()["events"]:
+            assert time.monotonic() < deadline, client.get("/health/ready").json()
+            time.sleep(0.2)
+        assert client.get("/api/v1/events", params={"stream": "hall"}).json()["events"][0]["label"] == "person"
+        health = client.get("/health/ready")
+        (problem,) = health.json()["problems"]
+        assert health.status_code == 200 and health.json()["status"] == "degraded"
+        assert problem.startswith("stream yard: events.labels names 'persons' (did you mean 'person'?)")
+        assert client.get("/api/v1/events", params={"stream": "yard"}).json()["events"] == []

@@ -29,7 +29,9 @@ import yaml
 
 from edge_inference.edge.config import LineConfig, StreamConfig, TrackingConfig, ZoneConfig
 from edge_inference.edge.stream.drawing import ZONE_COLOUR, render_jpeg
-from edge_inference.edge.stream.tracking import StreamTracker
+from edge_inference.edge.runtime.streams import tracker_for
+from edge_inference.edge.stream.tracking import StreamTracker, unknown_labels
+from edge_inference.models.labels import COCO80
 from edge_inference.models.detection import BoxXYXY, Detection
 from tests.conftest import REPO, VTEST, example_detections
 
@@ -143,3 +145,40 @@ def test_zones_and_lines_are_drawn_on_the_snapshot_when_asked():
     edge = drawn_image[200, 157:164].astype(int)  # around the zone's left edge, x=160 after scaling
     assert np.abs(edge - np.array(ZONE_COLOUR)).sum(axis=1).min() < 90
     assert drawn_image[120, 80].astype(int)[[0, 2]].min() > 150  # the magenta line at x=80
+
+
+def tracked_ids(tracker: StreamTracker, frames: list[list[Detection]]) -> list[list[int | None]]:
+    return [[d.track_id for d in tracker.analyse(f, WIDTH, HEIGHT, i / FPS).detections] for i, f in enumerate(frames)]
+
+
+def test_labels_match_in_any_case_and_spelled_as_topics_write_them():
+    """ "Person" from a Home Assistant user, "traffic_light" copied from a topic: the model's "person", "traffic
+    light". They used to match nothing, silently: nothing tracked, no event."""
+    frames = example_detections().frames()[:150]
+    exact = tracked_ids(StreamTracker(TrackingConfig(labels=["person"]), [], [], FPS), frames)
+    assert sum(t is not None for frame in exact for t in frame) > 100
+    assert tracked_ids(StreamTracker(TrackingConfig(labels=["Person", "Traffic_Light"]), [], [], FPS), frames) == exact
+    nothing = tracked_ids(StreamTracker(TrackingConfig(labels=["dog"]), [], [], FPS), frames)
+    assert not any(t is not None for frame in nothing for t in frame)
+
+
+def test_events_for_a_label_have_it_tracked_even_where_tracking_names_others():
+    """An event is a tracked object: `events: labels: [person]` beside `tracking: labels: [car]` made no event."""
+    stream = StreamConfig.model_validate(
+        {"id": "s", "source": "x", "tracking": {"labels": ["car"]}, "events": {"labels": ["Person"]}}
+    )
+    assert stream.tracked_labels == ["car", "Person"]
+    frames = example_detections().frames()[:150]
+    tracker = tracker_for(stream)
+    assert tracker is not None
+    tracked = [d for i, f in enumerate(frames) for d in tracker.analyse(f, WIDTH, HEIGHT, i / FPS).detections]
+    assert sum(d.track_id is not None for d in tracked if d.label == "person") > 100
+    every = StreamConfig.model_validate(
+        {"id": "s", "source": "x", "tracking": {"labels": ["car"]}, "events": {"labels": []}}
+    )
+    assert every.tracked_labels == []  # events for every label: every label tracked
+
+
+def test_a_label_the_model_does_not_have_is_named_with_the_nearest_one_it_has():
+    unknown = unknown_labels(["Person", "traffic_light", "persons", "class_7", "helicopter"], list(COCO80))
+    assert unknown == ["'persons' (did you mean 'person'?)", "'helicopter'"]

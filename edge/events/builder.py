@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from edge_inference.edge.config import EventsConfig
-from edge_inference.edge.stream.tracking import LineState, ZoneState
+from edge_inference.edge.stream.tracking import LabelSet, LineState, ZoneState
 from edge_inference.models.detection import BoxXYXY, Detection
 
 Kind = Literal["start", "update", "end"]
@@ -90,7 +90,7 @@ class EventBuilder:
     def __init__(self, stream_id: str, config: EventsConfig) -> None:
         self.stream_id = stream_id
         self.config = config
-        self.labels = set(config.labels)
+        self.labels = LabelSet(config.labels)
         self._tracks: dict[int, _Track] = {}
 
     @property
@@ -107,7 +107,7 @@ class EventBuilder:
     ) -> list[EventChange]:
         changes: list[EventChange] = []
         for detection in detections:
-            if detection.track_id is None or (self.labels and detection.label not in self.labels):
+            if detection.track_id is None or detection.label not in self.labels:
                 continue
             track = self._tracks.setdefault(detection.track_id, _Track(detection.label))
             changed = self._follow(track, detection, zones, lines, image, now)

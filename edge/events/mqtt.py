@@ -16,7 +16,6 @@ persistence, or a consumer that joins late, still gets the current state.
 from __future__ import annotations
 
 import logging
-import re
 import socket
 import ssl
 import threading
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from edge_inference.edge.config import ConfigError, MqttConfig
+from edge_inference.edge.config import ConfigError, MqttConfig, label_key
 from edge_inference.edge.errors import needs_events_extra
 from edge_inference.edge.events.store import Message
 from edge_inference.edge.secrets import mask_url, password_encoding_advice
@@ -75,9 +74,7 @@ def default_device_id() -> str:
     return name[:64] or "edge"
 
 
-def slug(name: str) -> str:
-    """A label as a topic level and a Home Assistant object id ([a-zA-Z0-9_-]+): "traffic light" -> traffic_light."""
-    return re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_").lower() or "unnamed"
+slug = label_key  # a label as a topic level and a Home Assistant object id: "traffic light" -> traffic_light
 
 
 class Topics:

@@ -7,7 +7,8 @@
   Ready answers 200 while degraded (the service still works: other streams, /detect, the API), and 503 in strict
   mode, where ready means "every stream delivers frames".
   Events that cannot be stored (a full disk, no writable data folder) make an otherwise ok service degraded, with
-  the reason in `problems`: detection still works, but something the user relies on does not.
+  the reason in `problems`: detection still works, but something the user relies on does not. So do labels the
+  config names (`tracking.labels`, `events.labels`) that the stream's model does not detect: events that never fire.
 - down: no stream delivers frames, whatever the models' state: ready is 503, so a probe that reads only the status
   code is told the truth.
 Live is 503 only when the process itself is unsound: the watchdog or a stream's worker threads are dead.
@@ -37,7 +38,7 @@ class ServiceHealth:
     ready: bool
     strict: bool
     streams: dict[str, StreamHealth]
-    problems: list[str]  # the service's own, beside the streams': events not stored
+    problems: list[str]  # the service's own, beside the streams': events not stored, labels the model lacks
 
 
 def is_live(manager: StreamManager) -> bool:
@@ -56,6 +57,7 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
         streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
     problems = [manager.events.problem] if manager.events.problem else []
+    problems += manager.label_problems.values()
     status: Status = "starting" if starting else "ok" if all_up and not problems else "degraded" if any_up else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
     return ServiceHealth(status, ready, strict, streams, problems)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from edge_inference.backends import engine_keys
-from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
+from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, TrackingConfig, compare_member_ids
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool
 from edge_inference.edge.detection.loader import DetectorConfig, check_reference, load_detector
@@ -24,7 +24,7 @@ from edge_inference.edge.stream.ffmpeg import ffmpeg_source
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.stream.sources import FrameSource, open_source
-from edge_inference.edge.stream.tracking import StreamTracker
+from edge_inference.edge.stream.tracking import StreamTracker, unknown_labels
 
 log = logging.getLogger("edge.streams")
 DEFAULT_TRACKING_FPS = 15.0  # the tracker counts frames; a stream without a configured fps is assumed this fast
@@ -65,7 +65,8 @@ def file_lanes(stream: StreamConfig, source: FrameSource) -> int:
 def tracker_for(stream: StreamConfig) -> StreamTracker | None:
     if not stream.analysed:
         return None
-    return StreamTracker(stream.tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS)
+    tracking = (stream.tracking or TrackingConfig()).model_copy(update={"labels": stream.tracked_labels})
+    return StreamTracker(tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS)
 
 
 class StreamManager:
@@ -82,6 +83,7 @@ class StreamManager:
         self.detectors = DetectorPool(max_batch=config.detectors.max_batch, share=config.detectors.share)
         self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
         self._requests: dict[tuple[str, str, str, int | None], int] = {}  # frames each engine may have waiting
+        self.label_problems: dict[str, str] = {}  # stream -> the labels its config names that its model lacks
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = source_for(stream)
@@ -157,9 +159,31 @@ class StreamManager:
             plan = self.engine_plan(key, requests)
             config = replace(detector_config(stream, buffers), threads=plan.threads)
             opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes, stream.threads is None)
-            return load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
+            detector = load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
+            self._check_labels(stream, detector)
+            return detector
 
         return load
+
+    def _check_labels(self, stream: StreamConfig, detector: Detector) -> None:
+        """Labels the config names that the model does not detect: a typo that would keep events from ever firing,
+        said once in the log and kept in /health's problems (degraded) until a model that has them loads."""
+        model_labels = list(detector.spec.labels.values())
+        unknown = [
+            f"{setting} names {', '.join(names)}"
+            for setting, labels in stream.named_labels.items()
+            if (names := unknown_labels(labels, model_labels))
+        ]
+        if not unknown:
+            self.label_problems.pop(stream.id, None)
+            return
+        shown = ", ".join(model_labels[:12]) + (f", ... ({len(model_labels)} in all)" if len(model_labels) > 12 else "")
+        problem = f"stream {stream.id}: {'; '.join(unknown)}, which {stream.model} does not detect: " + (
+            f"use its labels ({shown})" if model_labels else "it has no label names (give it a label file)"
+        )
+        if self.label_problems.get(stream.id) != problem:
+            log.warning("%s", problem)
+        self.label_problems[stream.id] = problem
 
     def engine_plan(self, key: tuple[str, str, str, int | None], requests: int = 1) -> EnginePlan:
         """Cores are divided among the engines the config loads; a shared engine's among its streams' lanes."""

@@ -15,14 +15,16 @@ changes, since 0..1 coordinates become pixels then).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
 
-from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig
+from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig, label_key
 from edge_inference.edge.stream.bytetrack import ByteTracker
 from edge_inference.models.detection import Detection
 
@@ -57,6 +59,40 @@ class Analysis:
     lines: tuple[LineState, ...] = ()
 
 
+class LabelSet:
+    """Labels as a config names them, matched as `label_key` spells them ("Person", "traffic_light"); empty: every
+    label. A model has a few dozen labels: each one's answer is kept after its first frame."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = list(names)
+        self._keys = {label_key(name) for name in names}
+        self._answers: dict[object, bool] = {}
+
+    def __contains__(self, label: object) -> bool:
+        if not self._keys:
+            return True
+        answer = self._answers.get(label)
+        if answer is None:
+            answer = self._answers[label] = label_key(str(label)) in self._keys
+        return answer
+
+
+_UNNAMED_CLASS = re.compile(r"class_\d+")  # how a class id without a name in the label file is shown
+
+
+def unknown_labels(names: list[str], model_labels: list[str]) -> list[str]:
+    """Each of `names` the model cannot detect, with the model's nearest label where one is close:
+    ["'persons' (did you mean 'person'?)"]."""
+    keys = {label_key(label): label for label in model_labels}
+    unknown = []
+    for name in names:
+        if label_key(name) in keys or _UNNAMED_CLASS.fullmatch(name):
+            continue
+        near = difflib.get_close_matches(label_key(name), list(keys), n=1, cutoff=0.6)
+        unknown.append(f"{name!r}" + (f" (did you mean {keys[near[0]]!r}?)" if near else ""))
+    return unknown
+
+
 def to_pixels(points: list[Point], width: int, height: int) -> np.ndarray:
     """Points in 0..1 of the frame (all of them) or already in pixels."""
     array = np.asarray(points, dtype=np.float64)
@@ -70,7 +106,7 @@ class StreamTracker:
         self, tracking: TrackingConfig | None, zones: list[ZoneConfig], lines: list[LineConfig], fps: float
     ) -> None:
         self.config = tracking or TrackingConfig()
-        self.labels = set(self.config.labels)
+        self.labels = LabelSet(self.config.labels)
         self._tracker = ByteTracker(
             lost_track_buffer=max(1, round(self.config.lost_after_s * 30)),  # frames at 30 fps; scaled by frame_rate
             frame_rate=max(1.0, fps),
@@ -105,7 +141,7 @@ class StreamTracker:
         """`now`: the frame's capture time in seconds, for dwell times."""
         if self._size != (width, height):
             self._place(width, height)
-        chosen = [i for i, d in enumerate(detections) if not self.labels or d.label in self.labels]
+        chosen = [i for i, d in enumerate(detections) if d.label in self.labels]
         boxes = np.array([[*_xyxy(detections[i])] for i in chosen], np.float32).reshape(-1, 4)
         ids = self._tracker.update(boxes, np.array([detections[i].score for i in chosen], np.float32))
         sure = ids >= 0  # ids only once a track is sure
