@@ -391,9 +391,29 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{where}: {problem}"
 
 
+def _line_and_column(text: str, at: int) -> str:
+    """As an editor counts, from 1."""
+    return f"line {text.count(chr(10), 0, at) + 1}, column {at - text.rfind(chr(10), 0, at)}"
+
+
+def unreadable_text(exc: yaml.reader.ReaderError, data: bytes) -> str:
+    """PyYAML's reader refuses a file before parsing it: bytes that are not text in its encoding (a file saved as
+    Latin-1 or Windows-1252 with an accent in it) or a control character. Where, and what to do."""
+    if exc.encoding == "unicode":  # a control character: the position counts characters of the decoded text
+        encoding = "utf-16-le" if data[:2] == b"\xff\xfe" else "utf-16-be" if data[:2] == b"\xfe\xff" else "utf-8"
+        where = _line_and_column(data.decode(encoding, errors="replace"), exc.position)
+        return f"has a control character (0x{exc.character:02x}) at {where}, which YAML does not allow: remove it"
+    byte = f"0x{exc.character:02x}" if isinstance(exc.character, int) else repr(exc.character)
+    where = _line_and_column(data.decode("latin-1"), exc.position)  # one character a byte: the position holds
+    return (
+        f"is not {exc.encoding.upper()} text (byte {byte} at {where}): save it as UTF-8 (an editor's Save As offers it)"
+    )
+
+
 def load_config(path: Path) -> ServiceConfig:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # bytes: PyYAML reads UTF-8 and, by their byte-order mark, UTF-16 files (Windows Notepad's "Unicode")
+        data = yaml.safe_load(raw := path.read_bytes())
     except FileNotFoundError:
         hint = "deploy/streams.example.yaml shows one"
         if get_settings().in_container:  # set by our image: the file is the user's to mount
@@ -401,6 +421,8 @@ def load_config(path: Path) -> ServiceConfig:
         raise ConfigError(f"no config at {path}: {hint}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(f"config {path} {unreadable_text(exc, raw)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path} is not valid YAML{_yaml_problem(exc)}") from None
     if not isinstance(data, dict):

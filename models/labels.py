@@ -186,9 +186,16 @@ class LabelFileError(ModelError):
 def load_labels(path: Path) -> dict[int, str]:
     """Read "name" lines (ids are line numbers) or "id name" lines (ids as written)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LabelFileError(f"cannot read label file {path}: {exc}") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LabelFileError(f"cannot read label file {path}: {exc.strerror}") from None
+    try:  # Windows editors' byte-order marks: UTF-8's would become part of the first label and match nothing
+        text = data.decode("utf-16") if data[:2] in (b"\xff\xfe", b"\xfe\xff") else data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise LabelFileError(
+            f"label file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}): save it as UTF-8"
+        ) from None
     rows = [line.strip() for line in text.splitlines() if line.strip()]
     labels: dict[int, str] = {}
     for index, row in enumerate(rows):

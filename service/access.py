@@ -52,9 +52,14 @@ def is_loopback(host: str) -> bool:
 
 def _read_token_file(path: Path) -> str:
     try:
-        token = path.expanduser().read_text(encoding="utf-8").strip()
+        # utf-8-sig: a byte-order mark from a Windows editor would be part of the token, and no client would match it
+        token = path.expanduser().read_text(encoding="utf-8-sig").strip()
     except OSError as exc:
         raise EdgeError(f"cannot read the token file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise EdgeError(
+            f"the token file {path} is not UTF-8 text: write the token in ASCII letters and digits"
+        ) from None
     if not token:
         raise EdgeError(f"the token file {path} is empty")
     return token

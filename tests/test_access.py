@@ -86,6 +86,8 @@ def test_where_the_token_comes_from_and_when_one_is_made(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("from-a-file\n")
     assert AccessPolicy.from_config(ServerConfig(token_file=token_file), settings).token == "from-a-file"
+    token_file.write_bytes(b"\xef\xbb\xbffrom-a-file\r\n")  # Notepad's UTF-8: the mark made every client's token wrong
+    assert AccessPolicy.from_config(ServerConfig(token_file=token_file), settings).token == "from-a-file"
     assert AccessPolicy.from_config(ServerConfig(), Settings(token="from-env")).token == "from-env"
     assert AccessPolicy.from_config(ServerConfig(token="config-wins"), Settings(token="env")).token == "config-wins"
     with pytest.raises(EdgeError, match="cannot read the token file"):

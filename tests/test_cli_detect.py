@@ -8,6 +8,7 @@ import shutil
 import cv2
 import pytest
 
+from edge_inference.models.labels import LabelFileError, load_labels
 from tests.conftest import MEDIA, MODELS, skimage_photo
 from tests.expectations import PHOTO_OBJECTS
 from tests.helpers import run_edge, write_onnx_model
@@ -131,6 +132,26 @@ def test_forced_decoder_is_checked_and_sidecar_settings_apply(tmp_path):
     proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["detections"][0]["label"] == "thing15"  # COCO class 15 is cat
+
+
+def test_label_files_saved_by_windows_editors_read_as_written(tmp_path):
+    """Notepad's UTF-8 starts with a byte-order mark, which became part of the first label ("\\ufeffperson", matched
+    by nothing in a config); its "Unicode" is UTF-16, which was refused with a codec's words."""
+    names = ["personne", *(f"chose{i}" for i in range(1, 80))]
+    names[15] = "félin"
+    marked, wide, latin = tmp_path / "marked.txt", tmp_path / "wide.txt", tmp_path / "latin.txt"
+    marked.write_bytes("\r\n".join(names).encode("utf-8-sig"))
+    wide.write_bytes("\r\n".join(names).encode("utf-16"))
+    latin.write_bytes("\n".join(names).encode("latin-1"))
+    assert load_labels(marked) == load_labels(wide) == dict(enumerate(names))
+    with pytest.raises(LabelFileError, match=r"latin.txt is not UTF-8 text \(byte 0xe9 on line 16\): save it as UTF-8"):
+        load_labels(latin)
+    model = str(MODELS / "onnx/yolox_nano.onnx")
+    proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", model, "--labels", str(wide), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["detections"][0]["label"] == "félin"
+    proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", model, "--labels", str(latin))
+    assert_one_clear_error(proc, "latin.txt is not UTF-8 text", "save it as UTF-8")
 
 
 def test_invalid_sidecar_is_explained(tmp_path):

@@ -11,6 +11,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from edge_inference.edge.config import load_config
 from tests.conftest import MEDIA, MODELS, VTEST
 from tests.helpers import run_edge
 from tests.server import running_server
@@ -169,6 +170,25 @@ def test_bad_configs_and_sources_get_one_line(tmp_path):
         ([], "give --source"),
     ]:
         proc = run_edge("serve", *args, "--port", "0", timeout=60)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert fragment in proc.stderr, proc.stderr
+
+
+def test_a_config_saved_in_another_encoding_is_read_or_refused_with_where_and_what_to_do(tmp_path):
+    """Windows Notepad's "Unicode" (UTF-16) and its UTF-8 with a byte-order mark are read; a file saved as Latin-1
+    with an accent, or with a control character pasted in, gets where and what to do (was a UnicodeDecodeError)."""
+    text = f"streams:\n  - id: hall\n    source: {VTEST}  # caméra du hall\n"
+    for encoding in ("utf-16", "utf-8-sig"):
+        (tmp_path / "wide.yaml").write_bytes(text.encode(encoding))
+        assert load_config(tmp_path / "wide.yaml").streams[0].source == str(VTEST)
+    column = text.splitlines()[2].index("é") + 1
+    (tmp_path / "latin.yaml").write_bytes(text.encode("latin-1"))
+    (tmp_path / "pasted.yaml").write_text(text.replace("hall", "hall\x01"))
+    for name, fragment in [
+        ("latin.yaml", f"latin.yaml is not UTF-8 text (byte 0xe9 at line 3, column {column}): save it as UTF-8"),
+        ("pasted.yaml", "pasted.yaml has a control character (0x01) at line 2, column 13, which YAML does not allow"),
+    ]:
+        proc = run_edge("serve", "--config", str(tmp_path / name), "--port", "0", timeout=60)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         assert fragment in proc.stderr, proc.stderr
 
