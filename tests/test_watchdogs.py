@@ -6,6 +6,7 @@ Every wait is for a condition with a generous deadline; nothing here depends on 
 from __future__ import annotations
 
 import functools
+import itertools
 import shutil
 import threading
 import time
@@ -17,6 +18,7 @@ from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.runtime.watchdog import Watchdog
 from edge_inference.edge.stream.pipeline import StreamPipeline
 from edge_inference.edge.stream.sources import open_source
+from edge_inference.edge.stream.stats import QuietRepeats
 from tests.conftest import MODELS, VTEST
 from tests.helpers import wedge_after_warmup
 from tests.inprocess import SSD_ONNX
@@ -188,3 +190,32 @@ def test_a_stuck_inference_gets_the_detector_reloaded():
     finally:
         watchdog.stop()
         pipeline.stop()
+
+
+def test_the_same_failure_again_and_again_is_logged_less_and_less_often():
+    """A camera off for the night fails its reopen every 10 s: once a line each time, 8640 lines a day."""
+    repeats = QuietRepeats()
+    failure = "camera rtsp://cam/ cannot be opened"
+    lines = [(t, line) for t in range(0, 3 * 3600, 10) if (line := repeats.line(failure, float(t)))]
+    assert lines[0] == (0, failure) and len(lines) <= 10  # 1080 failures in three hours
+    gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(lines)]
+    assert gaps == sorted(gaps) and gaps[0] >= 60 and gaps[-1] <= 3600
+    counts = [int(line.split("(again, ")[1].split(" times")[0]) for _, line in lines[1:]]
+    assert sum(counts) == lines[-1][0] // 10  # every failure counted in a line that follows it
+    assert repeats.line("another failure", 10800.0) == "another failure"  # something new: said at once
+    repeats.reset()  # it worked in between: the next failure is news
+    assert repeats.line("another failure", 10810.0) == "another failure"
+
+
+def test_a_source_that_keeps_failing_is_said_once_not_at_every_reopen(caplog):
+    detector = functools.partial(load_detector, DetectorConfig(model=SSD_ONNX, backend="onnx"))
+    pipeline = StreamPipeline("door", open_source("/dev/null"), lambda _buffers: detector())
+    with caplog.at_level("INFO", logger="edge"):
+        pipeline.start()
+        try:
+            wait_for(lambda: pipeline.stats.reconnects >= 4, "four failed opens")
+        finally:
+            pipeline.stop()
+    said = [r for r in caplog.records if "/dev/null cannot be opened" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "INFO", [r.getMessage() for r in said]
+    assert pipeline.health().error is not None and "/dev/null cannot be opened" in pipeline.health().last_error

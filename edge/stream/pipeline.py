@@ -32,7 +32,7 @@ from edge_inference.edge.stream.delivery import END, Delivered, Mode, delivery_f
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.publish import Broadcaster
 from edge_inference.edge.stream.sources import Frame, FrameSource
-from edge_inference.edge.stream.stats import FLAPPING_WINDOW_S, StreamStats
+from edge_inference.edge.stream.stats import FLAPPING_WINDOW_S, QuietRepeats, StreamStats
 from edge_inference.edge.stream.tracking import LineState, StreamTracker, ZoneState
 from edge_inference.models.detection import Detection
 
@@ -145,6 +145,7 @@ class StreamPipeline:
         self.state_since = time.time()
         self._shown_state: State = "loading"
         self.error: str | None = None
+        self._repeats = QuietRepeats()  # the same error again (a camera off for the night): logged less and less often
         self.last_error: str | None = None
         self.last_error_at: float | None = None
         self.capture: CaptureRunner | None = None
@@ -193,12 +194,14 @@ class StreamPipeline:
             self.error, self.last_error, self.last_error_at = error, error, time.time()
         elif clears:
             self.error = None
+            self._repeats.reset()
+        repeated = self._repeats.line(error, time.monotonic()) if error else None
         state = self.state
         if state != self._shown_state:
             self._shown_state, self.state_since = state, time.time()
             log.info("stream %s: %s%s", self.stream_id, state, f" ({error})" if error else "")
-        elif error:
-            log.warning("stream %s: %s", self.stream_id, error)
+        elif repeated:
+            log.warning("stream %s: %s", self.stream_id, repeated)
 
     def set_source_state(self, state: SourceState, error: str | None = None) -> None:
         with self._lock:

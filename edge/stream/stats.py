@@ -14,6 +14,42 @@ from edge_inference.edge.detection.timings import STAGES, FrameTiming, Percentil
 FLAPPING_WINDOW_S = 60.0  # reconnections are counted over this window (a camera that flaps)
 
 
+class QuietRepeats:
+    """One warning said again and again (a camera switched off for the night fails its reopen every 10 s: 8640
+    lines a day on a Pi's journal) is logged the first time, then with its count at growing intervals: after a
+    minute, two, four ... at most an hour apart. A different warning, or `reset` when things work, starts over."""
+
+    FIRST_S, MAX_S = 60.0, 3600.0
+
+    def __init__(self) -> None:
+        self._text: str | None = None
+        self._count = 0  # said since it was last logged
+        self._since = self._next = 0.0
+        self._interval = self.FIRST_S
+
+    def line(self, text: str, now: float) -> str | None:
+        """The line to log for `text` at `now` (monotonic seconds), or None to stay quiet."""
+        if text != self._text:
+            self._text, self._count, self._since, self._interval = text, 0, now, self.FIRST_S
+            self._next = now + self._interval
+            return text
+        self._count += 1
+        if now < self._next:
+            return None
+        line = f"{text} (again, {self._count} times in {_duration(now - self._since)})"
+        self._count, self._since = 0, now
+        self._interval = min(2 * self._interval, self.MAX_S)
+        self._next = now + self._interval
+        return line
+
+    def reset(self) -> None:
+        self._text = None
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 @dataclass(frozen=True, slots=True)
 class StreamFigures:
     """A stream's rates (per second, over the window) and counters, and stage latency percentiles over recent frames."""
