@@ -268,7 +268,7 @@ UPLOAD_BODY = {
         404: {"description": "no such stream (the `stream` parameter)"},
         408: {"description": "the body did not arrive in time"},
         413: {"description": "body or pixel count over the limit"},
-        415: {"description": "not an image, or a truncated one"},
+        415: {"description": "not an image (JPEG, PNG, BMP, WebP, TIFF, GIF, AVIF), or a truncated one"},
         503: {"description": "busy (see Retry-After), or the stream's model is not loaded"},
     },
 )

@@ -52,6 +52,8 @@ def _encodings(image: np.ndarray) -> dict[str, bytes]:
         "lossless webp": (".webp", [cv2.IMWRITE_WEBP_QUALITY, 101]),
         "tiff": (".tiff", []),
         "uncompressed tiff": (".tiff", [cv2.IMWRITE_TIFF_COMPRESSION, 1]),
+        "gif": (".gif", []),
+        "avif": (".avif", []),
     }
     return {name: cv2.imencode(ext, image, params)[1].tobytes() for name, (ext, params) in options.items()}
 
@@ -63,7 +65,7 @@ def test_image_sizes_are_read_from_headers_as_the_decoder_reads_them():
     images = [rng.integers(0, 255, (123, 457, 3), np.uint8), rng.integers(0, 255, (77, 91, 4), np.uint8)]
     files = {f"{name} {image.shape}": data for image in images for name, data in _encodings(image).items()}
     files |= {path.name: path.read_bytes() for path in MEDIA.glob("*.jpg")}
-    assert len(files) >= 18
+    assert len(files) >= 22
     for name, data in files.items():
         decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
         assert header_size(data) == (decoded.shape[1], decoded.shape[0]), name
@@ -73,10 +75,47 @@ def test_image_sizes_are_read_from_headers_as_the_decoder_reads_them():
             except ImageError as refused:
                 assert "readable" in str(refused) or "truncated" in str(refused), name
     for _ in range(300):  # random bytes behind each format's magic: refused or sized, nothing else
-        for magic in (b"\xff\xd8", b"\x89PNG\r\n\x1a\n", b"BM", b"II*\0", b"MM\0+", b"RIFF\0\0\0\0WEBPVP8X"):
+        for magic in (
+            *(b"\xff\xd8", b"\x89PNG\r\n\x1a\n", b"BM", b"II*\0", b"MM\0+", b"RIFF\0\0\0\0WEBPVP8X", b"GIF89a"),
+            b"\0\0\0\x20ftypavif\0\0\0\0avifmif1miaf",
+        ):
             data = magic + rng.integers(0, 255, int(rng.integers(0, 64)), np.uint8).tobytes()
             with pytest.raises(ImageError):
                 decode_image(data, "noise")
+
+
+def _ffmpeg_made(tmp_path, name: str, *args: str) -> bytes:
+    subprocess.run(["ffmpeg", "-v", "error", "-y", *args, str(tmp_path / name)], check=True, timeout=120)
+    return (tmp_path / name).read_bytes()
+
+
+def test_gif_and_avif_photos_run_and_heic_photos_and_videos_are_named_with_what_to_send(tmp_path):
+    """GIF and AVIF, which OpenCV decodes here, were refused as "another format"; an iPhone's HEIC photo and a
+    video sent as an image got the same words, which did not say what to do."""
+    cat = str(MEDIA / "cat_720p.jpg")
+    gif = _ffmpeg_made(tmp_path, "cat.gif", "-i", cat, "-frames:v", "1")
+    avif = _ffmpeg_made(tmp_path, "cat.avif", "-i", cat, "-frames:v", "1")
+    video = _ffmpeg_made(tmp_path, "clip.mp4", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-t", "1")
+    # ISO/IEC 23008-12: an 'ftyp' box with the HEVC image brands an iPhone writes, then its 'meta' box
+    heic = b"\0\0\0\x18ftypheic\0\0\0\0mif1heic" + b"\0\0\x01\0meta" + bytes(252)
+    # the AVIF's image extent ('ispe': version and flags, then width and height) made to claim 60000x60000
+    at = avif.index(b"ispe") + 8
+    avif_bomb = avif[:at] + (60000).to_bytes(4, "big") * 2 + avif[at + 8 :]
+    gif_bomb = gif[:6] + (65000).to_bytes(2, "little") * 2 + gif[10:]
+    with app_client(service_config()) as client:
+        wait_ready(client)
+        for name, data in (("cat.gif", gif), ("cat.avif", avif)):
+            answer = client.post("/api/v1/detect", files={"image": (name, data)})
+            assert answer.status_code == 200 and any(d["label"] == "cat" for d in answer.json()["detections"])
+        for data, status, fragment in [
+            (heic, 415, "IMG_0001.HEIC is a HEIC photo (an iPhone's default format), which OpenCV cannot decode"),
+            (video, 415, "IMG_0001.HEIC is a video, and this takes one image"),
+            (avif_bomb, 413, "(60000x60000 claimed by its header)"),
+            (gif_bomb, 413, "(65000x65000 claimed by its header)"),
+            (gif[: len(gif) - 1], 415, "the image is truncated"),
+        ]:
+            answer = client.post("/api/v1/detect", files={"image": ("IMG_0001.HEIC", data)})
+            assert answer.status_code == status and fragment in answer.json()["detail"], answer.text
 
 
 def test_an_extended_webp_claiming_a_huge_canvas_is_refused_from_its_header():
@@ -118,7 +157,7 @@ def test_the_api_answers_bombs_and_bad_bodies_with_4xx_messages(photo_jpeg):
         for body, status, fragment in [
             (b"", 400, "empty"),
             (photo_jpeg[: len(photo_jpeg) // 2], 415, "truncated"),
-            (b"GIF89a not really", 415, "not a readable image"),
+            (b"%PDF-1.7 a document, not an image", 415, "not a readable image"),
             (b"\0" * 2_500_000, 413, "2 MB limit"),
         ]:
             answer = client.post("/api/v1/detect", content=body)

@@ -14,6 +14,7 @@ _JPEG_START, _JPEG_END = b"\xff\xd8", b"\xff\xd9"
 _PNG_START, _PNG_END = b"\x89PNG\r\n\x1a\n", b"IEND"
 
 
+FORMATS = "JPEG, PNG, BMP, WebP, TIFF, GIF or AVIF"  # what OpenCV decodes here, and this file reads the size of
 # Real photos are at most a few tens of megapixels; a tiny file claiming far more is a decompression bomb.
 DEFAULT_MAX_PIXELS = 50_000_000
 
@@ -109,6 +110,72 @@ def _tiff_size(data: bytes) -> tuple[int, int] | None:
     return (sizes[256], sizes[257]) if len(sizes) == 2 else None
 
 
+def _gif_size(data: bytes) -> tuple[int, int] | None:
+    """The logical screen, which every frame must fit in (OpenCV refuses a frame beyond it)."""
+    return struct.unpack("<HH", data[6:10]) if len(data) >= 10 else None
+
+
+def _boxes(data: bytes, start: int, end: int) -> list[tuple[bytes, int, int]]:
+    """ISO base media file format boxes between start and end: (type, where its body starts, where it ends)."""
+    boxes: list[tuple[bytes, int, int]] = []
+    at = start
+    while at + 8 <= end and len(boxes) < 4096:
+        size, kind = struct.unpack(">I4s", data[at : at + 8])
+        body = at + 8
+        if size == 1 and at + 16 <= end:  # a 64-bit size follows the type
+            size, body = struct.unpack(">Q", data[at + 8 : at + 16])[0], at + 16
+        elif size == 0:  # to the end of the enclosing box
+            size = end - at
+        if size < body - at or at + size > end:
+            break
+        boxes.append((kind, body, at + size))
+        at += size
+    return boxes
+
+
+def _isobmff_size(data: bytes) -> tuple[int, int] | None:
+    """AVIF (and HEIF): the largest of the image spatial extents ('ispe') under meta/iprp/ipco: a grid image's
+    whole canvas, not one of its tiles."""
+    sizes = []
+    for kind, body, end in _boxes(data, 0, len(data)):
+        if kind != b"meta":
+            continue
+        for inner, inner_body, inner_end in _boxes(data, body + 4, end):  # meta is a full box: version and flags
+            if inner != b"iprp":
+                continue
+            for prop, prop_body, prop_end in _boxes(data, inner_body, inner_end):
+                if prop == b"ipco":
+                    for item, item_body, item_end in _boxes(data, prop_body, prop_end):
+                        if item == b"ispe" and item_end - item_body >= 12:
+                            sizes.append(struct.unpack(">II", data[item_body + 4 : item_body + 12]))
+    return max(sizes, key=lambda size: size[0] * size[1]) if sizes else None
+
+
+_HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs"}
+_VIDEO_BRANDS = {b"isom", b"iso2", b"mp41", b"mp42", b"avc1", b"qt  ", b"M4V ", b"3gp4", b"3gp5", b"dash"}
+
+
+def _brands(data: bytes) -> set[bytes]:
+    """An ISO base media file's major and compatible brands ('ftyp'), which say what it holds."""
+    if data[4:8] != b"ftyp" or len(data) < 16:
+        return set()
+    size = min(struct.unpack(">I", data[:4])[0], len(data))
+    return {data[8:12]} | {data[at : at + 4] for at in range(16, size - 3, 4)}
+
+
+def _unsupported(data: bytes) -> str | None:
+    """What a file is, where it is a known kind this service cannot take as an image, and what to do."""
+    brands = _brands(data)
+    if brands & _HEIF_BRANDS and b"avif" not in brands:
+        return (
+            "is a HEIC photo (an iPhone's default format), which OpenCV cannot decode; send a JPEG instead (on the "
+            "iPhone: Settings > Camera > Formats > Most Compatible)"
+        )
+    if brands & _VIDEO_BRANDS or data[:4] == b"\x1aE\xdf\xa3" or (data[:4] == b"RIFF" and data[8:12] == b"AVI "):
+        return "is a video, and this takes one image; to detect on a video, give it as a stream's source"
+    return None
+
+
 _HEADERS = (
     (_JPEG_START, _jpeg_size),
     (_PNG_START, _png_size),
@@ -117,14 +184,18 @@ _HEADERS = (
     (b"MM\0*", _tiff_size),
     (b"II+\0", _tiff_size),
     (b"MM\0+", _tiff_size),
+    (b"GIF87a", _gif_size),
+    (b"GIF89a", _gif_size),
 )
 
 
 def header_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) as the file's header claims it, read without decoding; None for another format or a header
-    that cannot be read. The formats are those the service accepts: JPEG, PNG, BMP, WebP and TIFF."""
+    that cannot be read. The formats are those the service accepts: JPEG, PNG, BMP, WebP, TIFF, GIF and AVIF."""
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return _webp_size(data)
+    if b"avif" in _brands(data):
+        return _isobmff_size(data)
     for magic, reader in _HEADERS:
         if data.startswith(magic):
             return reader(data)
@@ -135,10 +206,12 @@ def check_pixels(data: bytes, name: str, max_pixels: int) -> None:
     """Refuse an image whose header claims more than `max_pixels`, or whose header cannot be read, before a single
     pixel is decoded. (The decoder holds a limit too: OPENCV_IO_MAX_IMAGE_PIXELS, set in edge_inference/__init__.)"""
     size = header_size(data)
+    if size is None and (what := _unsupported(data)):
+        raise ImageError(f"{name} {what}")
     if size is None or 0 in size:
         raise ImageError(
             f"{name}: not a readable image (its header cannot be read: another format, or damaged); send a "
-            "JPEG, PNG, BMP, WebP or TIFF file"
+            f"{FORMATS} file"
         )
     width, height = size
     if width * height > max_pixels:
@@ -155,11 +228,14 @@ def _truncated(data: bytes) -> bool:
         return end < 0 or len(data) - end > 4096  # bytes after EOI are allowed, a missing EOI is not
     if data.startswith(_PNG_START):
         return _PNG_END not in data[-64:]
+    if data.startswith(b"GIF8"):
+        return b";" not in data[-16:]  # the trailer; OpenCV refuses a GIF without it, but says nothing of why
     return False
 
 
 def decode_image(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """BGR uint8 image from encoded bytes (JPEG, PNG, BMP, WebP, TIFF...); the size is checked before decoding."""
+    """BGR uint8 image from encoded bytes (JPEG, PNG, BMP, WebP, TIFF, GIF's first frame, AVIF); the size is checked
+    before decoding."""
     if not data:
         raise ImageError(f"{name}: the file is empty (0 bytes)")
     check_pixels(data, name, max_pixels)
@@ -170,7 +246,7 @@ def decode_image(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -
     except cv2.error:
         image = None  # e.g. a header OpenCV rejects (its own size limit): no image, the message below
     if image is None:
-        raise ImageError(f"{name}: not a readable image (JPEG, PNG, BMP, WebP or TIFF expected)")
+        raise ImageError(f"{name}: not a readable image ({FORMATS} expected)")
     return image
 
 

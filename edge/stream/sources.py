@@ -20,7 +20,7 @@ from edge_inference.edge.stream.images import ImageError, read_image
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".avif"}
 NETWORK_OPEN_TIMEOUT_MS = 15_000
 NETWORK_READ_TIMEOUT_MS = 10_000
 # the schemes with a TCP connection to try when a stream does not open, and their usual ports
