@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from collections.abc import Iterable
@@ -154,6 +155,21 @@ def _config(
     return single_stream_config(stream, server)
 
 
+def _bind_advice(exc: OSError, host: str) -> str:
+    """What to change: the port in use, an address this machine does not have, a name that does not resolve."""
+    address = "--host (or server.host in the config, or EDGE_HOST)"
+    if isinstance(exc, socket.gaierror):
+        return f"{host} is not a name this machine can resolve: give {address} an IP address, 0.0.0.0 for all of them"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"{host} is not an address of this machine (ip -brief address lists them): give {address} one of its own, "
+            "0.0.0.0 to listen on all of them or 127.0.0.1 for this machine alone"
+        )
+    if exc.errno == errno.EACCES:
+        return "ports below 1024 need root: choose one above 1023 with --port (8080 is the default)"
+    return "choose another port with --port (or server.port in the config, or EDGE_PORT), or stop the program using it"
+
+
 def _bind(host: str, port: int) -> socket.socket:
     """The listening socket, made before anything is announced: a port in use is one clear error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -165,10 +181,7 @@ def _bind(host: str, port: int) -> socket.socket:
         listener.bind((host, port))
     except OSError as exc:
         listener.close()
-        raise EdgeError(
-            f"cannot listen on {host}:{port}: {exc.strerror}; choose another port with --port "
-            "(or server.port in the config, or EDGE_PORT), or stop the program using it"
-        ) from None
+        raise EdgeError(f"cannot listen on {host}:{port}: {exc.strerror}; {_bind_advice(exc, host)}") from None
     listener.listen(2048)
     listener.set_inheritable(True)
     return listener

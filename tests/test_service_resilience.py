@@ -167,6 +167,8 @@ def test_bad_configs_and_sources_get_one_line(tmp_path):
         (["--config", str(tmp_path / "missing.yaml")], "no config at"),
         (["--source", str(tmp_path / "nothing.mp4")], "is not a camera, URL, or existing file"),
         (["--source", str(VTEST), "--model", "nope"], "no model named 'nope'"),
+        # an address from another network (TEST-NET-1, never a machine's own): not "choose another port"
+        (["--source", str(VTEST), "--host", "192.0.2.55"], "192.0.2.55 is not an address of this machine"),
         ([], "give --source"),
     ]:
         proc = run_edge("serve", *args, "--port", "0", timeout=60)
