@@ -54,6 +54,22 @@ def test_an_object_seen_long_enough_starts_an_event_that_ends_once_it_is_lost():
     assert end.event.end == pytest.approx(100.9) and end.event.frames == 10  # ends when last seen
 
 
+def test_a_jump_of_the_wall_clock_neither_ends_an_event_nor_keeps_it_open():
+    """A Pi has no clock of its own: NTP sets it after boot, hours at a time. Durations were measured on the wall
+    clock, so a jump forward ended every event and started it again, and one back kept events open for hours."""
+    builder = EventBuilder("cam", EventsConfig(labels=["person"], min_frames=3, end_after_s=1.0))
+    hours = 3 * 3600.0
+    frames = [(100 + i * 0.1 + (hours if i >= 5 else 0), 50 + i * 0.1) for i in range(10)]  # (wall, monotonic)
+    changes = [c for wall, mono in frames for c in builder.observe([person(7)], (), (), IMAGE, wall, mono)]
+    assert [c.kind for c in changes] == ["start"]
+    # the person leaves as the wall clock goes back the three hours: the event ends a second later all the same
+    lost = [builder.observe([], (), (), IMAGE, 100.9 + i * 0.1, 50.9 + i * 0.1) for i in range(1, 20)]
+    assert [len(c) for c in lost] == [0] * 9 + [1] + [0] * 9
+    end = lost[9][0]
+    assert end.kind == "end" and end.event.start == pytest.approx(100.2)  # stamps are the wall clock's
+    assert end.event.end == pytest.approx(frames[-1][0]) and end.event.frames == 10
+
+
 def test_one_noisy_box_a_low_score_or_another_label_makes_no_event():
     builder = EventBuilder("cam", EventsConfig(labels=["person"], min_score=0.6, min_frames=3))
     flicker = [[person(1)], [], [], [person(1)], [], []]  # seen twice, far apart

@@ -73,7 +73,8 @@ class _Track:
     label: str
     seen: int = 0  # frames that qualify (score, zone)
     frames: int = 0  # frames seen since the event started, counted here: the Event is rebuilt only when it changes
-    last_seen: float = 0.0
+    last_seen: float = 0.0  # wall time, for the event's end
+    last_seen_clock: float = 0.0  # monotonic, for how long it has been lost
     best_score: float = -1.0  # the best sighting's score (-1: none yet)
     # That sighting's frame while no change has carried it to the recorder yet (a snapshot waiting to be sent): a
     # frame is a megabyte or more, and tracks waiting for nothing must not keep one each.
@@ -81,7 +82,7 @@ class _Track:
     zones: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     event: Event | None = None
-    snapshot_changed_at: float = 0.0
+    snapshot_changed_at: float = 0.0  # monotonic
 
 
 class EventBuilder:
@@ -104,22 +105,27 @@ class EventBuilder:
         lines: tuple[LineState, ...],
         image: np.ndarray,
         now: float,
+        clock: float | None = None,
     ) -> list[EventChange]:
+        """`now`: the frame's wall time, which events are stamped with; `clock`: a monotonic time of the same frame
+        (default: `now`), which every duration is measured on, so a jump of the wall clock (NTP setting a Pi's
+        clock after boot) neither ends every event at once nor keeps one open for the hours it went back."""
+        clock = now if clock is None else clock
         changes: list[EventChange] = []
         for detection in detections:
             if detection.track_id is None or detection.label not in self.labels:
                 continue
             track = self._tracks.setdefault(detection.track_id, _Track(detection.label))
-            changed = self._follow(track, detection, zones, lines, image, now)
-            change = self._change(track, detection.track_id, now, changed)
+            changed = self._follow(track, detection, zones, lines, image, now, clock)
+            change = self._change(track, detection.track_id, now, clock, changed)
             if change is not None:
                 changes.append(change)
-        changes.extend(self._end_lost(now))
+        changes.extend(self._end_lost(now, clock))
         return changes
 
     def finish(self, now: float) -> list[EventChange]:
         """The stream stops: every event in progress ends now."""
-        return self._end_lost(now, everything=True)
+        return self._end_lost(now, now, everything=True)
 
     def _follow(
         self,
@@ -129,10 +135,11 @@ class EventBuilder:
         lines: tuple[LineState, ...],
         image: np.ndarray,
         now: float,
+        clock: float,
     ) -> bool:
         """Record this sighting; True when something an update reports changed (zone, line)."""
         track_id = detection.track_id
-        track.last_seen = now
+        track.last_seen, track.last_seen_clock = now, clock
         inside = [z.name for z in zones if track_id in z.track_ids]
         changed = False
         for name in inside:
@@ -151,21 +158,21 @@ class EventBuilder:
             track.best, track.best_score = Snapshot(image, detection.box, detection.score), detection.score
         return changed
 
-    def _change(self, track: _Track, track_id: int, now: float, changed: bool) -> EventChange | None:
+    def _change(self, track: _Track, track_id: int, now: float, clock: float, changed: bool) -> EventChange | None:
         if track.event is None:
             if track.seen < self.config.min_frames:
                 return None
             track.frames = track.seen
             track.event = self._event(track, track_id, now)
-            snapshot, track.best, track.snapshot_changed_at = track.best, None, now
+            snapshot, track.best, track.snapshot_changed_at = track.best, None, clock
             return EventChange("start", track.event, snapshot)
         track.frames += 1
-        snapshot_due = track.best is not None and now - track.snapshot_changed_at >= SNAPSHOT_UPDATE_EVERY_S
+        snapshot_due = track.best is not None and clock - track.snapshot_changed_at >= SNAPSHOT_UPDATE_EVERY_S
         if not (changed or snapshot_due):
             return None
         snapshot = track.best
         if snapshot is not None:
-            track.best, track.snapshot_changed_at = None, now
+            track.best, track.snapshot_changed_at = None, clock
         track.event = self._event(track, track_id, now)
         return EventChange("update", track.event, snapshot)
 
@@ -185,10 +192,10 @@ class EventBuilder:
             frames=track.frames,
         )
 
-    def _end_lost(self, now: float, everything: bool = False) -> list[EventChange]:
+    def _end_lost(self, now: float, clock: float, everything: bool = False) -> list[EventChange]:
         ended = []
         for track_id, track in list(self._tracks.items()):
-            if not everything and now - track.last_seen < self.config.end_after_s:
+            if not everything and clock - track.last_seen_clock < self.config.end_after_s:
                 continue
             del self._tracks[track_id]
             if track.event is not None:

@@ -102,7 +102,12 @@ class EventLayer:
 
             def observe(result: FrameResult) -> None:
                 changes = builder.observe(
-                    result.detections, result.zones, result.lines, result.image, result.timing.captured_at
+                    result.detections,
+                    result.zones,
+                    result.lines,
+                    result.image,
+                    result.timing.captured_at,
+                    result.captured_mono,
                 )
                 if changes:
                     recorder.submit(changes)

@@ -57,9 +57,14 @@ class FrameResult:
     image: np.ndarray = field(repr=False)  # the frame as captured; wire encodings of it live in service/
     zones: tuple[ZoneState, ...] = ()  # when the stream tracks: who is in each zone now
     lines: tuple[LineState, ...] = ()  # and the crossings of each line
+    # time.perf_counter() when the frame was in hand: ages and durations, which the wall clock's jumps (NTP setting
+    # a Pi's clock after boot: it has no clock of its own) must not move; 0: not known, the wall clock is used
+    captured_mono: float = 0.0
 
     @property
     def age_s(self) -> float:
+        if self.captured_mono:
+            return max(0.0, time.perf_counter() - self.captured_mono)
         return max(0.0, time.time() - self.timing.captured_at)
 
 
@@ -444,7 +449,7 @@ class StreamPipeline:
         decoded = time.perf_counter()
         post_ms = (decoded - t0) * 1e3
         height, width = frame.image.shape[:2]
-        detections, zones, lines = self._track(detections, width, height, frame.captured_at)
+        detections, zones, lines = self._track(detections, width, height, frame.captured_mono)
         done = time.perf_counter()
         end_to_end = (done - frame.captured_mono) * 1e3
         tracking_ms = (done - decoded) * 1e3
@@ -459,7 +464,8 @@ class StreamPipeline:
             end_to_end_ms=end_to_end,
             tracking_ms=tracking_ms,
         )
-        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, frame.image, zones, lines)
+        image, mono = frame.image, frame.captured_mono
+        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, image, zones, lines, mono)
         self.latest = result
         if self.motion is not None:
             self.motion.found([(d.box.x1, d.box.y1, d.box.x2, d.box.y2) for d in detections])
