@@ -26,11 +26,23 @@ def _save_path(save: Path, image: Path, many: bool) -> Path:
     return save
 
 
-def _exists(path: Path) -> bool:
-    if path.is_file():
-        return True
-    click.echo(f"error: {path}: {'is a folder, not an image' if path.is_dir() else 'no such file'}", err=True)
-    return False
+def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
+    """The files given, and a folder's images (sorted, not its sub-folders), as Ultralytics' `source=folder/` runs
+    them; with the number of arguments that named nothing to run, each said in one line."""
+    found, failures = [], 0
+    for path in paths:
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            inside = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            if not inside:
+                click.echo(f"error: {path}: a folder with no images ({', '.join(sorted(IMAGE_SUFFIXES))})", err=True)
+                failures += 1
+            found += inside
+        else:
+            click.echo(f"error: {path}: no such file", err=True)
+            failures += 1
+    return found, failures
 
 
 @cli.command()
@@ -41,9 +53,8 @@ def _exists(path: Path) -> bool:
     "--save", type=click.Path(path_type=Path), help="Write the image with labelled boxes (a folder for several)."
 )
 def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:
-    """Detect objects in IMAGES."""
-    readable = [path for path in images if _exists(path)]  # inputs first: nothing is loaded for a typo
-    failures = len(images) - len(readable)
+    """Detect objects in IMAGES (files, or folders of them)."""
+    readable, failures = _images_in(images)  # inputs first: nothing is loaded for a typo
     if not readable:
         raise SystemExit(1)
     detector = load_detector(detector_config(kwargs))
@@ -60,7 +71,7 @@ def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs:
         record = result_record(str(path), result, detector)
         click.echo(json.dumps(record) if as_json else result_table(record))
         if save is not None:
-            target = _save_path(save, path, len(images) > 1)
+            target = _save_path(save, path, len(readable) > 1)
             if not cv2.imwrite(str(target), draw_detections(image, result.detections)):
                 raise ImageError(f"cannot write {target}; use a .jpg or .png name in a writable folder")
     detector.close()

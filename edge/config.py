@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -33,8 +34,11 @@ NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 def label_key(name: str) -> str:
     """A label as configs, MQTT topics and Home Assistant's object ids name it ([a-z0-9_-]+): "Person" is the
-    model's "person", "traffic_light" and "Traffic Light" its "traffic light"."""
-    return re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_").lower() or "unnamed"
+    model's "person", "traffic_light" and "Traffic Light" its "traffic light", "Fußgänger" "fussganger". A letter
+    with no ASCII form keeps its code point ("狗" is "u72d7"): a model's labels in Chinese were all "unnamed"."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", name.casefold()) if not unicodedata.combining(c))
+    spelled = "".join(c if c.isascii() else f"_u{ord(c):04x}_" for c in plain)
+    return re.sub(r"[^a-z0-9-]+", "_", spelled).strip("_") or "unnamed"
 
 
 class ZoneConfig(BaseModel):

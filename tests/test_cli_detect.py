@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import cv2
 import pytest
@@ -61,6 +62,19 @@ def test_table_and_save(photo_files, tmp_path):
     drawn = cv2.imread(str(out))
     assert drawn is not None and drawn.shape == skimage_photo("chelsea").shape
     assert cv2.absdiff(drawn, skimage_photo("chelsea")).max() > 100  # boxes were drawn
+
+
+def test_a_folder_of_photos_runs_every_image_in_it(photo_files, tmp_path):
+    """As Ultralytics' `source=folder/` does; a folder was refused as "not an image"."""
+    (tmp_path / "empty").mkdir()
+    proc = run_edge("detect", str(photo_files), str(tmp_path / "empty"), "-m", "yolox-nano", "--json")
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [Path(r["source"]).name for r in records] == sorted(f"{name}.png" for name in PHOTO_OBJECTS)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "empty: a folder with no images (.avif, .bmp" in errors[0]
+    saved = tmp_path / "boxes"
+    assert run_edge("detect", str(photo_files), "-m", "yolox-nano", "--save", str(saved)).returncode == 0
+    assert sorted(p.name for p in saved.iterdir()) == sorted(f"{name}.jpg" for name in PHOTO_OBJECTS)
 
 
 def test_bad_images_each_get_one_line_and_good_ones_still_run(tmp_path):

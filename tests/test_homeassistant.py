@@ -49,6 +49,14 @@ def test_every_discovery_topic_for_every_coco_label_is_one_home_assistant_accept
     assert by_name["front-yard traffic light count"]["state_topic"].endswith("/traffic_light/count")
     assert len(messages) == len({t for t, _ in messages}) == 2 * 80 + 1 + 2 + 1  # labels x2, zone, line in/out, image
     assert slug("cell phone") == "cell_phone" and slug("hot dog") == "hot_dog" and slug("Teddy Bear!") == "teddy_bear"
+    # a model's own labels in other scripts: one topic each (every one of these was "unnamed")
+    assert [slug(name) for name in ("Fußgänger", "café", "狗", "猫", "собака")] == [
+        "fussganger",
+        "cafe",
+        "u72d7",
+        "u732b",
+        "u0441_u043e_u0431_u0430_u043a_u0430",
+    ]
 
 
 def test_entities_that_leave_the_config_are_removed_with_an_empty_retained_config(tmp_path):
