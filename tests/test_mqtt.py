@@ -318,3 +318,35 @@ def test_a_message_paho_already_holds_is_not_published_again_by_the_outbox(tmp_p
         subscriber.close()
     topics = [m.topic for m in subscriber.received() if m.topic != "once/end"]
     assert sorted(topics) == [f"once/{i}" for i in range(5)]  # each once
+
+
+def test_two_devices_with_one_device_id_each_say_so_and_a_restart_is_not_taken_for_one(broker):
+    """Two Pis both called raspberrypi: one client id had the broker drop each as the other connected, again and
+    again, and their states, Home Assistant entities and last wills were mixed without a word."""
+    from edge_inference.edge.config import MqttConfig
+    from edge_inference.edge.events.mqtt import MqttLink, parse_broker
+
+    config = MqttConfig(device_id=DEVICE)
+    earlier = MqttLink(config, parse_broker(broker.url, config), DEVICE)
+    earlier.start()
+    assert earlier.connected.wait(60), earlier.last_error
+    earlier.stop()  # the last run: its claim stays retained on the broker
+    first, second = (MqttLink(config, parse_broker(broker.url, config), DEVICE) for _ in range(2))
+    other = MqttLink(MqttConfig(device_id="other-pi"), parse_broker(broker.url, config), "other-pi")
+    try:
+        for link in (first, other):
+            link.start()
+            assert link.connected.wait(60), link.last_error
+        second.start()
+        deadline = time.monotonic() + 60
+        while not (first.conflict and second.conflict) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # each names the other, not the last run's claim it found on the broker
+        assert first.conflicting == second.instance and second.conflicting == first.instance
+        assert f"publishes as device edge-inference/{DEVICE} on" in (first.conflict or "")
+        assert "give each device its own mqtt.device_id" in (second.conflict or "")
+        assert first.connected.is_set() and second.connected.is_set()  # both still connected: their own client ids
+        assert other.conflict is None
+    finally:
+        for link in (first, second, other):
+            link.stop()

@@ -90,6 +90,12 @@ class EventLayer:
         return self.storage.problem if self.storage else None
 
     @property
+    def problems(self) -> list[str]:
+        """What the user relies on that does not work: events not kept, another device publishing as this one."""
+        found = [self.problem, self.mqtt.conflict if self.mqtt is not None else None]
+        return [problem for problem in found if problem]
+
+    @property
     def active(self) -> bool:
         return self.recorder is not None or self.mqtt is not None
 

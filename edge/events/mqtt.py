@@ -2,6 +2,8 @@
 
 Topics, under `<topic_prefix>/<device_id>` so that many devices share one broker:
   availability                  online / offline (retained; `offline` is the last will, sent by the broker if we die)
+  instance                      {"instance", "host", "pid"} of the process publishing as this device (retained): two
+                                devices with one device id (two Pis both called raspberrypi) see each other's
   events                        {"type": "start"|"update"|"end", "event": {...}}   QoS 1, from the outbox
   stats                         the service's figures, every stats_interval_s
   <stream>/availability         online while the stream delivers frames (retained)
@@ -15,10 +17,13 @@ persistence, or a consumer that joins late, still gets the current state.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import socket
 import ssl
 import threading
+import uuid
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -83,6 +88,7 @@ class Topics:
         self.availability = f"{self.base}/availability"
         self.events = f"{self.base}/events"
         self.stats = f"{self.base}/stats"
+        self.instance = f"{self.base}/instance"
 
     def stream(self, stream_id: str, *parts: str) -> str:
         return "/".join([self.base, stream_id, *parts])
@@ -105,6 +111,9 @@ class MqttLink:
         self.connected = threading.Event()
         self.on_connect_hooks: list[object] = []  # callables run after each connection (outbox wake-up)
         self.last_error: str | None = None
+        self.instance = uuid.uuid4().hex[:12]  # this process, as `instance` announces it
+        self.conflict: str | None = None  # another process publishing as this device, once one has been seen
+        self.conflicting: str | None = None  # the first such process's instance
         self._retained: dict[str, bytes] = {}
         self._startup: list[tuple[str, bytes]] = []  # discovery: published, retained, on every connection
         self._lock = threading.Lock()
@@ -113,7 +122,9 @@ class MqttLink:
         self._in_flight: dict[int, Any] = {}  # outbox seq -> paho's handle, until the broker acknowledges it
         self._client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2,
-            client_id=config.client_id or f"edge-inference-{device_id}",
+            # this process's own: two with one id (a copied config, two Pis both called raspberrypi) would have the
+            # broker drop each as the other connects, again and again
+            client_id=config.client_id or f"edge-inference-{device_id}-{self.instance[:6]}",
             clean_session=True,
         )
         if broker.username:
@@ -125,6 +136,7 @@ class MqttLink:
         self._client.reconnect_delay_set(min_delay=1, max_delay=RECONNECT_MAX_S)
         self._client.on_connect = self._connected
         self._client.on_disconnect = self._disconnected
+        self._client.message_callback_add(self.topics.instance, self._claimed)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,6 +164,9 @@ class MqttLink:
         log.info("MQTT: connected to %s as %s", self.broker.description, self.topics.base)
         self.last_error = None
         self._client.publish(self.topics.availability, b"online", qos=1, retain=True)
+        # ours replaces the last run's before we listen: any other claim that reaches us then is a live process's
+        self._client.publish(self.topics.instance, self._claim(reply=False), qos=1, retain=True)
+        self._client.subscribe(self.topics.instance, qos=1)
         for topic, payload in self._startup:
             self._client.publish(topic, payload, qos=1, retain=True)
         with self._lock:
@@ -170,6 +185,30 @@ class MqttLink:
         if self._refused:
             return
         self._note(f"MQTT broker {self.broker.description} is unreachable ({reason}); events wait in the outbox")
+
+    def _claim(self, reply: bool) -> bytes:
+        claim = {"instance": self.instance, "host": socket.gethostname(), "pid": os.getpid(), "reply": reply}
+        return json.dumps(claim).encode()
+
+    def _claimed(self, client: object, userdata: object, message: Any) -> None:
+        """A claim on this device's topics: ours, or another process's (answered once, so that it knows too)."""
+        try:
+            claim = json.loads(message.payload)
+        except ValueError:
+            return
+        if not isinstance(claim, dict) or claim.get("instance") in (None, self.instance):
+            return
+        who = f"on {str(claim.get('host'))[:64]}, process {str(claim.get('pid'))[:12]}"
+        conflict = (
+            f"MQTT: another edge-inference ({who}) publishes as device {self.topics.base} on {self.broker.description}:"
+            " the two mix their states, Home Assistant entities and last will; give each device its own mqtt.device_id"
+        )
+        if conflict != self.conflict:
+            log.error("%s", conflict)
+        self.conflict = conflict
+        self.conflicting = self.conflicting or str(claim["instance"])
+        if not claim.get("reply"):
+            self._client.publish(self.topics.instance, self._claim(reply=True), qos=1, retain=False)
 
     def _note(self, error: str) -> None:
         if error != self.last_error:

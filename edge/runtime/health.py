@@ -38,7 +38,7 @@ class ServiceHealth:
     ready: bool
     strict: bool
     streams: dict[str, StreamHealth]
-    problems: list[str]  # the service's own, beside the streams': events not stored, labels the model lacks
+    problems: list[str]  # the service's own, beside the streams': events not stored, labels the model lacks, ...
 
 
 def is_live(manager: StreamManager) -> bool:
@@ -56,7 +56,7 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         any_up |= up
         starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
         streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
-    problems = [manager.events.problem] if manager.events.problem else []
+    problems = manager.events.problems
     problems += manager.label_problems.values()
     status: Status = "starting" if starting else "ok" if all_up and not problems else "degraded" if any_up else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
