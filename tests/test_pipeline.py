@@ -13,7 +13,7 @@ import pytest
 
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.stream.delivery import END, FileDelivery, LiveDelivery
-from edge_inference.edge.stream.ffmpeg import ffmpeg_source
+from edge_inference.edge.stream.ffmpeg import command, ffmpeg_source
 from edge_inference.edge.stream.pipeline import StreamPipeline
 from edge_inference.edge.stream.sources import CaptureSource, Frame, SourceError, open_source
 from tests.conftest import MODELS, VTEST, video_frame
@@ -112,6 +112,21 @@ def test_source_errors_say_what_to_do(tmp_path):
         open_source("/dev/video7").open()
     url = open_source("rtsp://admin:pw123@127.0.0.1:9/stream")
     assert url.live and url.description == "rtsp://admin:***@127.0.0.1:9/stream"
+
+
+def test_a_camera_named_by_its_udev_id_is_a_camera_even_while_unplugged():
+    """/dev/v4l/by-id/... keeps its name when a replug renumbers the device (video0 back as video2); it was taken
+    for a file: refused at start while the camera was unplugged (the name is gone then), read as a video otherwise,
+    and FFmpeg, which guesses its camera input from /dev/video names only, did not read it as a camera."""
+    by_id = "/dev/v4l/by-id/usb-046d_HD_Pro_Webcam_C920_1234ABCD-video-index0"  # unplugged here: no such name
+    source = open_source(by_id)
+    assert source.live
+    with pytest.raises(SourceError, match=f"camera {by_id} cannot be opened: check it is plugged in \\(ls /dev/v4l"):
+        source.open()
+    decoded = ffmpeg_source(by_id)
+    assert decoded.live and command(by_id, decoded.settings)[5:9] == ["-f", "v4l2", "-i", by_id]
+    with pytest.raises(SourceError, match="No such file or directory"):
+        decoded.open()
 
 
 def test_a_stream_that_does_not_open_says_whether_anything_answered():

@@ -29,7 +29,13 @@ import cv2
 import numpy as np
 
 from edge_inference.edge.secrets import mask_in
-from edge_inference.edge.stream.sources import FrameSource, SourceError, check_password_encoding, is_live
+from edge_inference.edge.stream.sources import (
+    FrameSource,
+    SourceError,
+    check_password_encoding,
+    is_camera,
+    is_live,
+)
 
 FFMPEG = os.environ.get("EDGE_FFMPEG", "ffmpeg")
 VAAPI_DEVICE = "/dev/dri/renderD128"
@@ -150,6 +156,8 @@ def _args(value: str | list[str] | None, presets: dict[str, tuple[str, ...]] | N
 
 
 def default_input_args(target: str) -> list[str]:
+    if is_camera(target):  # FFmpeg guesses its v4l2 input from a /dev/video name only, not from /dev/v4l/by-id/...
+        return ["-f", "v4l2"]
     if target.startswith(("rtsp://", "rtsps://")):
         return list(INPUT_PRESETS["preset-rtsp-generic"])
     if target.startswith(("http://", "https://")):

@@ -20,6 +20,7 @@ from edge_inference.edge.stream.images import ImageError, read_image
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
+CAMERA_PREFIXES = ("/dev/video", "/dev/v4l/")
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".avif"}
 NETWORK_OPEN_TIMEOUT_MS = 15_000
 NETWORK_READ_TIMEOUT_MS = 10_000
@@ -94,8 +95,8 @@ class CaptureSource(FrameSource):
     def _open_capture(self) -> cv2.VideoCapture:
         if self.target.isdigit():
             return cv2.VideoCapture(int(self.target), cv2.CAP_V4L2)
-        if self.target.startswith("/dev/video"):
-            return cv2.VideoCapture(self.target, cv2.CAP_V4L2)
+        if is_camera(self.target):  # a udev name is read again at each open: a replug may renumber the device
+            return cv2.VideoCapture(os.path.realpath(self.target), cv2.CAP_V4L2)
         if self.target.startswith(STREAM_SCHEMES):
             # FFmpeg's own clocks for network opens and reads, so most stalls end in an error, not a hang;
             # the pipeline's watchdog covers the rest.
@@ -129,9 +130,10 @@ class CaptureSource(FrameSource):
 
     def _unreachable_message(self) -> str:
         name = self.description
-        if self.target.isdigit() or self.target.startswith("/dev/video"):
+        if is_camera(self.target):
+            listing = "/dev/v4l/by-id" if self.target.startswith("/dev/v4l/") else "/dev/video*"
             return (
-                f"camera {name} cannot be opened: check it is plugged in (ls /dev/video*), "
+                f"camera {name} cannot be opened: check it is plugged in (ls {listing}), "
                 "not used by another program, and that this user is in the 'video' group"
             )
         if self.target.startswith(STREAM_SCHEMES):
@@ -201,7 +203,7 @@ def open_source(
     target = target.strip()
     if not target:
         raise SourceError("empty source: give a camera index, /dev/videoN, a video or image file, a folder, or a URL")
-    if target.isdigit() or target.startswith("/dev/video"):
+    if is_camera(target):
         return CaptureSource(target, live=True, width=width, height=height, fps=fps)
     if target.startswith(STREAM_SCHEMES) or target.startswith("file://"):
         check_password_encoding(target)
@@ -211,7 +213,16 @@ def open_source(
 
 def is_live(target: str) -> bool:
     """Cameras and network streams run on their own clock (newest frame only); files and file:// URLs do not."""
-    return target.isdigit() or target.startswith(("/dev/video", *STREAM_SCHEMES))
+    return is_camera(target) or target.startswith(STREAM_SCHEMES)
+
+
+def is_camera(target: str) -> bool:
+    """A V4L2 camera: an index, /dev/videoN, or a udev name for one. /dev/v4l/by-id/... keeps its name when a replug
+    renumbers the device (video0 comes back as video2 while the old node is still held), and is a camera even while
+    it is unplugged and the name is gone; another /dev name is one when it leads to a /dev/video node."""
+    if target.isdigit() or target.startswith(CAMERA_PREFIXES):
+        return True
+    return target.startswith("/dev/") and os.path.realpath(target).startswith("/dev/video")
 
 
 def _local_source(target: str, fps: float | None = None) -> FrameSource:
