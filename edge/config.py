@@ -167,6 +167,17 @@ class StreamConfig(BaseModel):
         except BackendError as exc:
             raise ValueError(str(exc)) from None
 
+    @field_validator("zones", "lines")
+    @classmethod
+    def _names_once(cls, items: list[ZoneConfig] | list[LineConfig], info: ValidationInfo) -> list[Any]:
+        """A name is a key in /stats, a metric label and a Home Assistant entity: two of one name hid each other."""
+        names = [item.name for item in items]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            kind = "zone" if info.field_name == "zones" else "line"
+            raise ValueError(f"{', '.join(twice)}: used for two {kind}s; give each {kind} a name of its own")
+        return items
+
     @field_validator("events")
     @classmethod
     def _event_zones_exist(cls, events: EventsConfig | None, info: ValidationInfo) -> EventsConfig | None:

@@ -10,8 +10,9 @@ import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from pydantic import ValidationError
 
-from edge_inference.edge.config import load_config
+from edge_inference.edge.config import StreamConfig, load_config
 from tests.conftest import MEDIA, MODELS, VTEST
 from tests.helpers import run_edge
 from tests.server import running_server
@@ -174,6 +175,17 @@ def test_bad_configs_and_sources_get_one_line(tmp_path):
         proc = run_edge("serve", *args, "--port", "0", timeout=60)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
         assert fragment in proc.stderr, proc.stderr
+
+
+def test_two_zones_or_two_lines_of_one_name_are_refused():
+    """A name keys /stats, the metrics and a Home Assistant entity: the second zone "door" hid the first."""
+    square = [[0, 0], [1, 0], [1, 1], [0, 1]]
+    stream = {"id": "a", "source": str(VTEST), "zones": [{"name": "door", "polygon": square}] * 2}
+    with pytest.raises(ValidationError, match="door: used for two zones; give each zone a name of its own"):
+        StreamConfig.model_validate(stream)
+    line = {"name": "path", "start": [0, 0], "end": [1, 1]}
+    with pytest.raises(ValidationError, match="path: used for two lines"):
+        StreamConfig.model_validate({"id": "a", "source": str(VTEST), "lines": [line, line]})
 
 
 def test_a_config_saved_in_another_encoding_is_read_or_refused_with_where_and_what_to_do(tmp_path):
