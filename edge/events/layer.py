@@ -113,7 +113,7 @@ class EventLayer:
                     result.lines,
                     result.image,
                     result.timing.captured_at,
-                    result.captured_mono,
+                    result.captured_mono or None,  # 0: not known, durations on the wall clock
                 )
                 if changes:
                     recorder.submit(changes)

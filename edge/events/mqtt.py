@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import ssl
 import threading
@@ -198,7 +199,8 @@ class MqttLink:
             return
         if not isinstance(claim, dict) or claim.get("instance") in (None, self.instance):
             return
-        who = f"on {str(claim.get('host'))[:64]}, process {str(claim.get('pid'))[:12]}"
+        host, pid = (re.sub(r"[^\w.:-]", "?", str(claim.get(key)))[:64] for key in ("host", "pid"))  # no log injection
+        who = f"on {host}, process {pid}"
         conflict = (
             f"MQTT: another edge-inference ({who}) publishes as device {self.topics.base} on {self.broker.description}:"
             " the two mix their states, Home Assistant entities and last will; give each device its own mqtt.device_id"
