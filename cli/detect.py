@@ -15,7 +15,7 @@ from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
 from edge_inference.edge.stream.drawing import draw_detections
 from edge_inference.edge.stream.images import ImageError, read_image
-from edge_inference.edge.stream.sources import IMAGE_SUFFIXES
+from edge_inference.edge.stream.sources import IMAGE_SUFFIXES, images_in_folder
 
 
 def _save_path(save: Path, image: Path, many: bool) -> Path:
@@ -34,7 +34,7 @@ def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
         if path.is_file():
             found.append(path)
         elif path.is_dir():
-            inside = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            inside = images_in_folder(path)
             if not inside:
                 click.echo(f"error: {path}: a folder with no images ({', '.join(sorted(IMAGE_SUFFIXES))})", err=True)
                 failures += 1

@@ -23,10 +23,6 @@ os.environ.setdefault("OPENCV_FFMPEG_IS_THREAD_SAFE", "1")
 # card. Quiet by default (-8, AV_LOG_QUIET); our own lines say when a source cannot be opened or stalls. Set it to
 # 16 (errors) or 24 (warnings) to read FFmpeg's own words, printed on stdout with an [OPENCV:FFMPEG:NN] prefix.
 os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
-# OpenCV's own log does the same for each image it cannot decode ("[ERROR:0@..] global loadsave.cpp ... imdecode_
-# ... can't read header"): one line per bad upload, which the client has already been answered about (415). Those
-# failures come back to us as results or exceptions and are said in our words; WARNING brings OpenCV's back.
-os.environ.setdefault("OPENCV_LOG_LEVEL", "OFF")
 
 try:
     __version__ = version("edge-inference")

@@ -225,11 +225,16 @@ def is_camera(target: str) -> bool:
     return target.startswith("/dev/") and os.path.realpath(target).startswith("/dev/video")
 
 
+def images_in_folder(folder: Path) -> list[Path]:
+    """The images directly in `folder` (not its sub-folders), sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+
+
 def _local_source(target: str, fps: float | None = None) -> FrameSource:
     """A folder, a glob, an image or a video file on this machine (`fps` paces images; a video has its own)."""
     path = Path(target).expanduser()
     if path.is_dir():
-        return ImageFilesSource(target, sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES), fps)
+        return ImageFilesSource(target, images_in_folder(path), fps)
     if any(ch in target for ch in "*?["):
         matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(target)))
         return ImageFilesSource(target, [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES], fps)

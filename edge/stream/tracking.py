@@ -64,7 +64,6 @@ class LabelSet:
     label. A model has a few dozen labels: each one's answer is kept after its first frame."""
 
     def __init__(self, names: list[str]) -> None:
-        self.names = list(names)
         self._keys = {label_key(name) for name in names}
         self._answers: dict[object, bool] = {}
 
