@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import unicodedata
@@ -15,7 +16,7 @@ from edge_inference.backends import BackendError
 from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import get_settings
-from edge_inference.models.registry import DEFAULT_MODEL
+from edge_inference.models.registry import DEFAULT_MODEL, is_registry_name
 
 LOOPBACK = "127.0.0.1"
 MIN_TOKEN_LENGTH = 8
@@ -443,9 +444,69 @@ def load_config(path: Path) -> ServiceConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
     try:
-        return ServiceConfig.model_validate(data)
+        config = ServiceConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"config {path} is invalid: {_explain(exc)}") from None
+    return anchored_paths(config, Path(os.path.abspath(path)).parent)
+
+
+def anchored_paths(config: ServiceConfig, folder: Path) -> ServiceConfig:
+    """The config's relative paths read from its own folder, as Docker Compose and Prometheus read theirs: the same
+    file then works from a shell, a systemd unit (WorkingDirectory=/var/lib/edge) and a container alike. A path that
+    is only in the folder edge was started in is still read there, as before."""
+    streams = [
+        stream.model_copy(
+            update={
+                "source": _anchored(stream.source, folder) if _is_local_path(stream.source) else stream.source,
+                "model": _anchored(stream.model, folder) if _is_model_path(stream.model, folder) else stream.model,
+            }
+        )
+        for stream in config.streams
+    ]
+    server, storage, mqtt = config.server, config.storage, config.mqtt
+    return config.model_copy(
+        update={
+            "streams": streams,
+            "server": server.model_copy(update={"token_file": _anchored_path(server.token_file, folder)}),
+            "storage": storage.model_copy(update={"data_dir": _anchored_path(storage.data_dir, folder)}),
+            "mqtt": mqtt and mqtt.model_copy(update={"ca_file": _anchored_path(mqtt.ca_file, folder)}),
+        }
+    )
+
+
+def _is_local_path(source: str) -> bool:
+    """A file, folder or glob: not a camera index, a device (absolute anyway) or a URL."""
+    source = source.strip()
+    return bool(source) and not source.isdigit() and "://" not in source
+
+
+def _is_model_path(model: str, folder: Path) -> bool:
+    """A model file rather than a registry name (a mistyped name keeps its "did you mean" answer)."""
+    if is_registry_name(model):
+        return False
+    return "/" in model or bool(Path(model).suffix) or (folder / model).exists()
+
+
+def _anchored_path(value: Path | None, folder: Path) -> Path | None:
+    return None if value is None else Path(_anchored(str(value), folder))
+
+
+def _anchored(value: str, folder: Path) -> str:
+    """`value` from the config's folder when it is relative; from the working folder only where nothing is in the
+    config's folder but something is there. Neither: the config's folder, so an error names the full path."""
+    expanded = os.path.expanduser(value.strip())
+    if os.path.isabs(expanded):
+        return value
+    in_folder = str(folder / expanded)
+    if _exists(in_folder) or not _exists(expanded):
+        return in_folder
+    return value
+
+
+def _exists(path: str) -> bool:
+    if any(ch in path for ch in "*?["):
+        return bool(glob.glob(path))
+    return os.path.exists(path)
 
 
 def single_stream_config(stream: dict[str, object], server: dict[str, object]) -> ServiceConfig:

@@ -9,15 +9,16 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
 from edge_inference.cli.serve import with_environment
-from edge_inference.edge.config import ServiceConfig, single_stream_config
+from edge_inference.edge.config import ServiceConfig, load_config, single_stream_config
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.bench import Pair, PairResult
 from edge_inference.edge.tools.bench_report import plot_label
-from tests.conftest import MEDIA, REPO
+from tests.conftest import MEDIA, REPO, VTEST
 from tests.helpers import run_edge
 from tests.inprocess import SSD_ONNX, app_client, service_config
 
@@ -112,6 +113,75 @@ def test_edge_serve_takes_its_config_and_port_from_the_environment(tmp_path):
         process.communicate(timeout=30)
     (line,) = errors_of(run_edge("serve", env={"EDGE_PORT": "eighty"}))
     assert line.startswith("error: an EDGE_* environment variable is invalid: EDGE_PORT:")
+
+
+def test_relative_paths_in_a_config_are_read_from_its_folder_wherever_edge_starts(tmp_path, monkeypatch):
+    """A config in ~/cams naming models/door.onnx and clips/door.avi was read from the folder edge started in: it
+    worked from ~/cams and nowhere else (a systemd unit starts in /var/lib/edge), and the error named the path as
+    written. Now its paths are read from its own folder; one that is only in the working folder is still found."""
+    cams, elsewhere = tmp_path / "cams", tmp_path / "elsewhere"
+    for folder in (cams / "models", cams / "clips", cams / "photos", elsewhere / "old"):
+        folder.mkdir(parents=True)
+    (cams / "models/door.onnx").symlink_to(SSD_ONNX)
+    (cams / "clips/door.avi").symlink_to(VTEST)
+    (cams / "photos/cat.jpg").symlink_to(CAT)
+    (cams / "token").write_text("a-token-of-the-user\n")
+    (cams / "ca.pem").write_text("")
+    (elsewhere / "old/yard.avi").symlink_to(VTEST)  # how a config was read before: from the working folder
+    config = cams / "streams.yaml"
+    config.write_text(
+        "server: {token_file: token}\nstorage: {data_dir: data}\nmqtt: {url: 'mqtt://127.0.0.1:1', ca_file: ca.pem}\n"
+        "streams:\n"
+        "  - {id: door, source: clips/door.avi, model: models/door.onnx, backend: onnx}\n"
+        "  - {id: yard, source: old/yard.avi, model: yolox-nano}\n"
+        "  - {id: photos, source: 'photos/*.jpg', model: models/door.onnx}\n"
+        "  - {id: cam, source: '0', model: ssd-mobilenet-v2}\n"
+        "  - {id: gate, source: 'rtsp://127.0.0.1:1/x', model: yolox-nan}\n"
+        "  - {id: gone, source: clips/gone.avi, model: models/gone.onnx}\n"
+    )
+    monkeypatch.chdir(elsewhere)
+    loaded = load_config(Path("../cams/streams.yaml"))
+    sources = {s.id: s.source for s in loaded.streams}
+    models = {s.id: s.model for s in loaded.streams}
+    assert Path(sources["door"]) == cams / "clips/door.avi" and Path(models["door"]) == cams / "models/door.onnx"
+    assert sources["yard"] == "old/yard.avi" and models["yard"] == "yolox-nano"  # the working folder's; a registry name
+    assert Path(sources["photos"]) == cams / "photos/*.jpg"
+    assert (sources["cam"], sources["gate"], models["gate"]) == ("0", "rtsp://127.0.0.1:1/x", "yolox-nan")
+    # in neither folder: the config's, so the error names the whole path where it looked
+    assert Path(sources["gone"]) == cams / "clips/gone.avi" and Path(models["gone"]) == cams / "models/gone.onnx"
+    assert loaded.server.token_file == cams / "token" and loaded.storage.data_dir == cams / "data"
+    assert loaded.mqtt is not None and loaded.mqtt.ca_file == cams / "ca.pem"
+
+    config.write_text(
+        "server: {token_file: token}\nstorage: {data_dir: data}\n"
+        "streams:\n  - {id: door, source: clips/door.avi, model: models/door.onnx, backend: onnx, loop: true}\n"
+    )
+    with app_client(
+        load_config(Path("../cams/streams.yaml")), {"Authorization": "Bearer a-token-of-the-user"}
+    ) as client:
+        deadline, latest = time.monotonic() + 120, client.get("/api/v1/streams/door/detections/latest")
+        while latest.status_code == 503 and time.monotonic() < deadline:  # the model still loading
+            time.sleep(0.1)
+            latest = client.get("/api/v1/streams/door/detections/latest")
+        assert latest.status_code == 200 and (latest.json()["width"], latest.json()["height"]) == (768, 576)
+        assert client.get("/api/v1/streams").json()[0]["source"] == str(cams / "clips/door.avi")
+    (line,) = errors_of(_serve_missing(cams, elsewhere))
+    assert line == f"error: source {cams / 'clips/gone.avi'} is not a camera, URL, or existing file or folder; " + (
+        "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
+    )
+
+
+def _serve_missing(cams: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`edge serve --config ../cams/missing.yaml` started in `cwd`, as a user runs it."""
+    (cams / "missing.yaml").write_text("streams:\n  - {id: gone, source: clips/gone.avi, model: models/door.onnx}\n")
+    return subprocess.run(
+        [sys.executable, "-m", "edge_inference", "serve", "--config", "../cams/missing.yaml"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_models_describe_says_which_engine_and_file_auto_chose():
