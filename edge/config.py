@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import math
 import os
 import re
 import unicodedata
@@ -10,7 +11,16 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from edge_inference.backends import BackendError
 from edge_inference.backends.engine import check_engine_options
@@ -42,6 +52,25 @@ def label_key(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "_", spelled).strip("_") or "unnamed"
 
 
+def _checked_points(points: list[Point], kind: str) -> list[Point]:
+    """Points are 0..1 of the frame only when every coordinate is; one typed past 1 ((1.2, 0.5) among fractions)
+    made them all pixels, a shape a pixel or two across that nothing ever enters or crosses."""
+    values = [value for point in points for value in point]
+    if all(0 <= value <= 1 for value in values):
+        return points
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    width, height = max(xs) - min(xs), max(ys) - min(ys)
+    length = math.hypot(width, height)
+    if (kind != "line" and min(width, height) < 2) or (kind == "line" and length < 2):
+        x, y = next(point for point in points if not all(0 <= value <= 1 for value in point))
+        size = f"{width:g}x{height:g} pixels across" if kind != "line" else f"{length:.3g} pixels long"
+        raise ValueError(
+            f"({x:g}, {y:g}) is not in 0..1, so the {kind}'s points are read as pixels: a {kind} {size}; keep every "
+            "coordinate in 0..1 of the frame, or write them all in pixels"
+        )
+    return points
+
+
 class ZoneConfig(BaseModel):
     """A polygon: points in pixels, or all in 0..1 of the frame. An object is in it when its bottom centre is."""
 
@@ -49,6 +78,11 @@ class ZoneConfig(BaseModel):
 
     name: str = Field(pattern=NAME)
     polygon: list[Point] = Field(min_length=3)
+
+    @field_validator("polygon")
+    @classmethod
+    def _in_one_unit(cls, polygon: list[Point]) -> list[Point]:
+        return _checked_points(polygon, "zone")
 
 
 class LineConfig(BaseModel):
@@ -60,6 +94,11 @@ class LineConfig(BaseModel):
     name: str = Field(pattern=NAME)
     start: Point
     end: Point
+
+    @model_validator(mode="after")
+    def _in_one_unit(self) -> LineConfig:
+        _checked_points([self.start, self.end], "line")
+        return self
 
 
 class TrackingConfig(BaseModel):
@@ -82,6 +121,11 @@ class MotionConfig(BaseModel):
     # stationary objects); any motion, or objects that moved or changed, bring it back to recheck_s
     stationary_max_s: float = Field(default=30.0, gt=0)
     max_idle_s: float = Field(default=10.0, gt=0)  # on a still, empty scene: detect at least this often
+
+    @field_validator("ignore")
+    @classmethod
+    def _in_one_unit(cls, polygons: list[list[Point]]) -> list[list[Point]]:
+        return [_checked_points(polygon, "region") for polygon in polygons]
 
 
 class FFmpegConfig(BaseModel):

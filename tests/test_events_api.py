@@ -118,3 +118,18 @@ def test_a_label_the_model_does_not_detect_is_reported_and_one_in_another_case_m
         assert health.status_code == 200 and health.json()["status"] == "degraded"
         assert problem.startswith("stream yard: events.labels names 'persons' (did you mean 'person'?)")
         assert client.get("/api/v1/events", params={"stream": "yard"}).json()["events"] == []
+
+
+def test_a_zone_that_does_not_fit_the_frame_is_in_health_until_fixed():
+    """Zone pixels from a 1920x1080 snapshot on the 768x576 video: nobody can ever stand in it."""
+    zones = [{"name": "door", "polygon": [[1500, 700], [1900, 700], [1900, 1070], [1500, 1070]]}]
+    config = service_config(tracking={}, zones=zones)
+    with app_client(config) as client:
+        deadline = time.monotonic() + 180
+        while not (health := client.get("/health/ready").json())["problems"]:
+            assert time.monotonic() < deadline, health
+            time.sleep(0.1)
+        assert health["status"] == "degraded" and health["problems"] == [
+            "stream main: zone door has the point (1500, 700), beyond the 768x576 frame, so it never holds anyone: "
+            "write its points in 0..1 of the frame (they then fit any resolution) or in pixels of this frame"
+        ]

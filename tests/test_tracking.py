@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import yaml
 
-from edge_inference.edge.config import LineConfig, StreamConfig, TrackingConfig, ZoneConfig
+from edge_inference.edge.config import LineConfig, MotionConfig, StreamConfig, TrackingConfig, ZoneConfig
 from edge_inference.edge.runtime.streams import tracker_for
 from edge_inference.edge.stream.drawing import ZONE_COLOUR, render_jpeg
 from edge_inference.edge.stream.tracking import StreamTracker, unknown_labels
@@ -95,8 +95,15 @@ def _person(x: float, y: float, score: float = 0.9, w: float = 30, h: float = 80
     return Detection(0, "person", score, BoxXYXY(x - w / 2, y - h, x + w / 2, y))  # (x, y): the feet
 
 
-def _walk(tracker: StreamTracker, steps: list[list[Detection]], dt: float = 0.1, start: float = 1000.0) -> list:
-    return [tracker.analyse(dets, 640, 480, start + i * dt) for i, dets in enumerate(steps)]
+def _walk(
+    tracker: StreamTracker,
+    steps: list[list[Detection]],
+    dt: float = 0.1,
+    start: float = 1000.0,
+    width: int = 640,
+    height: int = 480,
+) -> list:
+    return [tracker.analyse(dets, width, height, start + i * dt) for i, dets in enumerate(steps)]
 
 
 def test_a_line_counts_each_direction_only_within_its_ends():
@@ -127,6 +134,43 @@ def test_a_zone_counts_who_stands_in_it_and_for_how_long():
     leaves = [[_person(100, 200)] for _ in range(5)]
     (door,) = _walk(tracker, leaves, start=1003.1)[-1].zones
     assert door.objects == {} and door.dwell_s == {}
+
+
+def test_a_zone_drawn_on_a_frame_of_another_size_is_named_until_the_frame_fits():
+    """Pixels taken from the camera's 1920x1080 main stream, applied to a 640x360 sub-stream (or a frame FFmpeg
+    scaled): the zone lay outside the picture and nobody was ever in it, without a word."""
+    door = ZoneConfig(name="door", polygon=[(1500, 700), (1900, 700), (1900, 1070), (1500, 1070)])
+    gate = LineConfig(name="gate", start=(960, 0), end=(960, 1080))
+    yard = ZoneConfig(name="yard", polygon=[(0.0, 0.5), (1.0, 0.5), (1.0, 1.0), (0.0, 1.0)])  # fits any frame
+    tracker = StreamTracker(TrackingConfig(), [door, yard], [gate], FPS, "porch")
+    standing = [[_person(1700, 1000)] for _ in range(3)]
+    _walk(tracker, standing, width=640, height=360)
+    assert tracker.placement_problem == (
+        "stream porch: zone door has the point (1500, 700), beyond the 640x360 frame, so it never holds anyone: "
+        "write its points in 0..1 of the frame (they then fit any resolution) or in pixels of this frame; "
+        "line gate has the point (960, 0), beyond the 640x360 frame, so it may never be crossed: "
+        "write its points in 0..1 of the frame (they then fit any resolution) or in pixels of this frame"
+    )
+    door_state, _ = _walk(tracker, standing, start=1010.0, width=1920, height=1080)[-1].zones
+    assert tracker.placement_problem is None and door_state.objects == {"person": 1}
+    # a zone drawn a little past the bottom edge, to take in the whole doorway, is the user's choice
+    edge = ZoneConfig(name="edge", polygon=[(0, 300), (640, 300), (640, 380), (0, 380)])
+    tracker = StreamTracker(TrackingConfig(), [edge], [], FPS, "porch")
+    _walk(tracker, standing, width=640, height=360)
+    assert tracker.placement_problem is None
+
+
+def test_a_coordinate_past_1_among_fractions_is_refused_not_read_as_a_zone_of_one_pixel():
+    with pytest.raises(ValueError, match=r"\(1.2, 0.5\) is not in 0..1, so the zone's points are read as pixels: "
+                       r"a zone 1.2x0.5 pixels across; keep every coordinate in 0..1 of the frame"):  # fmt: skip
+        ZoneConfig(name="door", polygon=[(0, 0.5), (1.2, 0.5), (1, 1)])
+    with pytest.raises(ValueError, match=r"\(1.05, 0.5\) is not in 0..1, so the line's points are read as pixels: "
+                       r"a line 0.95 pixels long"):  # fmt: skip
+        LineConfig(name="gate", start=(0.1, 0.5), end=(1.05, 0.5))
+    with pytest.raises(ValueError, match=r"\(0, 1.08\) is not in 0..1.*a region 0.6x1.08 pixels across"):  # motion's ignored clock overlay
+        MotionConfig(ignore=[[(0, 0), (0.6, 0), (0.6, 0.08), (0, 1.08)]])
+    assert LineConfig(name="gate", start=(0, 240), end=(640, 240)).end == (640, 240)  # pixels, written as such
+    assert ZoneConfig(name="door", polygon=[(0, 0), (1, 0), (1, 1)]).polygon[1] == (1, 0)  # all in 0..1
 
 
 def test_zones_and_lines_are_drawn_on_the_snapshot_when_asked():

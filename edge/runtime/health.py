@@ -58,6 +58,9 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
     problems = manager.events.problems
     problems += manager.label_problems.values()
+    problems += [
+        p.tracker.placement_problem for p in manager.pipelines.values() if p.tracker and p.tracker.placement_problem
+    ]
     status: Status = "starting" if starting else "ok" if all_up and not problems else "degraded" if any_up else "down"
     ready = status == "ok" or (status == "degraded" and not strict)
     return ServiceHealth(status, ready, strict, streams, problems)

@@ -66,7 +66,7 @@ def tracker_for(stream: StreamConfig) -> StreamTracker | None:
     if not stream.analysed:
         return None
     tracking = (stream.tracking or TrackingConfig()).model_copy(update={"labels": stream.tracked_labels})
-    return StreamTracker(tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS)
+    return StreamTracker(tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS, stream.id)
 
 
 class StreamManager:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -27,6 +28,11 @@ import numpy as np
 from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig, label_key
 from edge_inference.edge.stream.bytetrack import ByteTracker
 from edge_inference.models.detection import Detection
+
+log = logging.getLogger("edge.tracking")
+# Drawn a little past an edge is deliberate (a zone down to the bottom of the picture); further, the points were
+# taken from a frame of another size: the main stream's resolution on a sub-stream, or before FFmpeg scaled it.
+BEYOND_FRAME = 0.1
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,29 @@ def to_pixels(points: list[Point], width: int, height: int) -> np.ndarray:
     return np.round(array).astype(np.int64)
 
 
+def beyond_frame(kind: str, name: str, points: np.ndarray, width: int, height: int) -> str | None:
+    """A zone or line in pixels that reaches well past the frame it is applied to: what to write instead."""
+    margin_x, margin_y = BEYOND_FRAME * width, BEYOND_FRAME * height
+    xs, ys = points[:, 0], points[:, 1]
+    far = (xs < -margin_x) | (xs > width + margin_x) | (ys < -margin_y) | (ys > height + margin_y)
+    if not far.any():
+        return None
+    x, y = points[int(np.argmax(far))].tolist()
+    return (
+        f"{kind} {name} has the point ({x}, {y}), beyond the {width}x{height} frame, so it "
+        + ("never holds anyone" if kind == "zone" else "may never be crossed")
+        + ": write its points in 0..1 of the frame (they then fit any resolution) or in pixels of this frame"
+    )
+
+
 class StreamTracker:
     def __init__(
-        self, tracking: TrackingConfig | None, zones: list[ZoneConfig], lines: list[LineConfig], fps: float
+        self,
+        tracking: TrackingConfig | None,
+        zones: list[ZoneConfig],
+        lines: list[LineConfig],
+        fps: float,
+        stream_id: str = "",
     ) -> None:
         self.config = tracking or TrackingConfig()
         self.labels = LabelSet(self.config.labels)
@@ -114,6 +140,8 @@ class StreamTracker:
             high_conf_det_threshold=0.5,
         )
         self._zone_configs, self._line_configs = zones, lines
+        self.stream_id = stream_id
+        self.placement_problem: str | None = None  # zones or lines that do not fit the frame, for /health/ready
         self._size: tuple[int, int] | None = None
         self._zones = ZoneMasks([])
         self._entered: dict[str, dict[int, float]] = {z.name: {} for z in zones}  # zone -> track id -> since
@@ -135,6 +163,24 @@ class StreamTracker:
             line.name: ((int(x1), int(y1)), (int(x2), int(y2)))
             for line, ((x1, y1), (x2, y2)) in zip(self._line_configs, ends, strict=True)
         }
+        self._check_placement(polygons, ends, width, height)
+
+    def _check_placement(
+        self, polygons: list[np.ndarray], ends: list[list[list[int]]], width: int, height: int
+    ) -> None:
+        """Said once per frame size in the log, and kept for /health/ready while it holds."""
+        named = [
+            ("zone", zone.name, np.asarray(points)) for zone, points in zip(self._zone_configs, polygons, strict=True)
+        ]
+        named += [
+            ("line", line.name, np.asarray(points)) for line, points in zip(self._line_configs, ends, strict=True)
+        ]
+        found = [beyond_frame(kind, name, points, width, height) for kind, name, points in named]
+        problems = [problem for problem in found if problem]
+        problem = f"stream {self.stream_id}: {'; '.join(problems)}" if problems else None
+        if problem and problem != self.placement_problem:
+            log.warning("%s", problem)
+        self.placement_problem = problem
 
     def analyse(self, detections: list[Detection], width: int, height: int, now: float = 0.0) -> Analysis:
         """`now`: the frame's capture time in seconds, for dwell times."""
