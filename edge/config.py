@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import glob
 import math
 import os
@@ -194,6 +195,12 @@ class StreamConfig(BaseModel):
     # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
     ffmpeg: FFmpegConfig | None = None
 
+    @field_validator("source", mode="before")
+    @classmethod
+    def _camera_index(cls, source: Any) -> Any:
+        """`source: 0` is YAML's number 0: the camera index, as the examples write it."""
+        return str(source) if isinstance(source, int) and not isinstance(source, bool) else source
+
     @field_validator("threads")
     @classmethod
     def _threads_this_machine_can_use(cls, threads: int | None) -> int | None:
@@ -382,6 +389,20 @@ class ServiceConfig(BaseModel):
     mqtt: MqttConfig | None = None
     webhooks: list[WebhookConfig] = Field(default_factory=list)
 
+    @field_validator("streams", mode="before")
+    @classmethod
+    def _streams_by_id(cls, streams: Any) -> Any:
+        """`streams:` as a mapping of id to settings, as Frigate's `cameras:` is written, or as a list."""
+        if not isinstance(streams, dict) or not all(isinstance(v, dict | None) for v in streams.values()):
+            return streams
+        listed = []
+        for stream_id, settings in streams.items():
+            given = (settings or {}).get("id", stream_id)
+            if given != stream_id:
+                raise ValueError(f"{stream_id} has id: {given}; leave id out where the key names the stream")
+            listed.append({**(settings or {}), "id": str(stream_id)})
+        return listed
+
     @field_validator("streams")
     @classmethod
     def _unique_ids(cls, streams: list[StreamConfig]) -> list[StreamConfig]:
@@ -402,20 +423,63 @@ class ServiceConfig(BaseModel):
         return streams
 
 
-def _explain(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or 'file'}: {_message(e['type'], e['loc'], e['msg'])}" for e in exc.errors()
-    )
+# Other programs' names for our settings (Frigate's, Ultralytics'), as users bring them over
+OTHER_NAMES = {
+    "cameras": "streams",
+    "threshold": "conf",
+    "confidence": "conf",
+    "min_score": "conf",
+    "path": "source",
+    "url": "source",
+    "input": "source",
+    "inputs": "source",
+    "detector": "backend",
+    "imgsz": "width",
+}
 
 
-def _message(kind: str, loc: tuple[int | str, ...], msg: str) -> str:
-    """Pydantic's words, and for a key the config does not know (a typo, another program's name for a setting)
-    the keys that place takes."""
+def _explain(exc: ValidationError, data: Any = None) -> str:
+    """One line: where (as the file writes it) and what to do, for each problem."""
+    streams = data.get("streams") if isinstance(data, dict) else None
+    ids = list(streams) if isinstance(streams, dict) else None  # streams by id: `streams.porch`, not `streams.0`
+
+    def where(loc: tuple[int | str, ...]) -> str:
+        if ids and len(loc) > 1 and loc[0] == "streams" and isinstance(loc[1], int) and loc[1] < len(ids):
+            loc = ("streams", ids[loc[1]], *loc[2:])
+        return ".".join(map(str, loc)) or "file"
+
+    return "; ".join(f"{where(e['loc'])}: {_message(e, where(e['loc'][:-1]))}" for e in exc.errors())
+
+
+def _message(error: Any, section: str) -> str:
+    """Pydantic's words, with what to write instead where a user's usual slip is known: for a key the config does
+    not know (a typo, another program's name for a setting) the nearest key and the keys that place takes; for a
+    name, what a name may hold; for a fraction written as a percentage, the fraction."""
+    kind, loc, value = error["type"], error["loc"], error.get("input")
     keys = _keys_at(loc[:-1]) if kind == "extra_forbidden" else []
-    if not keys:
-        return msg.removeprefix("Value error, ")
-    where = ".".join(map(str, loc[:-1])) or "the top level"
-    return f"not a setting; {where} takes: {', '.join(keys)}"
+    if keys:
+        near = _nearest_key(str(loc[-1]), keys)
+        where = "the top level" if section == "file" else section
+        return f"not a setting{f' (did you mean {near}?)' if near else ''}; {where} takes: {', '.join(keys)}"
+    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME:
+        example = re.sub(r"[^A-Za-z0-9_-]+", "_", str(value)).strip("_")[:64] or "porch"
+        return (
+            f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
+            f"metrics), e.g. {example}"
+        )
+    message = str(error["msg"]).removeprefix("Value error, ")
+    limit = error.get("ctx", {}).get("le")
+    if kind == "less_than_equal" and limit == 1 and isinstance(value, int | float) and 1 < value <= 100:
+        return f"{value:g} is more than 1: it is a fraction of 1, so {value:g}% is {value / 100:g}"
+    return message
+
+
+def _nearest_key(key: str, keys: list[str]) -> str | None:
+    """Another program's name for a setting this section has, or a close spelling of one."""
+    if OTHER_NAMES.get(key) in keys:
+        return OTHER_NAMES[key]
+    near = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
+    return near[0] if near else None
 
 
 def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
@@ -490,7 +554,7 @@ def load_config(path: Path) -> ServiceConfig:
     try:
         config = ServiceConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"config {path} is invalid: {_explain(exc)}") from None
+        raise ConfigError(f"config {path} is invalid: {_explain(exc, data)}") from None
     return anchored_paths(config, Path(os.path.abspath(path)).parent)
 
 

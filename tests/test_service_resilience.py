@@ -12,7 +12,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from pydantic import ValidationError
 
-from edge_inference.edge.config import StreamConfig, load_config
+from edge_inference.edge.config import ConfigError, StreamConfig, load_config
 from tests.conftest import MEDIA, MODELS, VTEST
 from tests.helpers import run_edge
 from tests.server import running_server
@@ -215,6 +215,45 @@ def test_a_key_the_config_does_not_know_is_answered_with_the_keys_of_its_section
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr
-    assert "streams.0.threshold: not a setting; streams.0 takes: id, source, model" in errors[0]
+    assert "streams.0.threshold: not a setting (did you mean conf?); streams.0 takes: id, source, model" in errors[0]
     assert ", conf, " in errors[0]
-    assert "streams.0.motion.treshold: not a setting; streams.0.motion takes: threshold, pixel_threshold" in errors[0]
+    assert (
+        "streams.0.motion.treshold: not a setting (did you mean threshold?); streams.0.motion takes: threshold, "
+        "pixel_threshold"
+    ) in errors[0]
+
+
+def test_a_config_written_as_users_write_it_is_read_or_answered_with_what_to_write(tmp_path):
+    """`source: 0` (YAML's number: the README's camera index), streams keyed by id as Frigate's `cameras:` are, and
+    the slips of a first config: a percentage for a fraction, a space in a name, another program's key."""
+    config = tmp_path / "streams.yaml"
+    config.write_text(f"streams:\n  porch:\n    source: 0\n  sample:\n    source: {VTEST}\n    loop: true\n")
+    loaded = load_config(config)
+    assert [(s.id, s.source) for s in loaded.streams] == [("porch", "0"), ("sample", str(VTEST))]
+    for text, answer in [
+        (
+            "streams:\n  porch:\n    source: 0\n  gate:\n    source: rtsp://127.0.0.1/x\n    conf: 35\n",
+            "streams.gate.conf: 35 is more than 1: it is a fraction of 1, so 35% is 0.35",
+        ),
+        (
+            "streams:\n  - id: front door\n    source: 0\n",
+            "streams.0.id: 'front door' is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, "
+            "MQTT topics and metrics), e.g. front_door",
+        ),
+        (
+            "cameras:\n  porch:\n    source: 0\n",
+            "cameras: not a setting (did you mean streams?); the top level takes: server, detectors, streams,",
+        ),
+        (
+            "streams:\n  porch:\n    id: gate\n    source: 0\n",
+            "streams: porch has id: gate; leave id out where the key names the stream",
+        ),
+        (
+            "streams:\n  - id: a\n    url: rtsp://127.0.0.1/x\n",
+            "streams.0.url: not a setting (did you mean source?); streams.0 takes: id, source,",
+        ),
+    ]:
+        config.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_config(config)
+        assert answer in str(caught.value), caught.value

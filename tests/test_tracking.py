@@ -167,7 +167,9 @@ def test_a_coordinate_past_1_among_fractions_is_refused_not_read_as_a_zone_of_on
     with pytest.raises(ValueError, match=r"\(1.05, 0.5\) is not in 0..1, so the line's points are read as pixels: "
                        r"a line 0.95 pixels long"):  # fmt: skip
         LineConfig(name="gate", start=(0.1, 0.5), end=(1.05, 0.5))
-    with pytest.raises(ValueError, match=r"\(0, 1.08\) is not in 0..1.*a region 0.6x1.08 pixels across"):  # motion's ignored clock overlay
+    with pytest.raises(
+        ValueError, match=r"\(0, 1.08\) is not in 0..1.*a region 0.6x1.08 pixels across"
+    ):  # motion's ignored clock overlay
         MotionConfig(ignore=[[(0, 0), (0.6, 0), (0.6, 0.08), (0, 1.08)]])
     assert LineConfig(name="gate", start=(0, 240), end=(640, 240)).end == (640, 240)  # pixels, written as such
     assert ZoneConfig(name="door", polygon=[(0, 0), (1, 0), (1, 1)]).polygon[1] == (1, 0)  # all in 0..1
