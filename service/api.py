@@ -31,6 +31,7 @@ from edge_inference.service.limits import ClientSlots, UploadGate, busy
 from edge_inference.service.live import LiveChannel, LiveOptions
 from edge_inference.service.schemas import DetectResponse, Health, LatestDetections, ServiceSetup
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
+from edge_inference.service.upload_text import image_bytes
 from edge_inference.service.uploads import UploadDetectors, file_part, read_body
 
 router = APIRouter()
@@ -254,6 +255,14 @@ UPLOAD_BODY = {
         "multipart/form-data": {
             "schema": {"type": "object", "properties": {"image": {"type": "string", "format": "binary"}}}
         },
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "required": ["image"],
+                "properties": {"image": {"type": "string", "description": "the image in base64, or a data: URL"}},
+            }
+        },
+        "text/plain": {"schema": {"type": "string", "description": "the image in base64, or a data: URL"}},
     },
 }
 
@@ -273,7 +282,8 @@ UPLOAD_BODY = {
     },
 )
 async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
-    """Send the image as the raw body or as a multipart file; `stream` picks whose model runs (default: the first)."""
+    """Send the image as the raw body or as a multipart file (base64, a data: URL or `{"image": "<base64>"}` are
+    read too); `stream` picks whose model runs (default: the first)."""
     manager = manager_of(request)
     stream_id = stream or next(iter(manager.pipelines))
     pipeline_of(request, stream_id)
@@ -282,10 +292,11 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     gate: UploadGate = request.app.state.upload_gate
     limit = int(server.max_upload_mb * 1_000_000)
     max_pixels = int(server.max_upload_megapixels * 1_000_000)
-    multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
+    kind = request.headers.get("content-type", "").lower()
+    multipart = kind.startswith("multipart/form-data")
 
     def run(body: bytes) -> dict[str, Any]:
-        data, name = file_part(body, request.headers, limit) if multipart else (body, "upload")
+        data, name = file_part(body, request.headers, limit) if multipart else (image_bytes(body, kind), "upload")
         return uploads.detect(stream_id, data, name, max_pixels)
 
     async with gate.slot():  # bounded: beyond the workers and the queue, 503 with Retry-After at once

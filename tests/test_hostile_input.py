@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -170,6 +172,45 @@ def test_the_api_answers_bombs_and_bad_bodies_with_4xx_messages(photo_jpeg):
         assert broken.status_code == 400 and "multipart" in broken.json()["detail"]
         good = client.post("/api/v1/detect", files={"image": ("frame.jpg", photo_jpeg)})
         assert good.status_code == 200 and any(d["label"] == "person" for d in good.json()["detections"])
+
+
+def test_an_image_sent_as_text_is_read_and_what_cannot_be_is_named(photo_jpeg):
+    """Base64 (Roboflow's `base64 photo.jpg | curl -d @- URL`), a browser canvas's data: URL and JSON holding one
+    were answered "another format, or damaged", which sent client authors looking for a broken file."""
+    text = base64.b64encode(photo_jpeg).decode()
+    json_type = {"Content-Type": "application/json"}
+    with app_client(service_config()) as client:
+        wait_ready(client)
+        expected = client.post("/api/v1/detect", content=photo_jpeg).json()["detections"]
+        assert any(d["label"] == "person" for d in expected)
+        for body, headers in [
+            (base64.encodebytes(photo_jpeg), {}),  # as `base64` writes it, a line break every 76 characters
+            (text.encode(), {"Content-Type": "application/x-www-form-urlencoded"}),  # curl -d @- sends it so
+            (base64.urlsafe_b64encode(photo_jpeg), {}),
+            (f"data:image/jpeg;base64,{text}".encode(), {"Content-Type": "text/plain"}),
+            (json.dumps({"image": text}).encode(), json_type),
+            (json.dumps({"image": f"data:image/jpeg;base64,{text}"}).encode(), json_type),
+            (json.dumps({"image": {"type": "base64", "value": text}}).encode(), json_type),  # Roboflow inference's
+        ]:
+            answer = client.post("/api/v1/detect", content=body, headers=headers)
+            assert answer.status_code == 200 and answer.json()["detections"] == expected, answer.text[:200]
+        for body, headers, status, fragment in [
+            (
+                json.dumps({"image": {"type": "url", "value": "http://169.254.169.254/latest/"}}).encode(),
+                json_type,
+                415,
+                "the service does not fetch images from URLs",
+            ),
+            (photo_jpeg.replace(b"\n", b""), {"Content-Type": "application/x-www-form-urlencoded"}, 415, "(curl -d)"),
+            (b'{"picture": "x"}', json_type, 400, "a JSON body takes one image, in base64 or as a data: URL"),
+            (b"[" * 100_000, json_type, 400, "the JSON body cannot be read"),
+            (b"data:image/jpeg,not-base64", {}, 400, "a data: URL must hold the image in base64"),
+            (text[:-3].encode(), {}, 400, "looks like base64 text but does not decode"),
+            (base64.b64encode(png_bomb(30000)), {}, 413, "megapixel limit"),
+        ]:
+            answer = client.post("/api/v1/detect", content=body, headers=headers)
+            assert answer.status_code == status and fragment in answer.json()["detail"], answer.text[:300]
+            assert "curl --data-binary @photo.jpg" in answer.json()["detail"] or status == 413
 
 
 def _post_in_thread(client, data: bytes, results: list) -> threading.Thread:
