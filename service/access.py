@@ -163,7 +163,8 @@ class AccessMiddleware:
     async def _swap_for_cookie(self, scope: Scope, send: Send, token: str, query: dict[str, str]) -> None:
         """The dashboard URL with ?token=: set the cookie and send the browser to the same page without it."""
         rest = urlencode({k: v for k, v in query.items() if k != "token"})
-        location = scope["path"] + (f"?{rest}" if rest else "")
+        # relative: behind a reverse proxy at a sub-path (https://home/edge/?token=...) the browser stays there
+        location = "./" + (f"?{rest}" if rest else "")
         cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
         headers = [(b"location", location.encode()), (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store")]
         await _respond(send, 303, {"detail": "signed in"}, headers)

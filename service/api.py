@@ -243,7 +243,9 @@ async def mjpeg(
     return ClosingStreamingResponse(
         generate(),
         media_type=f"multipart/x-mixed-replace; boundary={BOUNDARY}",
-        headers={"Cache-Control": "no-store"},
+        # X-Accel-Buffering: nginx in front passes frames on as they come, instead of reading the endless body
+        # into its buffers (and temp files) as fast as it is made, past a slow viewer's own limit (as SSE sends it)
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         on_close=lambda: slots.give_back(stream_id),
     )
 

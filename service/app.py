@@ -24,6 +24,7 @@ from edge_inference.service.access import AccessMiddleware, AccessPolicy
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.limits import ClientSlots, UploadGate
 from edge_inference.service.metrics import ServiceMetrics
+from edge_inference.service.proxy import ForwardedPrefix
 from edge_inference.service.uploads import UploadDetectors
 
 API_PREFIX = "/api/v1"
@@ -55,7 +56,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
 
     # /docs and /redoc from bundled assets (fastapi-offline): they work on a device with no internet
     app = FastAPIOffline(
-        favicon_url="/favicon.ico",
+        favicon_url="favicon.ico",  # relative, as the dashboard's addresses: behind a proxy's sub-path too
         title="edge-inference",
         version=__version__,
         description="Real-time object detection: streams, detections, latency metrics.",
@@ -72,7 +73,9 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.state.websockets = 0  # open WebSockets: shutdown lets them close with 1001 before uvicorn's 1012
     app.state.shutdown = asyncio.Event()  # replaced in the lifespan, on the serving loop
     errors.install(app)
-    # Outermost last: Host check, then Origin and token, then CORS when configured. (Slow clients: server.py.)
+    # Outermost last: Host check, then Origin and token, then CORS when configured, then a proxy's sub-path.
+    # (Slow clients: server.py.)
+    app.add_middleware(ForwardedPrefix)
     if config.server.cors_origins:
         app.add_middleware(
             CORSMiddleware,

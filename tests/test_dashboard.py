@@ -146,6 +146,34 @@ def test_with_a_token_the_dashboard_signs_in_and_shows_a_dead_camera(tmp_path, b
         context.close()
 
 
+def test_the_dashboard_works_behind_a_reverse_proxy_at_a_sub_path(tmp_path, browser):
+    """nginx serving the service at https://home/edge/, as users put it beside other services: every address in the
+    page was absolute (/static, /api/v1), so the page came without its script and style, signing in with ?token=
+    sent the browser to the proxy's own root, and the API page asked for /openapi.json there."""
+    from tests.nginx import nginx_in_front
+
+    token = "t0ken-behind-the-proxy"
+    with running_server(["--source", str(VTEST), "--loop"], tmp_path / "log", token=token) as server:
+        server.wait_until("/health/ready")
+        with nginx_in_front(tmp_path / "nginx", server.base) as proxied:
+            context = browser.new_context(viewport={"width": 1280, "height": 1000})
+            page = context.new_page()
+            page.goto(proxied + f"?token={token}")
+            assert page.url == proxied  # signed in, and still under the proxy's sub-path
+            assert page.evaluate("getComputedStyle(document.querySelector('header')).display") == "flex"  # styled
+            _wait(page, "document.querySelector('#connection').textContent === 'live'")
+            focus = "document.querySelector('#focus[data-stream=\"main\"]')"
+            _wait(page, f"{focus} && {focus}.querySelector('img.video').naturalWidth > 0", 60)  # MJPEG via nginx
+            _wait(page, f"{focus}.querySelectorAll('.detections li').length > 0")
+            _wait(page, "document.querySelector('.tile[data-stream=\"main\"] img.thumb').naturalWidth > 0")
+            _wait(page, "document.querySelector('#ready').textContent === 'ok'")
+            page.click("nav a >> text=API")  # the API page builds its addresses from X-Forwarded-Prefix
+            assert page.url == proxied + "docs"
+            _wait(page, "document.querySelector('.swagger-ui .info .title').textContent.includes('edge-inference')")
+            _wait(page, "document.querySelectorAll('.opblock').length > 10")  # the document came through the proxy
+            context.close()
+
+
 def test_dashboard_shows_events_with_snapshots_zone_counts_and_one_latency_scale(tmp_path, browser):
     from tests.test_events_api import events_config
 

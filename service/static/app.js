@@ -1,9 +1,10 @@
 // The dashboard: plain DOM and canvas, no build step, no network beyond this server.
 // A grid of every camera fed by one live channel (/api/v1/live), and one camera in focus at full rate (its MJPEG):
 // two long-lived connections whatever the number of cameras, under the browser's six per host.
+// Every address is relative to the page, so it works behind a reverse proxy at a sub-path (https://home/edge/).
 "use strict";
 
-const api = (path) => fetch(`/api/v1${path}`).then((r) => {
+const api = (path) => fetch(`api/v1${path}`).then((r) => {
   if (r.status === 401) document.getElementById("auth").hidden = false; // no token: say what to do
   return r.ok ? r.json() : Promise.reject(r.status);
 });
@@ -36,7 +37,7 @@ function addTile(summary) {
 // -- the live channel ----------------------------------------------------------------------------------------------
 function connectLive() {
   const badge = document.getElementById("connection");
-  live = new EventSource("/api/v1/live?thumb_fps=2&thumb_height=240");
+  live = new EventSource("api/v1/live?thumb_fps=2&thumb_height=240");
   live.onopen = () => { badge.className = "badge ok"; text(badge, "live"); };
   live.onerror = () => {
     badge.className = "badge bad";
@@ -93,7 +94,7 @@ function setFocus(id) {
   if (s.figures) showFigures(root, s.figures);
 }
 
-function mjpegUrl(id) { return `/api/v1/streams/${encodeURIComponent(id)}/video.mjpg?height=720&zones=true`; }
+function mjpegUrl(id) { return `api/v1/streams/${encodeURIComponent(id)}/video.mjpg?height=720&zones=true`; }
 
 // One y-scale for the focus chart and its neighbours' data, so compared backends read against the same axis.
 function sharedTop() {
@@ -207,7 +208,7 @@ async function refreshStats() {
       if (id === focus.id) showFigures(focus.root, figures);
     }
     showDetectors(stats.detectors || []);
-    const health = await (await fetch("/health/ready")).json();
+    const health = await (await fetch("health/ready")).json();
     const badge = document.getElementById("ready");
     badge.className = `badge ${{ ok: "ok", degraded: "bad", down: "bad" }[health.status] || "warn"}`;
     text(badge, health.status);
@@ -232,7 +233,7 @@ function eventCard(event) {
   const card = el("figure", { className: "event" });
   if (event.has_snapshot) {
     const img = el("img", { loading: "lazy", alt: `${event.label} ${event.track_id}` });
-    img.src = `/api/v1/events/${encodeURIComponent(event.id)}/snapshot.jpg`;
+    img.src = `api/v1/events/${encodeURIComponent(event.id)}/snapshot.jpg`;
     card.appendChild(img);
   }
   const when = new Date(event.start * 1000).toLocaleTimeString();
