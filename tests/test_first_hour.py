@@ -184,6 +184,34 @@ def _serve_missing(cams: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_one_camera_named_by_two_streams_is_refused_at_start_in_one_line(tmp_path):
+    """A second stream on a USB camera (to run a second model on it) failed to open forever, with advice about
+    other programs and the 'video' group, while the program holding the camera was this one."""
+    from edge_inference.edge.config import ConfigError
+    from edge_inference.edge.runtime.streams import check_cameras_read_once
+
+    def streams(*sources: str) -> list:
+        config = {"streams": [{"id": f"s{i}", "source": source} for i, source in enumerate(sources)]}
+        return ServiceConfig.model_validate(config).streams
+
+    check_cameras_read_once(streams("0", "/dev/video1", str(VTEST), str(VTEST), "rtsp://127.0.0.1:1/a"))
+    by_id = "/dev/v4l/by-id/usb-046d_HD_Pro_Webcam_C920-video-index0"  # unplugged here: the name itself
+    for pair, device in [(("0", "/dev/video0"), "/dev/video0"), ((by_id, f" {by_id}"), by_id)]:
+        try:
+            check_cameras_read_once(streams(*pair))
+        except ConfigError as exc:
+            assert str(exc) == (
+                f"streams s0 and s1 both read the camera {device}, which gives its frames to one reader: give it one "
+                "stream (to compare backends on it, `compare:` on that stream)"
+            )
+        else:
+            raise AssertionError(f"{pair} was accepted")
+    config = tmp_path / "streams.yaml"
+    config.write_text("streams:\n  porch: {source: 0}\n  porch-night: {source: /dev/video0, model: nanodet-m}\n")
+    (line,) = errors_of(run_edge("serve", "--config", str(config), "--port", "0"))
+    assert line.startswith("error: streams porch and porch-night both read the camera /dev/video0")
+
+
 def test_models_describe_says_which_engine_and_file_auto_chose():
     proc = run_edge("models", "describe", "--model", "yolox-nano", timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -23,7 +23,7 @@ from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.stream.ffmpeg import ffmpeg_source
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
-from edge_inference.edge.stream.sources import FrameSource, open_source
+from edge_inference.edge.stream.sources import FrameSource, camera_device, open_source
 from edge_inference.edge.stream.tracking import StreamTracker, unknown_labels
 
 log = logging.getLogger("edge.streams")
@@ -69,6 +69,22 @@ def tracker_for(stream: StreamConfig) -> StreamTracker | None:
     return StreamTracker(tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS, stream.id)
 
 
+def check_cameras_read_once(streams: list[StreamConfig]) -> None:
+    """A V4L2 camera streams to one reader: a second stream on it failed to open forever, with advice about other
+    programs and the 'video' group, while the program holding it was this one."""
+    owners: dict[str, str] = {}
+    for stream in streams:
+        device = camera_device(stream.source)
+        if device is None:
+            continue
+        if device in owners:
+            raise ConfigError(
+                f"streams {owners[device]} and {stream.id} both read the camera {device}, which gives its frames to "
+                "one reader: give it one stream (to compare backends on it, `compare:` on that stream)"
+            )
+        owners[device] = stream.id
+
+
 class StreamManager:
     def __init__(self, config: ServiceConfig, settings: Settings | None = None) -> None:
         self.config = config
@@ -84,6 +100,7 @@ class StreamManager:
         self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
         self._requests: dict[tuple[str, str, str, int | None], int] = {}  # frames each engine may have waiting
         self.label_problems: dict[str, str] = {}  # stream -> the labels its config names that its model lacks
+        check_cameras_read_once(config.streams)
         for stream in config.streams:
             check_reference(detector_config(stream))
             source = source_for(stream)

@@ -225,6 +225,15 @@ def is_camera(target: str) -> bool:
     return target.startswith("/dev/") and os.path.realpath(target).startswith("/dev/video")
 
 
+def camera_device(target: str) -> str | None:
+    """The V4L2 device a camera source reads (`0` is /dev/video0; a udev name, what it leads to now); None for
+    anything else."""
+    target = target.strip()
+    if not is_camera(target):
+        return None
+    return f"/dev/video{int(target)}" if target.isdigit() else os.path.realpath(target)
+
+
 def images_in_folder(folder: Path) -> list[Path]:
     """The images directly in `folder` (not its sub-folders), sorted by name."""
     return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
