@@ -113,6 +113,9 @@ def test_a_label_the_model_does_not_detect_is_reported_and_one_in_another_case_m
             assert time.monotonic() < deadline, client.get("/health/ready").json()
             time.sleep(0.2)
         assert client.get("/api/v1/events", params={"stream": "hall"}).json()["events"][0]["label"] == "person"
+        # filtered as the config names labels: in any case
+        assert client.get("/api/v1/events", params={"stream": "hall", "label": "Person"}).json()["events"]
+        assert not client.get("/api/v1/events", params={"stream": "hall", "label": "persons"}).json()["events"]
         health = client.get("/health/ready")
         (problem,) = health.json()["problems"]
         assert health.status_code == 200 and health.json()["status"] == "degraded"

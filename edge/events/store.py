@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_inference.edge.config import StorageConfig
+from edge_inference.edge.config import StorageConfig, label_key
 from edge_inference.edge.events.builder import Event
 
 log = logging.getLogger("edge.events")
@@ -93,6 +93,8 @@ class EventStore:
         try:
             self.snapshots.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            # a label filter matches as the config's labels do: "Person", "traffic_light" (as topics write it)
+            self._db.create_function("label_key", 1, label_key, deterministic=True)
         except (OSError, sqlite3.Error) as exc:
             raise OSError(f"cannot keep events in {folder}: {exc}") from exc
         try:
@@ -204,10 +206,12 @@ class EventStore:
         """Newest first; pass the last event's (start, id) as the cursor for the next page."""
         where: list[str] = ["1=1"]
         params: list[object] = []
-        for column, value in (("stream", query.stream), ("label", query.label)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        if query.stream is not None:
+            where.append("stream = ?")
+            params.append(query.stream)
+        if query.label is not None:
+            where.append("label_key(label) = ?")
+            params.append(label_key(query.label))
         if query.zone is not None:
             where.append("EXISTS (SELECT 1 FROM json_each(events.zones) WHERE value = ?)")
             params.append(query.zone)
