@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from edge_inference.edge.config import ServerConfig
+from edge_inference.edge.config import MIN_TOKEN_LENGTH, ServerConfig
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 
@@ -65,6 +65,29 @@ def _read_token_file(path: Path) -> str:
     return token
 
 
+def _given_token(server: ServerConfig, settings: Settings) -> str | None:
+    """The token, from the first of: the config's token, its token_file, EDGE_TOKEN, EDGE_TOKEN_FILE.
+    Spaces around it are dropped (an HTTP header's value loses them on the way, so such a token never matched), and
+    one from any place is held to the config's minimum length (EDGE_TOKEN=abc was taken as it was)."""
+    if server.token is not None:
+        token, source = server.token.get_secret_value(), "server.token"
+    elif server.token_file is not None:
+        token, source = _read_token_file(server.token_file), f"the token file {server.token_file}"
+    elif settings.token is not None:
+        token, source = settings.token.get_secret_value(), "EDGE_TOKEN"
+    elif settings.token_file is not None:
+        token, source = _read_token_file(settings.token_file), f"the token file {settings.token_file} (EDGE_TOKEN_FILE)"
+    else:
+        return None
+    token = token.strip()
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise EdgeError(
+            f"the token from {source} has {len(token)} characters; give one of at least {MIN_TOKEN_LENGTH} (make one "
+            "with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))')"
+        )
+    return token
+
+
 @dataclass(frozen=True)
 class AccessPolicy:
     token: str | None = field(default=None, repr=False)
@@ -75,15 +98,7 @@ class AccessPolicy:
 
     @classmethod
     def from_config(cls, server: ServerConfig, settings: Settings) -> AccessPolicy:
-        token: str | None = None
-        if server.token is not None:
-            token = server.token.get_secret_value()
-        elif server.token_file is not None:
-            token = _read_token_file(server.token_file)
-        elif settings.token is not None:
-            token = settings.token.get_secret_value()
-        elif settings.token_file is not None:
-            token = _read_token_file(settings.token_file)
+        token = _given_token(server, settings)
         generated = False
         if token is None and not is_loopback(server.host) and not server.allow_no_token:
             token, generated = secrets.token_urlsafe(24), True

@@ -93,3 +93,24 @@ def test_where_the_token_comes_from_and_when_one_is_made(tmp_path):
     with pytest.raises(EdgeError, match="cannot read the token file"):
         AccessPolicy.from_config(ServerConfig(token_file=tmp_path / "missing"), settings)
     assert TOKEN not in repr(AccessPolicy(token=TOKEN))  # never in a log line by accident
+
+
+def test_a_token_from_any_place_is_held_to_the_same_length_and_loses_the_spaces_a_header_would(tmp_path):
+    """EDGE_TOKEN=abc and a 3-character token file were taken as they were, where the config's token must have 8
+    characters; a token with a space at its end (a .env line, a YAML value in quotes) never matched, because an
+    HTTP header's value loses its spaces on the way."""
+    settings = Settings(token=None, token_file=None)
+    short_file = tmp_path / "token"
+    short_file.write_text("abc\n")
+    for server, env, source in [
+        (ServerConfig(), Settings(token="abc"), "EDGE_TOKEN"),
+        (ServerConfig(token_file=short_file), settings, f"the token file {short_file}"),
+        (ServerConfig(), Settings(token_file=short_file), f"the token file {short_file} (EDGE_TOKEN_FILE)"),
+        (ServerConfig(token="    abc     "), settings, "server.token"),
+    ]:
+        with pytest.raises(EdgeError) as refused:
+            AccessPolicy.from_config(server, env)
+        assert str(refused.value).startswith(f"the token from {source} has 3 characters; give one of at least 8")
+    spaced = service_config({"token": f" {TOKEN} "})
+    with app_client(spaced, {"Authorization": f"Bearer {TOKEN} "}) as client:  # sent with the space, as written
+        assert client.get("/api/v1/streams").status_code == 200
