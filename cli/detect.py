@@ -1,4 +1,4 @@
-"""`edge detect IMAGE...`: detections for still images as a table or JSON lines."""
+"""`edge detect IMAGE...`: detections for still images (and every frame of a video) as a table or JSON lines."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import click
 import cv2
 
 from edge_inference.cli.app import cli
+from edge_inference.cli.detect_video import detect_video, is_video
 from edge_inference.cli.options import detector_config, detector_options
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
@@ -48,12 +49,14 @@ def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
 @cli.command()
 @click.argument("images", nargs=-1, required=True, type=click.Path(path_type=Path))
 @detector_options
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line per image.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line per image (per frame of a video).")
 @click.option(
-    "--save", type=click.Path(path_type=Path), help="Write the image with labelled boxes (a folder for several)."
+    "--save",
+    type=click.Path(path_type=Path),
+    help="Write the image (a video: the video) with labelled boxes (a folder for several).",
 )
 def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:
-    """Detect objects in IMAGES (files, or folders of them)."""
+    """Detect objects in IMAGES (files, or folders of them); a video runs every frame."""
     readable, failures = _images_in(images)  # inputs first: nothing is loaded for a typo
     if not readable:
         raise SystemExit(1)
@@ -61,6 +64,9 @@ def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs:
     for note in detector.backend.notes:
         click.echo(f"note: {note}", err=True)
     for path in readable:
+        if is_video(path):
+            failures += not detect_video(path, detector, as_json, save, len(readable) > 1)
+            continue
         try:
             image = read_image(path)
         except ImageError as exc:

@@ -10,7 +10,7 @@ import cv2
 import pytest
 
 from edge_inference.models.labels import LabelFileError, load_labels
-from tests.conftest import MEDIA, MODELS, skimage_photo
+from tests.conftest import MEDIA, MODELS, VTEST, skimage_photo
 from tests.expectations import PHOTO_OBJECTS
 from tests.helpers import run_edge, write_onnx_model
 
@@ -75,6 +75,40 @@ def test_a_folder_of_photos_runs_every_image_in_it(photo_files, tmp_path):
     saved = tmp_path / "boxes"
     assert run_edge("detect", str(photo_files), "-m", "yolox-nano", "--save", str(saved)).returncode == 0
     assert sorted(p.name for p in saved.iterdir()) == sorted(f"{name}.jpg" for name in PHOTO_OBJECTS)
+
+
+def test_a_video_runs_every_frame_as_ultralytics_predict_does(tmp_path):
+    """`edge detect clip.mp4` said "this takes one image": Ultralytics' `predict source=clip.mp4` users run every
+    frame. Now: one JSON line per frame in order with its time, a summary table, and --save writes the video."""
+    capture, clip = cv2.VideoCapture(str(VTEST)), tmp_path / "walkway.mp4"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"mp4v"), 10, (768, 576))
+    for _ in range(12):  # people walk through every frame of vtest.avi's start
+        writer.write(capture.read()[1])
+    writer.release()
+    capture.release()
+    model = ["-m", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx"), "-b", "onnx"]
+    proc = run_edge("detect", str(clip), *model, "--json", "--save", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [f["frame"] for f in frames] == list(range(12)) and [f["time_s"] for f in frames] == [
+        i / 10 for i in range(12)
+    ]
+    assert all(set(f) >= KEYS and f["source"] == str(clip) for f in frames)
+    assert all(any(d["label"] == "person" for d in f["detections"]) for f in frames)
+    saved = cv2.VideoCapture(str(tmp_path / "out/walkway.mp4"))
+    assert (saved.get(cv2.CAP_PROP_FRAME_COUNT), saved.get(cv2.CAP_PROP_FPS)) == (12, 10)
+    assert (saved.get(cv2.CAP_PROP_FRAME_WIDTH), saved.get(cv2.CAP_PROP_FRAME_HEIGHT)) == (768, 576)
+    saved.release()
+    table = run_edge("detect", str(clip), *model)
+    assert table.returncode == 0, table.stderr
+    header, columns, *rows = table.stdout.splitlines()
+    assert header.startswith(f"{clip}  12 frames, 768x576 at 10 fps  ") and "inference" in header
+    assert columns.split() == ["label", "frames", "most", "at", "once"]
+    person = next(row.split() for row in rows if row.split()[0] == "person")
+    most = max(sum(d["label"] == "person" for d in f["detections"]) for f in frames)
+    assert person == ["person", "12", str(most)]
+    (tmp_path / "notes.mp4").write_text("not a video")
+    assert_one_clear_error(run_edge("detect", str(tmp_path / "notes.mp4"), *model), "notes.mp4: ", "FFmpeg")
 
 
 def test_bad_images_each_get_one_line_and_good_ones_still_run(tmp_path):

@@ -1,0 +1,114 @@
+"""`edge detect clip.mp4`: every frame of a video, as Ultralytics' `predict source=clip.mp4` runs it: one JSON line
+per frame with --json, else a summary of what was seen; --save writes the annotated video."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import click
+import cv2
+
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.report import result_record
+from edge_inference.edge.stream.drawing import draw_detections
+from edge_inference.edge.stream.images import ImageError
+
+VIDEO_SUFFIXES = {".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".ts", ".mpg", ".mpeg", ".wmv", ".flv", ".3gp"}
+DEFAULT_FPS = 25.0  # what an annotated video is written at when the file does not say its rate
+
+
+def is_video(path: Path) -> bool:
+    return path.suffix.lower() in VIDEO_SUFFIXES
+
+
+class VideoTally:
+    """What a summary says of a video: frames, each label's frames and its most at once, inference times."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.size = (0, 0)
+        self.seen: Counter[str] = Counter()  # label -> frames it was in
+        self.most: Counter[str] = Counter()  # label -> most at once
+        self.inference_ms: list[float] = []
+
+    def add(self, labels: list[str], width: int, height: int, inference_ms: float) -> None:
+        self.frames += 1
+        self.size = (width, height)
+        self.inference_ms.append(inference_ms)
+        for label, count in Counter(labels).items():
+            self.seen[label] += 1
+            self.most[label] = max(self.most[label], count)
+
+    def table(self, source: str, fps: float | None, engine: str) -> str:
+        rate = f" at {fps:g} fps" if fps else ""
+        median = statistics.median(self.inference_ms)
+        lines = [
+            f"{source}  {self.frames} frames, {self.size[0]}x{self.size[1]}{rate}  {engine}  "
+            f"inference {median:.1f} ms median"
+        ]
+        if not self.seen:
+            lines.append("  (no detections)")
+            return "\n".join(lines)
+        lines.append(f"  {'label':<16}{'frames':>8}{'most at once':>14}")
+        for label, frames in self.seen.most_common():
+            lines.append(f"  {label:<16}{frames:>8}{self.most[label]:>14}")
+        return "\n".join(lines)
+
+
+def video_target(save: Path, video: Path, many: bool) -> Path:
+    """--save: the file named (a video name) or `<folder>/<stem>.mp4`."""
+    if many or save.is_dir() or not is_video(save):
+        save.mkdir(parents=True, exist_ok=True)
+        return save / f"{video.stem}.mp4"
+    save.parent.mkdir(parents=True, exist_ok=True)
+    return save
+
+
+def detect_video(path: Path, detector: Detector, as_json: bool, save: Path | None, many: bool = False) -> bool:
+    """Every frame of `path`; False (said in one line) when it cannot be read as a video. `many`: other inputs
+    share --save, a folder then."""
+    capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    if not capture.isOpened():
+        capture.release()
+        click.echo(f"error: {path}: cannot be opened as a video (damaged, or a format FFmpeg cannot decode)", err=True)
+        return False
+    rate = float(capture.get(cv2.CAP_PROP_FPS) or 0)
+    fps = rate if 0 < rate < 1000 else None
+    tally, writer = VideoTally(), None
+    try:
+        while True:
+            ok, frame = capture.read()
+            if not ok or frame is None:
+                break
+            result = detector.detect(frame)
+            tally.add([d.label for d in result.detections], result.width, result.height, result.timings.inference_ms)
+            if as_json:
+                record = {**result_record(str(path), result, detector), "frame": tally.frames - 1}
+                if fps:
+                    record["time_s"] = round((tally.frames - 1) / fps, 3)
+                click.echo(json.dumps(record))
+            if save is not None:
+                writer = writer or _writer(video_target(save, path, many), frame.shape[1], frame.shape[0], fps)
+                writer.write(draw_detections(frame, result.detections))
+    finally:
+        capture.release()
+        if writer is not None:
+            writer.release()
+    if tally.frames == 0:
+        click.echo(f"error: {path}: no frame could be decoded (damaged, or a format FFmpeg cannot decode)", err=True)
+        return False
+    if not as_json:
+        click.echo(
+            tally.table(str(path), fps, f"{detector.spec.name} on {detector.backend.key}/{detector.backend.device}")
+        )
+    return True
+
+
+def _writer(target: Path, width: int, height: int, fps: float | None) -> cv2.VideoWriter:
+    writer = cv2.VideoWriter(str(target), cv2.VideoWriter.fourcc(*"mp4v"), fps or DEFAULT_FPS, (width, height))
+    if not writer.isOpened():
+        raise ImageError(f"cannot write {target}; use a .mp4 name in a writable folder")
+    return writer
