@@ -10,7 +10,7 @@ import click
 import cv2
 
 from edge_inference.cli.app import cli
-from edge_inference.cli.detect_video import detect_video, is_video
+from edge_inference.cli.detect_video import VIDEO_SUFFIXES, detect_video, is_video
 from edge_inference.cli.options import detector_config, detector_options
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
@@ -28,16 +28,18 @@ def _save_path(save: Path, image: Path, many: bool) -> Path:
 
 
 def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
-    """The files given, and a folder's images (sorted, not its sub-folders), as Ultralytics' `source=folder/` runs
-    them; with the number of arguments that named nothing to run, each said in one line."""
+    """The files given, and a folder's images and videos (sorted, not its sub-folders), as Ultralytics'
+    `source=folder/` runs them; with the number of arguments that named nothing to run, each said in one line."""
     found, failures = [], 0
     for path in paths:
         if path.is_file():
             found.append(path)
         elif path.is_dir():
-            inside = images_in_folder(path)
+            videos = [p for p in path.iterdir() if is_video(p) and p.is_file()]
+            inside = sorted([*images_in_folder(path), *videos])
             if not inside:
-                click.echo(f"error: {path}: a folder with no images ({', '.join(sorted(IMAGE_SUFFIXES))})", err=True)
+                suffixes = ", ".join(sorted(IMAGE_SUFFIXES | VIDEO_SUFFIXES))
+                click.echo(f"error: {path}: a folder with no images or videos ({suffixes})", err=True)
                 failures += 1
             found += inside
         else:

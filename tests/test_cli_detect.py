@@ -71,7 +71,11 @@ def test_a_folder_of_photos_runs_every_image_in_it(photo_files, tmp_path):
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [Path(r["source"]).name for r in records] == sorted(f"{name}.png" for name in PHOTO_OBJECTS)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert proc.returncode == 1 and len(errors) == 1 and "empty: a folder with no images (.avif, .bmp" in errors[0]
+    assert (
+        proc.returncode == 1
+        and len(errors) == 1
+        and "empty: a folder with no images or videos (.3gp, .avi, .avif" in errors[0]
+    )
     saved = tmp_path / "boxes"
     assert run_edge("detect", str(photo_files), "-m", "yolox-nano", "--save", str(saved)).returncode == 0
     assert sorted(p.name for p in saved.iterdir()) == sorted(f"{name}.jpg" for name in PHOTO_OBJECTS)
@@ -107,6 +111,13 @@ def test_a_video_runs_every_frame_as_ultralytics_predict_does(tmp_path):
     person = next(row.split() for row in rows if row.split()[0] == "person")
     most = max(sum(d["label"] == "person" for d in f["detections"]) for f in frames)
     assert person == ["person", "12", str(most)]
+    folder = tmp_path / "mixed"  # a folder runs its videos too, in name order with its photos
+    folder.mkdir()
+    shutil.copy(clip, folder / "b-walkway.mp4")
+    shutil.copy(MEDIA / "cat_720p.jpg", folder / "a-cat.jpg")
+    mixed = run_edge("detect", str(folder), *model, "--json")
+    sources = [Path(json.loads(line)["source"]).name for line in mixed.stdout.splitlines()]
+    assert mixed.returncode == 0 and sources == ["a-cat.jpg"] + ["b-walkway.mp4"] * 12, mixed.stderr
     (tmp_path / "notes.mp4").write_text("not a video")
     assert_one_clear_error(run_edge("detect", str(tmp_path / "notes.mp4"), *model), "notes.mp4: ", "FFmpeg")
 
