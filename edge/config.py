@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
-import glob
 import math
 import os
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -25,9 +23,11 @@ from pydantic import (
 
 from edge_inference.backends import BackendError
 from edge_inference.backends.engine import check_engine_options
+from edge_inference.edge.config_messages import NAME, explain, unreadable_text, yaml_problem
+from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import get_settings
-from edge_inference.models.registry import DEFAULT_MODEL, is_registry_name
+from edge_inference.models.registry import DEFAULT_MODEL
 
 LOOPBACK = "127.0.0.1"
 MIN_TOKEN_LENGTH = 8
@@ -41,7 +41,6 @@ class ConfigError(EdgeError):
 
 
 Point = tuple[float, float]
-NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
 def label_key(name: str) -> str:
@@ -423,117 +422,6 @@ class ServiceConfig(BaseModel):
         return streams
 
 
-# Other programs' names for our settings (Frigate's, Ultralytics'), as users bring them over
-OTHER_NAMES = {
-    "cameras": "streams",
-    "threshold": "conf",
-    "confidence": "conf",
-    "min_score": "conf",
-    "path": "source",
-    "url": "source",
-    "input": "source",
-    "inputs": "source",
-    "detector": "backend",
-    "imgsz": "width",
-}
-
-
-def _explain(exc: ValidationError, data: Any = None) -> str:
-    """One line: where (as the file writes it) and what to do, for each problem."""
-    streams = data.get("streams") if isinstance(data, dict) else None
-    ids = list(streams) if isinstance(streams, dict) else None  # streams by id: `streams.porch`, not `streams.0`
-
-    def where(loc: tuple[int | str, ...]) -> str:
-        if ids and len(loc) > 1 and loc[0] == "streams" and isinstance(loc[1], int) and loc[1] < len(ids):
-            loc = ("streams", ids[loc[1]], *loc[2:])
-        return ".".join(map(str, loc)) or "file"
-
-    return "; ".join(f"{where(e['loc'])}: {_message(e, where(e['loc'][:-1]))}" for e in exc.errors())
-
-
-def _message(error: Any, section: str) -> str:
-    """Pydantic's words, with what to write instead where a user's usual slip is known: for a key the config does
-    not know (a typo, another program's name for a setting) the nearest key and the keys that place takes; for a
-    name, what a name may hold; for a fraction written as a percentage, the fraction."""
-    kind, loc, value = error["type"], error["loc"], error.get("input")
-    keys = _keys_at(loc[:-1]) if kind == "extra_forbidden" else []
-    if keys:
-        near = _nearest_key(str(loc[-1]), keys)
-        where = "the top level" if section == "file" else section
-        return f"not a setting{f' (did you mean {near}?)' if near else ''}; {where} takes: {', '.join(keys)}"
-    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME:
-        example = re.sub(r"[^A-Za-z0-9_-]+", "_", str(value)).strip("_")[:64] or "porch"
-        return (
-            f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
-            f"metrics), e.g. {example}"
-        )
-    message = str(error["msg"]).removeprefix("Value error, ")
-    limit = error.get("ctx", {}).get("le")
-    if kind == "less_than_equal" and limit == 1 and isinstance(value, int | float) and 1 < value <= 100:
-        return f"{value:g} is more than 1: it is a fraction of 1, so {value:g}% is {value / 100:g}"
-    return message
-
-
-def _nearest_key(key: str, keys: list[str]) -> str | None:
-    """Another program's name for a setting this section has, or a close spelling of one."""
-    if OTHER_NAMES.get(key) in keys:
-        return OTHER_NAMES[key]
-    near = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
-    return near[0] if near else None
-
-
-def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
-    """The keys of the config section at `loc` (list indexes pass through to the list's item)."""
-    section: type[BaseModel] | None = ServiceConfig
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = section.model_fields.get(part) if section is not None else None
-        section = _section_in(field.annotation) if field is not None else None
-    return list(section.model_fields) if section is not None else []
-
-
-def _section_in(annotation: Any) -> type[BaseModel] | None:
-    """The config section a field holds: itself, or inside `list[...]`, `dict[..., ...]` or `... | None`."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for inner in get_args(annotation):
-        found = _section_in(inner)
-        if found is not None:
-            return found
-    return None
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """Where the YAML breaks (1-based line and column, as an editor counts) and what the parser expected."""
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and context_mark is not None:
-        problem += f" ({context} that starts at line {context_mark.line + 1})"
-    return f"{where}: {problem}"
-
-
-def _line_and_column(text: str, at: int) -> str:
-    """As an editor counts, from 1."""
-    return f"line {text.count(chr(10), 0, at) + 1}, column {at - text.rfind(chr(10), 0, at)}"
-
-
-def unreadable_text(exc: yaml.reader.ReaderError, data: bytes) -> str:
-    """PyYAML's reader refuses a file before parsing it: bytes that are not text in its encoding (a file saved as
-    Latin-1 or Windows-1252 with an accent in it) or a control character. Where, and what to do."""
-    if exc.encoding == "unicode":  # a control character: the position counts characters of the decoded text
-        encoding = "utf-16-le" if data[:2] == b"\xff\xfe" else "utf-16-be" if data[:2] == b"\xfe\xff" else "utf-8"
-        where = _line_and_column(data.decode(encoding, errors="replace"), exc.position)
-        return f"has a control character (0x{exc.character:02x}) at {where}, which YAML does not allow: remove it"
-    byte = f"0x{exc.character:02x}" if isinstance(exc.character, int) else repr(exc.character)
-    where = _line_and_column(data.decode("latin-1"), exc.position)  # one character a byte: the position holds
-    return (
-        f"is not {exc.encoding.upper()} text (byte {byte} at {where}): save it as UTF-8 (an editor's Save As offers it)"
-    )
-
-
 def load_config(path: Path) -> ServiceConfig:
     try:
         # bytes: PyYAML reads UTF-8 and, by their byte-order mark, UTF-16 files (Windows Notepad's "Unicode")
@@ -548,25 +436,23 @@ def load_config(path: Path) -> ServiceConfig:
     except yaml.reader.ReaderError as exc:
         raise ConfigError(f"config {path} {unreadable_text(exc, raw)}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML{_yaml_problem(exc)}") from None
+        raise ConfigError(f"config {path} is not valid YAML{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
     try:
         config = ServiceConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"config {path} is invalid: {_explain(exc, data)}") from None
+        raise ConfigError(f"config {path} is invalid: {explain(exc, ServiceConfig, data)}") from None
     return anchored_paths(config, Path(os.path.abspath(path)).parent)
 
 
 def anchored_paths(config: ServiceConfig, folder: Path) -> ServiceConfig:
-    """The config's relative paths read from its own folder, as Docker Compose and Prometheus read theirs: the same
-    file then works from a shell, a systemd unit (WorkingDirectory=/var/lib/edge) and a container alike. A path that
-    is only in the folder edge was started in is still read there, as before."""
+    """The config's relative paths read from its own folder (edge/config_paths.py)."""
     streams = [
         stream.model_copy(
             update={
-                "source": _anchored(stream.source, folder) if _is_local_path(stream.source) else stream.source,
-                "model": _anchored(stream.model, folder) if _is_model_path(stream.model, folder) else stream.model,
+                "source": anchored_source(stream.source, folder),
+                "model": anchored_model(stream.model, folder),
             }
         )
         for stream in config.streams
@@ -575,50 +461,15 @@ def anchored_paths(config: ServiceConfig, folder: Path) -> ServiceConfig:
     return config.model_copy(
         update={
             "streams": streams,
-            "server": server.model_copy(update={"token_file": _anchored_path(server.token_file, folder)}),
-            "storage": storage.model_copy(update={"data_dir": _anchored_path(storage.data_dir, folder)}),
-            "mqtt": mqtt and mqtt.model_copy(update={"ca_file": _anchored_path(mqtt.ca_file, folder)}),
+            "server": server.model_copy(update={"token_file": anchored_path(server.token_file, folder)}),
+            "storage": storage.model_copy(update={"data_dir": anchored_path(storage.data_dir, folder)}),
+            "mqtt": mqtt and mqtt.model_copy(update={"ca_file": anchored_path(mqtt.ca_file, folder)}),
         }
     )
-
-
-def _is_local_path(source: str) -> bool:
-    """A file, folder or glob: not a camera index, a device (absolute anyway) or a URL."""
-    source = source.strip()
-    return bool(source) and not source.isdigit() and "://" not in source
-
-
-def _is_model_path(model: str, folder: Path) -> bool:
-    """A model file rather than a registry name (a mistyped name keeps its "did you mean" answer)."""
-    if is_registry_name(model):
-        return False
-    return "/" in model or bool(Path(model).suffix) or (folder / model).exists()
-
-
-def _anchored_path(value: Path | None, folder: Path) -> Path | None:
-    return None if value is None else Path(_anchored(str(value), folder))
-
-
-def _anchored(value: str, folder: Path) -> str:
-    """`value` from the config's folder when it is relative; from the working folder only where nothing is in the
-    config's folder but something is there. Neither: the config's folder, so an error names the full path."""
-    expanded = os.path.expanduser(value.strip())
-    if os.path.isabs(expanded):
-        return value
-    in_folder = str(folder / expanded)
-    if _exists(in_folder) or not _exists(expanded):
-        return in_folder
-    return value
-
-
-def _exists(path: str) -> bool:
-    if any(ch in path for ch in "*?["):
-        return bool(glob.glob(path))
-    return os.path.exists(path)
 
 
 def single_stream_config(stream: dict[str, object], server: dict[str, object]) -> ServiceConfig:
     try:
         return ServiceConfig(server=ServerConfig(**server), streams=[StreamConfig(**stream)])  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise ConfigError(f"invalid option: {_explain(exc)}") from None
+        raise ConfigError(f"invalid option: {explain(exc, ServiceConfig)}") from None

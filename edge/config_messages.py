@@ -1,0 +1,122 @@
+"""What a config's mistakes are answered with: where (as the file writes it) and what to write instead."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, get_args
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+NAME = r"^[A-Za-z0-9_-]{1,64}$"  # stream, zone, line and device names: they go into URLs, MQTT topics and metrics
+
+# Other programs' names for our settings (Frigate's, Ultralytics'), as users bring them over
+OTHER_NAMES = {
+    "cameras": "streams",
+    "threshold": "conf",
+    "confidence": "conf",
+    "min_score": "conf",
+    "path": "source",
+    "url": "source",
+    "input": "source",
+    "inputs": "source",
+    "detector": "backend",
+    "imgsz": "width",
+}
+
+
+def explain(exc: ValidationError, root: type[BaseModel], data: Any = None) -> str:
+    """One line: where (as the file writes it) and what to do, for each problem."""
+    streams = data.get("streams") if isinstance(data, dict) else None
+    ids = list(streams) if isinstance(streams, dict) else None  # streams by id: `streams.porch`, not `streams.0`
+
+    def where(loc: tuple[int | str, ...]) -> str:
+        if ids and len(loc) > 1 and loc[0] == "streams" and isinstance(loc[1], int) and loc[1] < len(ids):
+            loc = ("streams", ids[loc[1]], *loc[2:])
+        return ".".join(map(str, loc)) or "file"
+
+    return "; ".join(f"{where(e['loc'])}: {_message(e, where(e['loc'][:-1]), root)}" for e in exc.errors())
+
+
+def _message(error: Any, section: str, root: type[BaseModel]) -> str:
+    """Pydantic's words, with what to write instead where a user's usual slip is known: for a key the config does
+    not know (a typo, another program's name for a setting) the nearest key and the keys that place takes; for a
+    name, what a name may hold; for a fraction written as a percentage, the fraction."""
+    kind, loc, value = error["type"], error["loc"], error.get("input")
+    keys = _keys_at(root, loc[:-1]) if kind == "extra_forbidden" else []
+    if keys:
+        near = _nearest_key(str(loc[-1]), keys)
+        where = "the top level" if section == "file" else section
+        return f"not a setting{f' (did you mean {near}?)' if near else ''}; {where} takes: {', '.join(keys)}"
+    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME:
+        example = re.sub(r"[^A-Za-z0-9_-]+", "_", str(value)).strip("_")[:64] or "porch"
+        return (
+            f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
+            f"metrics), e.g. {example}"
+        )
+    message = str(error["msg"]).removeprefix("Value error, ")
+    limit = error.get("ctx", {}).get("le")
+    if kind == "less_than_equal" and limit == 1 and isinstance(value, int | float) and 1 < value <= 100:
+        return f"{value:g} is more than 1: it is a fraction of 1, so {value:g}% is {value / 100:g}"
+    return message
+
+
+def _nearest_key(key: str, keys: list[str]) -> str | None:
+    """Another program's name for a setting this section has, or a close spelling of one."""
+    if OTHER_NAMES.get(key) in keys:
+        return OTHER_NAMES[key]
+    near = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
+    return near[0] if near else None
+
+
+def _keys_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys of the config section at `loc` (list indexes pass through to the list's item)."""
+    section: type[BaseModel] | None = root
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = section.model_fields.get(part) if section is not None else None
+        section = _section_in(field.annotation) if field is not None else None
+    return list(section.model_fields) if section is not None else []
+
+
+def _section_in(annotation: Any) -> type[BaseModel] | None:
+    """The config section a field holds: itself, or inside `list[...]`, `dict[..., ...]` or `... | None`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for inner in get_args(annotation):
+        found = _section_in(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where the YAML breaks (1-based line and column, as an editor counts) and what the parser expected."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        problem += f" ({context} that starts at line {context_mark.line + 1})"
+    return f"{where}: {problem}"
+
+
+def _line_and_column(text: str, at: int) -> str:
+    """As an editor counts, from 1."""
+    return f"line {text.count(chr(10), 0, at) + 1}, column {at - text.rfind(chr(10), 0, at)}"
+
+
+def unreadable_text(exc: yaml.reader.ReaderError, data: bytes) -> str:
+    """PyYAML's reader refuses a file before parsing it: bytes that are not text in its encoding (a file saved as
+    Latin-1 or Windows-1252 with an accent in it) or a control character. Where, and what to do."""
+    if exc.encoding == "unicode":  # a control character: the position counts characters of the decoded text
+        encoding = "utf-16-le" if data[:2] == b"\xff\xfe" else "utf-16-be" if data[:2] == b"\xfe\xff" else "utf-8"
+        where = _line_and_column(data.decode(encoding, errors="replace"), exc.position)
+        return f"has a control character (0x{exc.character:02x}) at {where}, which YAML does not allow: remove it"
+    byte = f"0x{exc.character:02x}" if isinstance(exc.character, int) else repr(exc.character)
+    where = _line_and_column(data.decode("latin-1"), exc.position)  # one character a byte: the position holds
+    return (
+        f"is not {exc.encoding.upper()} text (byte {byte} at {where}): save it as UTF-8 (an editor's Save As offers it)"
+    )
