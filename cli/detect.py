@@ -10,21 +10,13 @@ import click
 import cv2
 
 from edge_inference.cli.app import cli
-from edge_inference.cli.detect_video import VIDEO_SUFFIXES, detect_video, is_video
+from edge_inference.cli.detect_video import VIDEO_SUFFIXES, detect_video, is_video, saved_as
 from edge_inference.cli.options import detector_config, detector_options
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
 from edge_inference.edge.stream.drawing import draw_detections
 from edge_inference.edge.stream.images import ImageError, read_image
 from edge_inference.edge.stream.sources import IMAGE_SUFFIXES, images_in_folder
-
-
-def _save_path(save: Path, image: Path, many: bool) -> Path:
-    if many or save.is_dir() or save.suffix.lower() not in IMAGE_SUFFIXES:
-        save.mkdir(parents=True, exist_ok=True)
-        return save / f"{image.stem}.jpg"
-    save.parent.mkdir(parents=True, exist_ok=True)
-    return save
 
 
 def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
@@ -79,7 +71,7 @@ def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs:
         record = result_record(str(path), result, detector)
         click.echo(json.dumps(record) if as_json else result_table(record))
         if save is not None:
-            target = _save_path(save, path, len(readable) > 1)
+            target = saved_as(save, path, len(readable) > 1, IMAGE_SUFFIXES, ".jpg")
             if not cv2.imwrite(str(target), draw_detections(image, result.detections)):
                 raise ImageError(f"cannot write {target}; use a .jpg or .png name in a writable folder")
     detector.close()

@@ -58,11 +58,11 @@ class VideoTally:
         return "\n".join(lines)
 
 
-def video_target(save: Path, video: Path, many: bool) -> Path:
-    """--save: the file named (a video name) or `<folder>/<stem>.mp4`."""
-    if many or save.is_dir() or not is_video(save):
+def saved_as(save: Path, source: Path, many: bool, kinds: set[str], suffix: str) -> Path:
+    """--save: the file it names (one input, a name with a suffix of `kinds`), else `<folder>/<stem><suffix>`."""
+    if many or save.is_dir() or save.suffix.lower() not in kinds:
         save.mkdir(parents=True, exist_ok=True)
-        return save / f"{video.stem}.mp4"
+        return save / f"{source.stem}{suffix}"
     save.parent.mkdir(parents=True, exist_ok=True)
     return save
 
@@ -91,7 +91,9 @@ def detect_video(path: Path, detector: Detector, as_json: bool, save: Path | Non
                     record["time_s"] = round((tally.frames - 1) / fps, 3)
                 click.echo(json.dumps(record))
             if save is not None:
-                writer = writer or _writer(video_target(save, path, many), frame.shape[1], frame.shape[0], fps)
+                writer = writer or _writer(
+                    saved_as(save, path, many, VIDEO_SUFFIXES, ".mp4"), frame.shape[1], frame.shape[0], fps
+                )
                 writer.write(draw_detections(frame, result.detections))
     finally:
         capture.release()

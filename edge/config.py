@@ -52,17 +52,21 @@ def label_key(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "_", spelled).strip("_") or "unnamed"
 
 
+def are_fractions(points: list[Point]) -> bool:
+    """Points in 0..1 of the frame, every coordinate of them; otherwise they are pixels."""
+    return all(0 <= value <= 1 for point in points for value in point)
+
+
 def _checked_points(points: list[Point], kind: str) -> list[Point]:
     """Points are 0..1 of the frame only when every coordinate is; one typed past 1 ((1.2, 0.5) among fractions)
     made them all pixels, a shape a pixel or two across that nothing ever enters or crosses."""
-    values = [value for point in points for value in point]
-    if all(0 <= value <= 1 for value in values):
+    if are_fractions(points):
         return points
     xs, ys = [x for x, _ in points], [y for _, y in points]
     width, height = max(xs) - min(xs), max(ys) - min(ys)
     length = math.hypot(width, height)
     if (kind != "line" and min(width, height) < 2) or (kind == "line" and length < 2):
-        x, y = next(point for point in points if not all(0 <= value <= 1 for value in point))
+        x, y = next(point for point in points if not are_fractions([point]))
         size = f"{width:g}x{height:g} pixels across" if kind != "line" else f"{length:.3g} pixels long"
         raise ValueError(
             f"({x:g}, {y:g}) is not in 0..1, so the {kind}'s points are read as pixels: a {kind} {size}; keep every "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig, label_key
+from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig, are_fractions, label_key
 from edge_inference.edge.stream.bytetrack import ByteTracker
 from edge_inference.models.detection import Detection
 
@@ -101,7 +101,7 @@ def unknown_labels(names: list[str], model_labels: list[str]) -> list[str]:
 def to_pixels(points: list[Point], width: int, height: int) -> np.ndarray:
     """Points in 0..1 of the frame (all of them) or already in pixels."""
     array = np.asarray(points, dtype=np.float64)
-    if np.all((array >= 0) & (array <= 1)):
+    if are_fractions(points):
         array = array * (width, height)
     return np.round(array).astype(np.int64)
 
@@ -163,19 +163,13 @@ class StreamTracker:
             line.name: ((int(x1), int(y1)), (int(x2), int(y2)))
             for line, ((x1, y1), (x2, y2)) in zip(self._line_configs, ends, strict=True)
         }
-        self._check_placement(polygons, ends, width, height)
+        self._check_placement(width, height)
 
-    def _check_placement(
-        self, polygons: list[np.ndarray], ends: list[list[list[int]]], width: int, height: int
-    ) -> None:
+    def _check_placement(self, width: int, height: int) -> None:
         """Said once per frame size in the log, and kept for /health/ready while it holds."""
-        named = [
-            ("zone", zone.name, np.asarray(points)) for zone, points in zip(self._zone_configs, polygons, strict=True)
-        ]
-        named += [
-            ("line", line.name, np.asarray(points)) for line, points in zip(self._line_configs, ends, strict=True)
-        ]
-        found = [beyond_frame(kind, name, points, width, height) for kind, name, points in named]
+        named = [("zone", name, outline) for name, outline in self._outlines.items()]
+        named += [("line", name, ends) for name, ends in self._ends.items()]
+        found = [beyond_frame(kind, name, np.asarray(points), width, height) for kind, name, points in named]
         problems = [problem for problem in found if problem]
         problem = f"stream {self.stream_id}: {'; '.join(problems)}" if problems else None
         if problem and problem != self.placement_problem:
