@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import cv2
@@ -120,6 +121,27 @@ def test_a_video_runs_every_frame_as_ultralytics_predict_does(tmp_path):
     assert mixed.returncode == 0 and sources == ["a-cat.jpg"] + ["b-walkway.mp4"] * 12, mixed.stderr
     (tmp_path / "notes.mp4").write_text("not a video")
     assert_one_clear_error(run_edge("detect", str(tmp_path / "notes.mp4"), *model), "notes.mp4: ", "FFmpeg")
+
+
+@pytest.mark.parametrize(
+    "name, muxer",
+    [("export", "mp4"), ("clip.MOD", "mpeg"), ("cam1.MTS", "mpegts"), ("dump.raw", "h264"), ("hall.bin", "matroska")],
+)
+def test_a_video_is_known_by_its_bytes_whatever_it_is_called(tmp_path, name, muxer):
+    """An NVR's export with no suffix, a camcorder's .MOD/.MTS or an RTSP dump went to the image reader: "not a
+    readable image", after the model was loaded. Now its first bytes say it is a video, and every frame runs."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        pytest.skip("needs Debian's ffmpeg (the README's test command installs it)")
+    clip = tmp_path / name
+    encode = ["-frames:v", "6", "-c:v", "mpeg2video" if muxer == "mpeg" else "libx264", "-f", muxer, str(clip)]
+    subprocess.run([ffmpeg, "-loglevel", "error", "-i", str(VTEST), *encode], check=True, timeout=120)
+    model = ["-m", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx"), "-b", "onnx"]
+    proc = run_edge("detect", str(clip), *model, "--json")
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [f["frame"] for f in frames] == list(range(6))
+    assert all(any(d["label"] == "person" for d in f["detections"]) for f in frames)
 
 
 def test_bad_images_each_get_one_line_and_good_ones_still_run(tmp_path):

@@ -97,7 +97,11 @@ def test_gif_and_avif_photos_run_and_heic_photos_and_videos_are_named_with_what_
     cat = str(MEDIA / "cat_720p.jpg")
     gif = _ffmpeg_made(tmp_path, "cat.gif", "-i", cat, "-frames:v", "1")
     avif = _ffmpeg_made(tmp_path, "cat.avif", "-i", cat, "-frames:v", "1")
-    video = _ffmpeg_made(tmp_path, "clip.mp4", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-t", "1")
+    test_card = ("-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-t", "1")
+    video = _ffmpeg_made(tmp_path, "clip.mp4", *test_card)
+    # a camcorder's MPEG-TS and a camera's raw H.264 (RTSP dump) have no 'ftyp' box: known by their first bytes
+    camcorder = _ffmpeg_made(tmp_path, "clip.mts", *test_card, "-c:v", "libx264", "-f", "mpegts")
+    rtsp_dump = _ffmpeg_made(tmp_path, "clip.h264", *test_card, "-c:v", "libx264", "-f", "h264")
     # ISO/IEC 23008-12: an 'ftyp' box with the HEVC image brands an iPhone writes, then its 'meta' box
     heic = b"\0\0\0\x18ftypheic\0\0\0\0mif1heic" + b"\0\0\x01\0meta" + bytes(252)
     # the AVIF's image extent ('ispe': version and flags, then width and height) made to claim 60000x60000
@@ -112,6 +116,8 @@ def test_gif_and_avif_photos_run_and_heic_photos_and_videos_are_named_with_what_
         for data, status, fragment in [
             (heic, 415, "IMG_0001.HEIC is a HEIC photo (an iPhone's default format), which OpenCV cannot decode"),
             (video, 415, "IMG_0001.HEIC is a video, and this takes one image"),
+            (camcorder, 415, "IMG_0001.HEIC is a video, and this takes one image"),
+            (rtsp_dump, 415, "IMG_0001.HEIC is a video, and this takes one image"),
             (avif_bomb, 413, "(60000x60000 claimed by its header)"),
             (gif_bomb, 413, "(65000x65000 claimed by its header)"),
             (gif[: len(gif) - 1], 415, "the image is truncated"),

@@ -163,6 +163,35 @@ def _brands(data: bytes) -> set[bytes]:
     return {data[8:12]} | {data[at : at + 4] for at in range(16, size - 3, 4)}
 
 
+def _annex_b_video(data: bytes) -> bool:
+    """A raw H.264 or H.265 stream (an RTSP dump, a camera's `.h264` export): a start code, then a parameter set,
+    an access unit delimiter or SEI, which is how an encoder begins one."""
+    start = 4 if data[:4] == b"\0\0\0\1" else 3 if data[:3] == b"\0\0\1" else 0
+    if not start or len(data) <= start:
+        return False
+    header = data[start]
+    return header & 0x1F in {6, 7, 9} or (header >> 1) & 0x3F in {32, 33, 35, 39}
+
+
+def looks_like_video(data: bytes) -> bool:
+    """The start of a file is a video container or stream: MP4/MOV/3GP, Matroska/WebM, AVI, MPEG-TS (a camcorder's
+    .MTS, .m2ts: a sync byte, 'G', every 188 bytes), MPEG-PS, FLV, ASF/WMV or raw H.264/H.265; whatever the file
+    is called."""
+    return bool(
+        _brands(data) & _VIDEO_BRANDS
+        or data[:4] in (b"\x1aE\xdf\xa3", b"\0\0\1\xba")
+        or (data[:4] == b"RIFF" and data[8:12] == b"AVI ")
+        or data[:4] == b"FLV\x01"
+        or data.startswith(_ASF_HEADER)
+        or (not data.startswith(b"GIF") and all(len(data) > at and data[at] == 0x47 for at in (0, 188, 376)))
+        or all(len(data) > at and data[at] == 0x47 for at in (4, 196, 388))  # M2TS: 4 bytes of time first
+        or _annex_b_video(data)
+    )
+
+
+_ASF_HEADER = bytes.fromhex("3026b2758e66cf11a6d900aa0062ce6c")
+
+
 def _unsupported(data: bytes) -> str | None:
     """What a file is, where it is a known kind this service cannot take as an image, and what to do."""
     brands = _brands(data)
@@ -171,7 +200,7 @@ def _unsupported(data: bytes) -> str | None:
             "is a HEIC photo (an iPhone's default format), which OpenCV cannot decode; send a JPEG instead (on the "
             "iPhone: Settings > Camera > Formats > Most Compatible)"
         )
-    if brands & _VIDEO_BRANDS or data[:4] == b"\x1aE\xdf\xa3" or (data[:4] == b"RIFF" and data[8:12] == b"AVI "):
+    if looks_like_video(data):
         return "is a video, and this takes one image; to detect on a video, give it as a stream's source"
     return None
 
