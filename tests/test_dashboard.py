@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 
 import pytest
+from websockets.sync.client import connect
 
 from edge_inference.backends import engines
 from tests.conftest import MEDIA, REPO, VTEST
@@ -172,6 +174,11 @@ def test_the_dashboard_works_behind_a_reverse_proxy_at_a_sub_path(tmp_path, brow
             _wait(page, "document.querySelector('.swagger-ui .info .title').textContent.includes('edge-inference')")
             _wait(page, "document.querySelectorAll('.opblock').length > 10")  # the document came through the proxy
             context.close()
+            # the WebSocket route, upgraded by nginx as the README's block says (Upgrade and Connection passed on)
+            address = proxied.replace("http://", "ws://") + "api/v1/streams/main/ws"
+            with connect(address, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=30) as ws:
+                frames = [json.loads(ws.recv(timeout=60))["frame"] for _ in range(3)]
+            assert frames == sorted(frames) and len(set(frames)) == 3
 
 
 def test_dashboard_shows_events_with_snapshots_zone_counts_and_one_latency_scale(tmp_path, browser):
