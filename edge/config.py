@@ -23,6 +23,7 @@ from pydantic import (
 
 from edge_inference.backends import BackendError
 from edge_inference.backends.engine import check_engine_options
+from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.config_messages import NAME, explain, unreadable_text, yaml_problem
 from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source
 from edge_inference.edge.errors import EdgeError
@@ -443,6 +444,10 @@ def load_config(path: Path) -> ServiceConfig:
         raise ConfigError(f"config {path} is not valid YAML{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
+    try:
+        data = filled_from_environment(data)
+    except EnvironmentReferenceError as exc:
+        raise ConfigError(f"config {path}: {exc}") from None
     try:
         config = ServiceConfig.model_validate(data)
     except ValidationError as exc:

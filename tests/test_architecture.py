@@ -20,6 +20,7 @@ EDGE_SHARED_MODULES = {
     "config.py",
     "config_messages.py",
     "config_paths.py",
+    "config_env.py",
     "errors.py",
     "secrets.py",
     "settings.py",

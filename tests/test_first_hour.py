@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,15 +13,18 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from edge_inference.cli.serve import with_environment
 from edge_inference.edge.config import ServiceConfig, load_config, single_stream_config
+from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.bench import Pair, PairResult
 from edge_inference.edge.tools.bench_report import plot_label
 from tests.conftest import MEDIA, REPO, VTEST
 from tests.helpers import run_edge
 from tests.inprocess import SSD_ONNX, app_client, service_config
+from tests.server import running_server
 
 CAT = str(MEDIA / "cat_720p.jpg")
 
@@ -113,6 +117,56 @@ def test_edge_serve_takes_its_config_and_port_from_the_environment(tmp_path):
         process.communicate(timeout=30)
     (line,) = errors_of(run_edge("serve", env={"EDGE_PORT": "eighty"}))
     assert line.startswith("error: an EDGE_* environment variable is invalid: EDGE_PORT:")
+
+
+def test_a_config_reads_its_secrets_from_the_environment_as_compose_writes_them(tmp_path):
+    """`rtsp://admin:${CAM_PASSWORD}@...` went to the camera as written, a refused login with no word of why, so a
+    camera's password had to sit in a file that gets shared and committed. Now `${NAME}` is read from edge's
+    environment (systemd's EnvironmentFile=, Compose's environment:); one that is not set stops the start in a line
+    naming it, its place and where to set it; a password with a bare `$` is left as it is written."""
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        "server: {token: '${DOOR_TOKEN}', port: '${DOOR_PORT:-8080}'}\n"
+        "streams:\n"
+        "  door: {source: '${CLIPS}/vtest.avi', model: '${MODELS_DIR}/door.onnx', backend: onnx, loop: true}\n"
+    )
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models/door.onnx").symlink_to(SSD_ONNX)
+    (line,) = errors_of(run_edge("serve", "--config", str(config), env={"CLIPS": str(VTEST.parent)}))
+    assert line == (
+        f"error: config {config}: server.token: ${{DOOR_TOKEN}} is not set in edge's environment; set it where edge "
+        "starts (a systemd unit's Environment= or EnvironmentFile=, `docker run -e`, Compose's environment:), or give "
+        "a default: ${DOOR_TOKEN:-value}"
+    )
+    env = {"CLIPS": str(VTEST.parent), "MODELS_DIR": "models", "DOOR_TOKEN": "from-the-environment"}
+    with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
+        server.client.headers["Authorization"] = "Bearer from-the-environment"
+        server.wait_until("/health/ready", timeout=120)
+        server.wait_for_frames("door", 1)  # the clip and the model, found through the variables
+        latest = server.client.get("/api/v1/streams/door/detections/latest").json()
+        assert any(d["label"] == "person" for d in latest["detections"])
+        assert httpx.get(server.base + "/api/v1/streams", timeout=10).status_code == 401  # the token is in force
+    forms = {
+        "plain": "${SET}",
+        "unset_default": "${UNSET:-7}",
+        "empty_default": "${EMPTY:-7}",
+        "empty_kept": "${EMPTY-7}",
+        "passwords": ["pa$$word", "pa$word", "$${NOT_READ}"],
+    }
+    filled = filled_from_environment(forms, {"SET": "s3cr$t", "EMPTY": ""})
+    assert filled == {
+        "plain": "s3cr$t",
+        "unset_default": "7",
+        "empty_default": "7",
+        "empty_kept": "",
+        "passwords": ["pa$$word", "pa$word", "${NOT_READ}"],
+    }
+    for value, message in [
+        ({"mqtt": {"password": "${BROKER_PW:?the broker's password}"}}, "mqtt.password: ${BROKER_PW} is not set: the"),
+        ({"streams": [{"source": "rtsp://${CAM USER}@cam/"}]}, "streams.0.source: ${CAM USER} is not an environment"),
+    ]:
+        with pytest.raises(EnvironmentReferenceError, match=re.escape(message)):
+            filled_from_environment(value, {})
 
 
 def test_relative_paths_in_a_config_are_read_from_its_folder_wherever_edge_starts(tmp_path, monkeypatch):

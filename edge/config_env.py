@@ -1,0 +1,65 @@
+"""`${NAME}` in a config's values, read from edge's environment, as Docker Compose writes it: a camera's password
+or a broker's kept out of a file that is shared, pasted into a forum or committed (systemd's `EnvironmentFile=`,
+Compose's `environment:`). Only the braced form is read, so a password such as `pa$$word` stays as it is written;
+`$${` writes a literal `${`."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# ${NAME}, ${NAME:-default} (unset or empty), ${NAME-default} (unset), ${NAME:?why} / ${NAME?why} (required)
+_REFERENCE = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
+_FORMS = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-|:\?|\?)(?P<word>.*))?", re.DOTALL)
+WHERE_TO_SET = (
+    "set it where edge starts (a systemd unit's Environment= or EnvironmentFile=, `docker run -e`, Compose's "
+    "environment:), or give a default: ${NAME:-value}"
+)
+
+
+class EnvironmentReferenceError(ValueError):
+    """A reference that cannot be filled; its text says where and what to do."""
+
+
+def filled_from_environment(data: Any, environ: Mapping[str, str] | None = None, where: str = "") -> Any:
+    """`data` (a parsed config) with every `${NAME}` in its string values filled from `environ` (os.environ)."""
+    environ = os.environ if environ is None else environ
+    if isinstance(data, dict):
+        return {key: filled_from_environment(value, environ, _joined(where, key)) for key, value in data.items()}
+    if isinstance(data, list):
+        return [filled_from_environment(value, environ, _joined(where, index)) for index, value in enumerate(data)]
+    if isinstance(data, str) and "${" in data:
+        return _REFERENCE.sub(lambda match: _filled(match, environ, where or "file"), data)
+    return data
+
+
+def _joined(where: str, key: object) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _filled(match: re.Match[str], environ: Mapping[str, str], where: str) -> str:
+    if match.group(0) == "$${":
+        return "${"
+    inside = match.group(1)
+    form = _FORMS.fullmatch(inside)
+    if form is None:
+        raise EnvironmentReferenceError(
+            f"{where}: ${{{inside}}} is not an environment variable's name (letters, digits and '_', not starting "
+            "with a digit); to write ${ as it is, write $${"
+        )
+    name, op, word = form.group("name"), form.group("op"), form.group("word")
+    value = environ.get(name)
+    if op in (":-", ":?") and value == "":
+        value = None
+    if value is not None:
+        return value
+    if op in (":-", "-"):
+        return str(word)
+    if op in (":?", "?") and word:
+        raise EnvironmentReferenceError(f"{where}: ${{{name}}} is not set: {word}")
+    raise EnvironmentReferenceError(
+        f"{where}: ${{{name}}} is not set in edge's environment{' (or is empty)' if op == ':?' else ''}; "
+        + WHERE_TO_SET.replace("NAME", name)
+    )
