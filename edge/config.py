@@ -24,7 +24,7 @@ from pydantic import (
 from edge_inference.backends import BackendError
 from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
-from edge_inference.edge.config_messages import NAME, explain, unreadable_text, yaml_problem
+from edge_inference.edge.config_messages import NAME, OWN_KEYS, explain, load_yaml, unreadable_text, yaml_problem
 from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import get_settings
@@ -430,7 +430,7 @@ class ServiceConfig(BaseModel):
 def load_config(path: Path) -> ServiceConfig:
     try:
         # bytes: PyYAML reads UTF-8 and, by their byte-order mark, UTF-16 files (Windows Notepad's "Unicode")
-        data = yaml.safe_load(raw := path.read_bytes())
+        data = load_yaml(raw := path.read_bytes())
     except FileNotFoundError:
         hint = "deploy/streams.example.yaml shows one"
         if get_settings().in_container:  # set by our image: the file is the user's to mount
@@ -444,6 +444,7 @@ def load_config(path: Path) -> ServiceConfig:
         raise ConfigError(f"config {path} is not valid YAML{yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
+    data = {key: value for key, value in data.items() if not str(key).startswith(OWN_KEYS)}
     try:
         data = filled_from_environment(data)
     except EnvironmentReferenceError as exc:

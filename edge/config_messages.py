@@ -11,6 +11,8 @@ from pydantic import BaseModel, ValidationError
 
 NAME = r"^[A-Za-z0-9_-]{1,64}$"  # stream, zone, line and device names: they go into URLs, MQTT topics and metrics
 
+OWN_KEYS = "x-"  # top-level keys left to the user, as Docker Compose leaves them: a place for `&anchors`
+
 # Other programs' names for our settings (Frigate's, Ultralytics'), as users bring them over
 OTHER_NAMES = {
     "cameras": "streams",
@@ -48,7 +50,8 @@ def _message(error: Any, section: str, root: type[BaseModel]) -> str:
     if keys:
         near = _nearest_key(str(loc[-1]), keys)
         where = "the top level" if section == "file" else section
-        return f"not a setting{f' (did you mean {near}?)' if near else ''}; {where} takes: {', '.join(keys)}"
+        free = f"; keys starting with {OWN_KEYS} are yours (for YAML anchors)" if section == "file" else ""
+        return f"not a setting{f' (did you mean {near}?)' if near else ''}; {where} takes: {', '.join(keys)}{free}"
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME:
         example = re.sub(r"[^A-Za-z0-9_-]+", "_", str(value)).strip("_")[:64] or "porch"
         return (
@@ -90,6 +93,40 @@ def _section_in(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+_SECOND_STREAM = " (another stream is one more item in the same streams: list)"
+
+
+class _UniqueKeysLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping, which it would take silently, the second
+    replacing the first: a second `streams:` pasted below the first dropped every camera above it. Keys merged in
+    with `<<: *anchor` may still be given again: that is what a merge is for."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                earlier = first.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: PyYAML's own words for it follow
+                continue
+            if earlier is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"{key} is given twice in one mapping (first at line {earlier.start_mark.line + 1}), and the "
+                    f"second would replace the first: keep one{_SECOND_STREAM if key == 'streams' else ''}",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(data: bytes | str) -> Any:
+    """yaml.safe_load, with a key given twice refused where it is."""
+    return yaml.load(data, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

@@ -69,6 +69,38 @@ def test_bad_yaml_says_the_line_and_column(tmp_path):
     assert "while parsing a block collection that starts at line 2" in line
 
 
+def test_a_key_given_twice_is_refused_where_it_is_and_anchors_have_a_place(tmp_path):
+    """A second `streams:` pasted below the first (a camera added from a forum post) replaced the first without a
+    word: every camera above it was gone. PyYAML takes the last of two keys; the loader now refuses the second with
+    both lines. Keys merged with `<<: *anchor` may still be given again, and `x-` keys hold the anchors."""
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        f"streams:\n  - {{id: porch, source: {VTEST}}}\nserver: {{port: 8080}}\nstreams:\n  - {{id: yard, source: 0}}\n"
+    )
+    (line,) = errors_of(run_edge("serve", "--config", str(config)))
+    assert line == (
+        f"error: config {config} is not valid YAML at line 4, column 1: streams is given twice in one mapping (first "
+        "at line 1), and the second would replace the first: keep one (another stream is one more item in the same "
+        "streams: list)"
+    )
+    config.write_text(f"streams:\n  - id: porch\n    source: {VTEST}\n    conf: 0.3\n    conf: 0.6\n")
+    (line,) = errors_of(run_edge("serve", "--config", str(config)))
+    assert "at line 5, column 5: conf is given twice in one mapping (first at line 4)" in line
+    config.write_text(
+        "x-camera: &camera {model: ssd-mobilenet-v2, conf: 0.4, backend: onnx}\n"
+        f"streams:\n  - {{<<: *camera, id: porch, source: {VTEST}, conf: 0.6}}\n"
+        "  - {<<: *camera, id: yard, source: 0}\n"
+    )
+    loaded = load_config(config)
+    assert [(s.id, s.model, s.backend, s.conf) for s in loaded.streams] == [
+        ("porch", "ssd-mobilenet-v2", "onnx", 0.6),
+        ("yard", "ssd-mobilenet-v2", "onnx", 0.4),
+    ]
+    config.write_text(f"defaults: {{conf: 0.4}}\nstreams:\n  - {{id: porch, source: {VTEST}}}\n")
+    (line,) = errors_of(run_edge("serve", "--config", str(config)))
+    assert line.endswith("keys starting with x- are yours (for YAML anchors)") and "defaults: not a setting" in line
+
+
 def test_a_short_token_is_counted_in_characters(tmp_path):
     config = tmp_path / "streams.yaml"
     config.write_text(f"server:\n  token: abcde\nstreams:\n  - id: a\n    source: {CAT}\n")
