@@ -168,6 +168,48 @@ def test_a_data_folder_that_cannot_be_written_leaves_detection_and_live_events_r
     assert "Traceback" not in result.stderr
 
 
+def test_a_second_edge_on_the_same_data_folder_leaves_the_first_ones_events_alone(tmp_path):
+    """A run by hand beside the systemd service, or two containers on one volume, shared events.db: the second
+    ended the first one's open events as "left open by a previous run" (an "end" to MQTT while the person was still
+    there) and delivered its outbox a second time. Now the folder is locked while in use: the second serves
+    detections and live events, says which process holds the folder, and stores nothing; the lock goes with the
+    process however it ends (SIGKILL included), so a restart never finds it stale."""
+    data = tmp_path / "data"
+    first = Server(["--config", str(events_config(tmp_path, data))], tmp_path / "first.log")
+    try:
+        first.wait_until("/health/ready", timeout=180)
+        wait_for(lambda: event_figures(first)["recorded"] >= 1, "events stored by the first", first)
+        second = Server(["--config", str(events_config(tmp_path, data))], tmp_path / "second.log")
+        try:
+            second.wait_until("/health/ready", timeout=180)
+            second.wait_for_frames("walkway", 5, timeout=120)
+            health = readiness(second)
+            holder = f"in use by edge (process {first.process.pid} on "
+            assert health["status"] == "degraded" and holder in health["problems"][0], health
+            listed = second.client.get("/api/v1/events")
+            assert listed.status_code == 503 and "give this one a folder of its own" in listed.json()["detail"]
+            assert event_figures(second)["recorded"] == 0
+        finally:
+            second.stop()
+        assert "left open by a previous run" not in second.log and "Traceback" not in second.log
+        required = events_config(tmp_path, data, required=True)
+        result = run_edge("serve", "--config", str(required), "--port", "0")
+        lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert result.returncode != 0 and len(lines) == 1 and holder in lines[0], result.stderr
+        assert readiness(first)["status"] == "ok"  # the first never noticed
+    finally:
+        first.process.kill()  # SIGKILL: no chance to let go of anything
+        first.process.wait()
+        first.stop()
+    third = Server(["--config", str(events_config(tmp_path, data))], tmp_path / "third.log")
+    try:
+        third.wait_until("/health/ready", timeout=180)
+        wait_for(lambda: event_figures(third)["recorded"] >= 1, "events stored after the first was killed", third)
+        assert readiness(third)["status"] == "ok"
+    finally:
+        third.stop()
+
+
 def test_a_disk_running_out_gives_room_from_the_oldest_snapshots_then_pauses_them(tmp_path):
     folder = tmp_path / "small"
     with tmpfs(folder, 8192):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_inference.edge.config import ConfigError, StorageConfig
-from edge_inference.edge.events.store import DamagedDatabase, EventStore
+from edge_inference.edge.events.store import DamagedDatabase, EventStore, FolderInUse
 
 log = logging.getLogger("edge.events")
 DISK_CHECK_S = 10.0
@@ -37,6 +37,8 @@ class OpenedStore:
 def open_store(folder: Path, config: StorageConfig) -> OpenedStore:
     try:
         return OpenedStore(EventStore(folder, config), None, None)
+    except FolderInUse as exc:
+        return _in_use(folder, exc, config)
     except DamagedDatabase as exc:
         kept = _move_aside(folder / EventStore.DATABASE)
         notice = f"the events database was damaged ({exc}): moved to {kept}; a fresh one is in use"
@@ -49,9 +51,18 @@ def open_store(folder: Path, config: StorageConfig) -> OpenedStore:
         return _unwritable(folder, exc, config)
 
 
+def _in_use(folder: Path, exc: FolderInUse, config: StorageConfig) -> OpenedStore:
+    problem = f"events are not stored: the data folder {folder} is in use by {exc}"
+    fix = "give this one a folder of its own (storage.data_dir or EDGE_DATA_DIR), or stop the other"
+    return _not_stored(problem, fix, config)
+
+
 def _unwritable(folder: Path, exc: Exception, config: StorageConfig) -> OpenedStore:
     problem = f"events are not stored: cannot write to {folder} ({exc.__cause__ or exc})"
-    fix = "make the folder writable or set storage.data_dir / EDGE_DATA_DIR"
+    return _not_stored(problem, "make the folder writable or set storage.data_dir / EDGE_DATA_DIR", config)
+
+
+def _not_stored(problem: str, fix: str, config: StorageConfig) -> OpenedStore:
     if config.required:
         raise ConfigError(f"{problem}: {fix} (storage.required is true)")
     log.error("%s: %s; detection goes on, events reach live listeners and MQTT only", problem, fix)

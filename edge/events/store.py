@@ -8,9 +8,11 @@ Snapshots are JPEG files beside the database (written before the row that names 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -78,6 +80,33 @@ class EventQuery:
     cursor: tuple[float, str] | None = None  # (start, id) of the last event of the previous page
 
 
+class FolderInUse(Exception):
+    """Another process keeps its events in this folder; the text says which."""
+
+
+LOCK_FILE = "events.lock"
+
+
+def hold_folder(folder: Path) -> int | None:
+    """An exclusive lock on the data folder while this process keeps events in it: a second edge on the same folder
+    (a test run beside the systemd service, two containers on one volume) would end the first one's open events as
+    "left by a previous run" and send its outbox a second time. The kernel drops the lock when the process ends,
+    however it ends, so none is ever left stale. None where the file system has no locks (some network mounts)."""
+    held = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(held, 200, 0).decode("utf-8", "replace").strip() or "another process"
+        os.close(held)
+        raise FolderInUse(holder) from None
+    except OSError:
+        os.close(held)
+        return None
+    os.ftruncate(held, 0)
+    os.pwrite(held, f"edge (process {os.getpid()} on {socket.gethostname()})\n".encode(), 0)
+    return held
+
+
 class DamagedDatabase(Exception):
     """events.db exists but SQLite finds it damaged (a corrupt page, not a database at all)."""
 
@@ -90,20 +119,25 @@ class EventStore:
         self.config = config
         self.snapshots = folder / "snapshots"
         self.path = folder / self.DATABASE
+        self._held: int | None = None
         try:
             self.snapshots.mkdir(parents=True, exist_ok=True)
+            self._held = hold_folder(folder)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             # a label filter matches as the config's labels do: "Person", "traffic_light" (as topics write it)
             self._db.create_function("label_key", 1, label_key, deterministic=True)
         except (OSError, sqlite3.Error) as exc:
+            self._let_go()
             raise OSError(f"cannot keep events in {folder}: {exc}") from exc
         try:
             self._prepare()
         except sqlite3.OperationalError as exc:  # cannot write: read-only, no permission, locked
             self._db.close()
+            self._let_go()
             raise OSError(f"cannot keep events in {folder}: {exc}") from exc
         except (sqlite3.DatabaseError, DamagedDatabase) as exc:
             self._db.close()
+            self._let_go()
             raise DamagedDatabase(str(exc)) from exc
         self._lock = threading.Lock()  # one connection, shared by the recorder, the senders and the API
         self.sinks: set[str] = set()  # destinations with a sender: counted even while nothing waits for them
@@ -121,6 +155,12 @@ class EventStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self._let_go()
+
+    def _let_go(self) -> None:
+        if self._held is not None:
+            os.close(self._held)  # the lock goes with the descriptor
+            self._held = None
 
     # -- writing ---------------------------------------------------------------------------------------------
     def write_snapshot(self, event_id: str, jpeg: bytes) -> str:
