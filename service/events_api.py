@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -41,6 +43,28 @@ def _store(request: Request) -> EventStore:
     return layer.store
 
 
+MOMENT = (
+    "seconds since the epoch (1764000000), or an ISO 8601 time (2026-11-24T18:00, the service's local time unless "
+    "it says its zone: Z or +01:00; a date alone is its midnight)"
+)
+
+
+def _moment(name: str, text: str | None) -> float | None:
+    """A time as a script or a person writes it: an epoch number, as Frigate's API takes, or ISO 8601."""
+    if text is None or not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            return datetime.fromisoformat(text.strip()).astimezone().timestamp()  # naive: local time
+        except ValueError:
+            raise invalid("query", name, f"not a time: give {MOMENT}", text) from None
+    if not math.isfinite(value):
+        raise invalid("query", name, f"not a time: give {MOMENT}", text)
+    return value
+
+
 def _cursor(text: str | None) -> tuple[float, str] | None:
     if not text:
         return None
@@ -63,13 +87,14 @@ def list_events(
     stream: str | None = None,
     label: str | None = None,
     zone: Annotated[str | None, Query(description="Only events whose object entered this zone")] = None,
-    after: Annotated[float | None, Query(description="Started at or after (seconds since the epoch)")] = None,
-    before: Annotated[float | None, Query(description="Started before (seconds since the epoch)")] = None,
+    after: Annotated[str | None, Query(description=f"Started at or after: {MOMENT}")] = None,
+    before: Annotated[str | None, Query(description=f"Started before: {MOMENT}")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(description="The `next` of the previous page")] = None,
 ) -> EventPage:
     store = _store(request)
-    query = EventQuery(stream, label, zone, after, before, limit, _cursor(cursor))
+    moments = _moment("after", after), _moment("before", before)
+    query = EventQuery(stream, label, zone, *moments, limit, _cursor(cursor))
     rows = store.query(query)
     page_end = None
     if len(rows) == limit:  # the answer rounds start to 1 ms; the cursor keeps the stored value

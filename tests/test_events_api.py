@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import time
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
 
 import cv2
 import numpy as np
@@ -29,7 +31,8 @@ def events_config(tmp_path) -> str:
 
 
 def test_events_are_listed_filtered_paged_and_shown_with_their_snapshots(tmp_path):
-    with running_server(["--config", events_config(tmp_path)], tmp_path / "serve.log") as server:
+    kolkata = {"TZ": "Asia/Kolkata"}  # the service's local time, +05:30: a time with no zone is read in it
+    with running_server(["--config", events_config(tmp_path)], tmp_path / "serve.log", env=kolkata) as server:
         server.wait_until("/health/ready", timeout=180)
         live = sse_data(server.client, "/api/v1/events/stream", "event", 4, timeout=180)
         assert live[0]["type"] in ("start", "update", "end") and live[0]["event"]["label"] == "person"
@@ -55,6 +58,18 @@ def test_events_are_listed_filtered_paged_and_shown_with_their_snapshots(tmp_pat
         middle = starts[len(starts) // 2]
         later = server.client.get("/api/v1/events", params={"after": middle, "limit": 500}).json()["events"]
         assert later and all(e["start"] >= middle for e in later)
+        # as people and scripts write a time: ISO 8601 with its zone, or without one (the service's local time)
+        utc = datetime.fromtimestamp(middle, timezone.utc).isoformat().replace("+00:00", "Z")
+        local = datetime.fromtimestamp(middle, ZoneInfo("Asia/Kolkata")).replace(tzinfo=None).isoformat()
+        for given in (utc, local):
+            same = server.client.get("/api/v1/events", params={"after": given, "limit": 500}).json()["events"]
+            assert {e["id"] for e in same} >= {e["id"] for e in later}, given  # new events may have joined
+            assert all(e["start"] >= middle for e in same), given
+        for given in ("yesterday", "nan", "24/11/2026"):
+            answer = server.client.get("/api/v1/events", params={"after": given})
+            (problem,) = answer.json()["detail"]
+            assert answer.status_code == 422 and problem["loc"] == ["query", "after"], answer.text
+            assert problem["msg"].startswith("not a time: give seconds since the epoch"), problem
 
         event = everything[-1]
         one = server.client.get(f"/api/v1/events/{event['id']}").json()
