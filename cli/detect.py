@@ -10,8 +10,8 @@ import click
 import cv2
 
 from edge_inference.cli.app import cli
-from edge_inference.cli.detect_video import VIDEO_SUFFIXES, detect_video, is_video, saved_as
-from edge_inference.cli.options import detector_config, detector_options
+from edge_inference.cli.detect_video import detect_video, is_video, saved_as
+from edge_inference.cli.options import check_classes, detector_config, detector_options
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
 from edge_inference.edge.stream.drawing import draw_detections
@@ -30,8 +30,8 @@ def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
             videos = [p for p in path.iterdir() if is_video(p) and p.is_file()]
             inside = sorted([*images_in_folder(path), *videos])
             if not inside:
-                suffixes = ", ".join(sorted(IMAGE_SUFFIXES | VIDEO_SUFFIXES))
-                click.echo(f"error: {path}: a folder with no images or videos ({suffixes})", err=True)
+                images = ", ".join(sorted(IMAGE_SUFFIXES))
+                click.echo(f"error: {path}: a folder with no images ({images}) or videos (.mp4, .mkv, ...)", err=True)
                 failures += 1
             found += inside
         else:
@@ -54,7 +54,9 @@ def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs:
     readable, failures = _images_in(images)  # inputs first: nothing is loaded for a typo
     if not readable:
         raise SystemExit(1)
-    detector = load_detector(detector_config(kwargs))
+    config = detector_config(kwargs)
+    detector = load_detector(config)
+    check_classes(detector, config.classes)
     for note in detector.backend.notes:
         click.echo(f"note: {note}", err=True)
     for path in readable:

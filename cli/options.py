@@ -9,7 +9,10 @@ import click
 import yaml
 
 from edge_inference.edge.config import MAX_THREADS
+from edge_inference.edge.detection.detector import Classes, Detector
 from edge_inference.edge.detection.loader import DetectorConfig
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.stream.tracking import unknown_labels
 from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.registry import DEFAULT_MODEL
 
@@ -48,6 +51,7 @@ def detector_options(func: F) -> F:
         ),
         click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True, help="Minimum score."),
         click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True, help="NMS IoU threshold."),
+        classes_flag(),
         click.option(
             "--decoder",
             help="Output decoder if the layout is not recognised: yolox, yolov5, yolov8, yolo-end2end, ssd, nanodet, "
@@ -60,6 +64,34 @@ def detector_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def classes_flag() -> Callable[[F], F]:
+    flag: Callable[[F], F] = click.option(
+        "--classes",
+        metavar="NAMES",
+        callback=_classes,
+        help="Report only these classes: labels or class ids, comma-separated (person,car or 0,2).",
+    )
+    return flag
+
+
+def _classes(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str | int]:
+    """`person, car,2` -> ["person", "car", 2]: a number is a class id, as Ultralytics' `classes=` takes it."""
+    items = [item.strip() for item in (value or "").split(",") if item.strip()]
+    return [int(item) if item.isdigit() else item for item in items]
+
+
+def check_classes(detector: Detector, classes: Classes) -> None:
+    """--classes naming a class the model does not have: one line with the nearest label, not an empty answer."""
+    labels = detector.spec.labels
+    unknown = unknown_labels([str(c) for c in classes if not isinstance(c, int)], list(labels.values()))
+    unknown += [str(c) for c in classes if isinstance(c, int) and labels and c not in labels]
+    if unknown:
+        shown = ", ".join(list(labels.values())[:12]) + (", ..." if len(labels) > 12 else "")
+        raise EdgeError(
+            f"--classes names {', '.join(unknown)}, which {detector.spec.name} does not detect; its classes: {shown}"
+        )
 
 
 def engine_option_flag() -> Callable[[F], F]:
@@ -99,6 +131,7 @@ def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
         device=kwargs.pop("device"),
         conf=kwargs.pop("conf"),
         iou=kwargs.pop("iou"),
+        classes=dict.fromkeys(kwargs.pop("classes")),
         threads=kwargs.pop("threads"),
         allow_fallback=kwargs.pop("fallback"),
         overrides=overrides,

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from edge_inference.cli.app import cli
-from edge_inference.cli.options import engine_option_flag
+from edge_inference.cli.options import classes_flag, engine_option_flag
 from edge_inference.edge.config import (
     LOOPBACK,
     MAX_THREADS,
@@ -62,6 +62,7 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @engine_option_flag()
 @click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)
 @click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True)
+@classes_flag()
 @click.option("--id", "stream_id", default="main", show_default=True, help="Stream id in the API.")
 @click.option(
     "--compare",

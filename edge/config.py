@@ -7,7 +7,7 @@ import os
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -172,6 +172,9 @@ class StreamConfig(BaseModel):
     engine_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     conf: float = Field(default=0.25, ge=0, le=1)
     iou: float = Field(default=0.45, ge=0, le=1)
+    # Only these classes are reported (Ultralytics' `classes`, Frigate's `objects.track`): labels or class ids, or a
+    # mapping of label to its own least score ({person: 0.5, car: 0.7}); empty: every class at `conf`
+    classes: list[str | int] | dict[str | int, Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=list)
     # live: newest frame only; file: every frame in order. Default: live for cameras and streams.
     mode: Literal["auto", "live", "file"] = "auto"
     pace: bool = True  # file mode: at the file's own fps
@@ -255,9 +258,17 @@ class StreamConfig(BaseModel):
         return [*tracked, *(label for label in wanted if label_key(label) not in keys)]
 
     @property
+    def class_scores(self) -> dict[str | int, float | None]:
+        """`classes` as the detector takes it: each class with its own least score, or None for `conf`."""
+        if isinstance(self.classes, dict):
+            return dict(self.classes)
+        return dict.fromkeys(self.classes)
+
+    @property
     def named_labels(self) -> dict[str, list[str]]:
         """The labels the config names, by the setting that names them: checked against the model's once it loads."""
-        named = {"tracking.labels": self.tracking.labels if self.tracking else []}
+        named = {"classes": [str(c) for c in self.classes if not isinstance(c, int)]}
+        named["tracking.labels"] = self.tracking.labels if self.tracking else []
         named["events.labels"] = self.events.labels if self.events else []
         return {setting: labels for setting, labels in named.items() if labels}
 

@@ -24,7 +24,15 @@ OTHER_NAMES = {
     "input": "source",
     "inputs": "source",
     "detector": "backend",
-    "imgsz": "width",
+    "objects": "classes",
+    "class_filter": "classes",
+}
+# Other programs' settings that have no place here, and what takes their part
+ELSEWHERE = {
+    "imgsz": (
+        "the model's input size is its file's own (a model exported with a dynamic input takes width and height in "
+        "its sidecar, model.onnx.yaml); a stream's width and height ask a camera for its resolution"
+    ),
 }
 
 
@@ -47,6 +55,8 @@ def _message(error: Any, section: str, root: type[BaseModel]) -> str:
     name, what a name may hold; for a fraction written as a percentage, the fraction."""
     kind, loc, value = error["type"], error["loc"], error.get("input")
     keys = _keys_at(root, loc[:-1]) if kind == "extra_forbidden" else []
+    if keys and str(loc[-1]) in ELSEWHERE:
+        return f"not a setting: {ELSEWHERE[str(loc[-1])]}"
     if keys:
         near = _nearest_key(str(loc[-1]), keys)
         where = "the top level" if section == "file" else section

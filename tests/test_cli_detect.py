@@ -55,6 +55,23 @@ def test_json_lines_contract(photo_files):
             assert 0 <= x1 < x2 <= record["width"] and 0 <= y1 < y2 <= record["height"]
 
 
+def test_classes_reports_only_those_as_ultralytics_classes_does():
+    """There was no way to ask for people only (Ultralytics' `classes=0`, Frigate's `objects: track:`): every kite
+    and car came along. --classes keeps the named ones, by label or id, each box as it was (NMS is per class), and a
+    name the model lacks is one line with the nearest label, not an empty answer."""
+    photo = str(MEDIA / "kite_and_cold.jpg")
+    model = ["-m", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx"), "-b", "onnx", "--json"]
+    everything = json.loads(run_edge("detect", photo, *model).stdout)["detections"]
+    people = [d for d in everything if d["label"] == "person"]
+    assert people and len(people) < len(everything)  # kites too
+    by_name = run_edge("detect", photo, *model, "--classes", "Person")
+    assert by_name.returncode == 0, by_name.stderr
+    assert json.loads(by_name.stdout)["detections"] == people
+    by_id = run_edge("detect", photo, *model, "--classes", f"{people[0]['class_id']}, kite")
+    assert json.loads(by_id.stdout)["detections"] == [d for d in everything if d["label"] in ("person", "kite")]
+    assert_one_clear_error(run_edge("detect", photo, *model, "--classes", "persn"), "'persn' (did you mean 'person'?)")
+
+
 def test_table_and_save(photo_files, tmp_path):
     out = tmp_path / "boxes.jpg"
     proc = run_edge("detect", str(photo_files / "chelsea.png"), "-m", "yolox-nano", "--save", str(out))
@@ -75,7 +92,8 @@ def test_a_folder_of_photos_runs_every_image_in_it(photo_files, tmp_path):
     assert (
         proc.returncode == 1
         and len(errors) == 1
-        and "empty: a folder with no images or videos (.3gp, .avi, .avif" in errors[0]
+        and "empty: a folder with no images (.avif, .bmp, .gif, .jpeg, .jpg, .png" in errors[0]
+        and errors[0].endswith("or videos (.mp4, .mkv, ...)")
     )
     saved = tmp_path / "boxes"
     assert run_edge("detect", str(photo_files), "-m", "yolox-nano", "--save", str(saved)).returncode == 0

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from edge_inference.cli.serve import with_environment
-from edge_inference.edge.config import ServiceConfig, load_config, single_stream_config
+from edge_inference.edge.config import ConfigError, ServiceConfig, load_config, single_stream_config
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.bench import Pair, PairResult
@@ -199,6 +199,37 @@ def test_a_config_reads_its_secrets_from_the_environment_as_compose_writes_them(
     ]:
         with pytest.raises(EnvironmentReferenceError, match=re.escape(message)):
             filled_from_environment(value, {})
+
+
+def test_a_stream_reports_only_the_classes_it_names_each_from_its_own_score(tmp_path):
+    """Frigate's `objects: track:` and Ultralytics' `classes` had no counterpart: every class came to the API, SSE
+    and MQTT. `classes:` names them, as a list or with each one's least score; a name the model lacks is in health."""
+    streams = [
+        {"id": "hall", "classes": {"Person": 0.6}},
+        {"id": "yard", "classes": ["persn"]},
+    ]
+    config = ServiceConfig.model_validate(
+        {"streams": [{"model": SSD_ONNX, "source": str(VTEST), "loop": True, **s} for s in streams]}
+    )
+    with app_client(config) as client:
+        deadline, seen = time.monotonic() + 180, []
+        while len(seen) < 20:  # detections from several frames
+            assert time.monotonic() < deadline, client.get("/health/ready").json()
+            latest = client.get("/api/v1/streams/hall/detections/latest")
+            seen += latest.json()["detections"] if latest.status_code == 200 else []
+            time.sleep(0.05)
+        assert {d["label"] for d in seen} == {"person"} and min(d["score"] for d in seen) >= 0.6
+        health = client.get("/health/ready").json()
+        assert any(
+            p.startswith("stream yard: classes names 'persn' (did you mean 'person'?)") for p in health["problems"]
+        )
+    for setting, message in [
+        ("objects: [person]", "streams.porch.objects: not a setting (did you mean classes?)"),
+        ("imgsz: 320", "streams.porch.imgsz: not a setting: the model's input size is its file's own"),
+    ]:
+        (tmp_path / "streams.yaml").write_text(f"streams:\n  porch:\n    source: 0\n    {setting}\n")
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config(tmp_path / "streams.yaml")
 
 
 def test_relative_paths_in_a_config_are_read_from_its_folder_wherever_edge_starts(tmp_path, monkeypatch):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import collections
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from edge_inference.backends import Backend
+from edge_inference.edge.config import label_key
 from edge_inference.edge.detection.timings import StageTimings
 from edge_inference.models.decoders import DecodeContext, get_decoder
 from edge_inference.models.decoders.base import dequantize
@@ -19,6 +21,25 @@ from edge_inference.models.spec import ModelSpec
 from edge_inference.models.transform import ImageTransform
 
 RECENT = 100  # inferences kept for the live figure `--backend auto` checks its measurement against
+_NUMBERED = re.compile(r"class_(\d+)")  # a class without a name in the label file, as it is shown
+Classes = Mapping[str | int, float | None]  # label (or class id) -> its least score, None: the stream's conf
+
+
+def class_minimums(labels: Mapping[int, str], classes: Classes, conf: float) -> dict[int, float]:
+    """The classes to report, by id, each with the least score reported: `classes` names them by label as
+    `label_key` spells it ("Person", "traffic_light"), as `class_7`, or by id (Ultralytics' `classes=[0, 2]`).
+    Names the model does not have are left out here; the stream says so where it checks its labels."""
+    by_key = {label_key(name): class_id for class_id, name in labels.items()}
+    wanted: dict[int, float] = {}
+    for name, score in classes.items():
+        numbered = _NUMBERED.fullmatch(str(name))
+        if isinstance(name, int):
+            class_id: int | None = name
+        else:
+            class_id = int(numbered.group(1)) if numbered else by_key.get(label_key(name))
+        if class_id is not None:
+            wanted[class_id] = conf if score is None else score
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -50,13 +71,17 @@ class Detector:
         iou: float = 0.45,
         max_detections: int = 100,
         buffers: int = 1,
+        classes: Classes | None = None,
     ) -> None:
         self.backend = backend
         self.spec = spec
+        # only these classes are reported (Ultralytics' `classes`, Frigate's `objects.track`), each from its score
+        self.wanted = class_minimums(spec.labels, classes, conf) if classes else None
+        threshold = min([conf, *self.wanted.values()]) if self.wanted else conf
         # `--backend auto` serving on the ranking's choice while the engines are timed: True once another won
         self.superseded: Callable[[], bool] = lambda: False
         self.recent_inference_ms: collections.deque[float] = collections.deque(maxlen=RECENT)  # the live figure
-        self.conf, self.iou, self.max_detections = conf, iou, max_detections
+        self.conf, self.iou, self.max_detections = threshold, iou, max_detections
         tensor, pre = backend.inputs[0], spec.preprocessing
         if backend.pixels is not None:  # the engine converts BGR pixels itself: hand it the letterboxed frame
             pre = replace(pre, layout="NHWC", color="BGR", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
@@ -87,7 +112,11 @@ class Detector:
         context = DecodeContext(
             self.spec, transform, self.conf, self.iou, self.max_detections, quantization=self._quant_context
         )
-        return self._decode(outputs, context)
+        detections = self._decode(outputs, context)
+        if self.wanted is None:
+            return detections
+        wanted = self.wanted  # NMS is per class, so leaving classes out after it keeps the others' boxes as they are
+        return [d for d in detections if d.score >= wanted.get(d.class_id, 2.0)]
 
     def detect(self, image_bgr: np.ndarray) -> DetectionResult:
         prepared = self.prepare(image_bgr)

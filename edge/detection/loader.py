@@ -18,7 +18,7 @@ from edge_inference.backends import (
     open_backend,
 )
 from edge_inference.backends.engine import check_engine_options
-from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.detector import Classes, Detector
 from edge_inference.edge.detection.model_files import (
     locate_model,
     model_for_engine,
@@ -44,6 +44,7 @@ class DetectorConfig:
     conf: float = 0.25
     iou: float = 0.45
     max_detections: int = 100
+    classes: Classes = field(default_factory=dict)  # only these are reported; empty: every class
     threads: int | None = None  # None: the thread budget's share (edge/detection/threads.py)
     allow_fallback: bool = False
     overrides: SpecOverrides = field(default_factory=SpecOverrides)
@@ -112,7 +113,13 @@ def load_detector(
     if note:
         backend.notes.insert(0, note)
     detector = Detector(
-        backend, spec, conf=config.conf, iou=config.iou, max_detections=config.max_detections, buffers=config.buffers
+        backend,
+        spec,
+        conf=config.conf,
+        iou=config.iou,
+        max_detections=config.max_detections,
+        buffers=config.buffers,
+        classes=config.classes,
     )
     if choice is not None and choice.pending:
         detector.superseded = _watch_measurement(detector, choice, asked_for)

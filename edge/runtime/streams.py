@@ -37,6 +37,7 @@ def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
         device=stream.device,
         conf=stream.conf,
         iou=stream.iou,
+        classes=stream.class_scores,
         threads=stream.threads,
         allow_fallback=stream.fallback,
         buffers=buffers,
