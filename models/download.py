@@ -26,6 +26,9 @@ class ChecksumMismatchError(ModelError):
     pass
 
 
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"  # what a clone without git-lfs holds for a large file
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -116,14 +119,20 @@ def _download(file: RegistryFile, target: Path, source: str, progress: Progress 
     fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     temp = Path(temp_name)
     try:
-        done = 0
+        done, head = 0, b""
         with reader, os.fdopen(fd, "wb") as out:
             while block := reader.read(CHUNK):
+                head = head or block[: len(LFS_POINTER)]
                 digest.update(block)
                 out.write(block)
                 done += len(block)
                 if progress:
                     progress(file.path, done, total)
+        if head == LFS_POINTER:
+            raise ChecksumMismatchError(
+                f"{source} is a Git LFS pointer, not {file.path}: run `git lfs pull` where the mirror was cloned "
+                "(with git-lfs installed). Nothing was written"
+            )
         if digest.hexdigest() != file.sha256:
             raise ChecksumMismatchError(
                 f"checksum mismatch for {file.path} from {source}: expected sha256 {file.sha256}, "

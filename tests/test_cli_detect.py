@@ -15,6 +15,7 @@ from tests.conftest import MEDIA, MODELS, VTEST, skimage_photo
 from tests.expectations import PHOTO_OBJECTS
 from tests.helpers import run_edge, write_onnx_model
 
+CAT = str(MEDIA / "cat_720p.jpg")
 KEYS = {"source", "width", "height", "model", "backend", "detections", "timings_ms"}
 
 
@@ -204,6 +205,43 @@ def test_openvino_ir_without_its_weights_names_the_missing_file(tmp_path):
     shutil.copy(MODELS / "openvino/yolox_nano.xml", tmp_path)
     proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(tmp_path / "yolox_nano.xml"))
     assert_one_clear_error(proc, "yolox_nano.xml", "needs its weights yolox_nano.bin beside it")
+
+
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        (
+            "yolov8n.pt",
+            "is a PyTorch checkpoint, which no engine here runs: export it to ONNX and give the .onnx "
+            "(Ultralytics: yolo export model=yolov8n.pt format=onnx;",
+        ),
+        (
+            "yolov8n.engine",
+            "is a TensorRT engine, built for one GPU and one TensorRT version, which no engine here "
+            "runs: give the ONNX model it was built from with --device tensorrt",
+        ),
+        (
+            "yolox_nano.bin",
+            "is weights alone (OpenVINO's, or ncnn's), which no engine here runs: give the OpenVINO .xml beside it",
+        ),
+        ("weights.safetensors", "is weights without the network that uses them"),
+    ],
+)
+def test_a_model_in_a_format_no_engine_runs_says_what_to_give_instead(tmp_path, name, fragment):
+    """`-m yolov8n.pt`, as Ultralytics users pass it, was "no installed engine can run yolov8n.pt"."""
+    (tmp_path / name).write_bytes(b"PK\x03\x04" + bytes(200))
+    assert_one_clear_error(run_edge("detect", CAT, "-m", str(tmp_path / name)), f"{tmp_path / name} {fragment}")
+
+
+@pytest.mark.parametrize("name", ["yolox_nano.onnx", "model.tflite", "model.xml"])
+def test_a_git_lfs_pointer_for_a_model_says_to_pull_it(tmp_path, name):
+    """A model repository cloned without git-lfs: each engine's parser error ("Protobuf parsing failed", "not a valid
+    Flatbuffer") after `auto` had tried every engine on it. Now one line before any engine loads."""
+    oid = "4d7a2146d1e9b2d5c3e7a2c0d7b1e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0"
+    (tmp_path / name).write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize 3795422\n")
+    proc = run_edge("detect", CAT, "-m", str(tmp_path / name))
+    assert_one_clear_error(proc, f"{tmp_path / name} is a Git LFS pointer (", "run `git lfs pull`")
+    assert "--backend auto" not in proc.stderr  # refused before any engine was timed on it
 
 
 def test_missing_model_file_and_unknown_registry_name():

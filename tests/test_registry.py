@@ -77,6 +77,24 @@ def test_checksum_mismatch_is_refused_and_leaves_nothing(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_mirror_cloned_without_git_lfs_is_named_as_such(tmp_path):
+    """A mirror made with `git clone` and no git-lfs holds 130-byte pointers: that was "checksum mismatch ... check
+    the mirror's copy", which sent users to compare hashes. Now it says what the file is and the command."""
+    mirror = tmp_path / "mirror"
+    (mirror / "onnx").mkdir(parents=True)
+    oid = sha256_of(MODELS / "onnx/yolox_nano.onnx")
+    size = (MODELS / "onnx/yolox_nano.onnx").stat().st_size
+    pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n"  # git-lfs's own form
+    (mirror / "onnx/yolox_nano.onnx").write_text(pointer)
+    cache = tmp_path / "cache"
+    proc = run_edge("models", "pull", "yolox-nano", "--cache", str(cache), "--mirror", str(mirror))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(
+        f"error: {mirror}/onnx/yolox_nano.onnx is a Git LFS pointer, not onnx/yolox_nano.onnx"
+    )
+    assert "git lfs pull" in proc.stderr and not any(p.is_file() for p in cache.rglob("*"))
+
+
 def test_unreachable_mirror_and_converted_models_say_what_to_do(tmp_path):
     proc = run_edge("models", "pull", "yolox-nano", "--cache", str(tmp_path), "--mirror", "http://127.0.0.1:9/")
     assert proc.returncode == 1 and "cannot download" in proc.stderr and "EDGE_MODEL_MIRROR" in proc.stderr

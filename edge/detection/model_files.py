@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edge_inference.backends import Engine, get_engine
+from edge_inference.backends import Engine, engines, get_engine
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
-from edge_inference.models.download import Progress, check_cached, is_cached, pull
+from edge_inference.models.download import LFS_POINTER, Progress, check_cached, is_cached, pull
 from edge_inference.models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry, is_registry_name
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
@@ -20,10 +20,50 @@ def model_reference(model: str) -> RegistryEntry | Path:
         return get_entry(model)
     path = Path(model).expanduser()
     if path.is_file():
+        check_model_file(path)
         return path
     if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
         raise EdgeError(f"model file {model} does not exist")
     return get_entry(model)  # raises the "unknown registry name" message, with the names it knows
+
+
+_EXPORT_ONNX = "export it to ONNX and give the .onnx"
+# Files users bring that no engine here reads: what each is, and the way to a file one does
+FOREIGN_FILES = {
+    (".pt", ".pth", ".torchscript"): (
+        "a PyTorch checkpoint",
+        f"{_EXPORT_ONNX} (Ultralytics: yolo export model=FILE format=onnx; YOLOv5: python export.py --weights FILE "
+        "--include onnx; YOLOX: python tools/export_onnx.py)",
+    ),
+    (".engine", ".trt", ".plan"): (
+        "a TensorRT engine, built for one GPU and one TensorRT version",
+        "give the ONNX model it was built from with --device tensorrt: the engine is built for this GPU and kept",
+    ),
+    (".safetensors",): ("weights without the network that uses them", _EXPORT_ONNX),
+    (".h5", ".keras", ".pb"): ("a TensorFlow/Keras model", "convert it to TFLite (tf.lite.TFLiteConverter) or ONNX"),
+    (".mlmodel", ".mlpackage"): ("a Core ML model, which runs on Apple devices", _EXPORT_ONNX),
+    (".pdmodel", ".pdiparams"): ("a PaddlePaddle model", f"{_EXPORT_ONNX} (paddle2onnx)"),
+    (".param",): ("an ncnn model", f"{_EXPORT_ONNX} from the model's source"),
+    (".bin",): ("weights alone (OpenVINO's, or ncnn's)", "give the OpenVINO .xml beside it, or an .onnx or .tflite"),
+    (".zip", ".tar", ".gz", ".tgz", ".xz", ".7z"): ("an archive", "unpack it and give the model file inside"),
+}
+
+
+def check_model_file(path: Path) -> None:
+    """A file that is not a model this project runs, said with what it is and what to give instead, before any
+    engine reads it (or `auto` times engines on it)."""
+    with path.open("rb") as file:
+        head = file.read(len(LFS_POINTER))
+    if head == LFS_POINTER:
+        raise EdgeError(
+            f"{path} is a Git LFS pointer ({path.stat().st_size} bytes), not the model: run `git lfs pull` in the "
+            "repository it came from (with git-lfs installed), or download the file itself from its web page"
+        )
+    if any(engine.reads(path.name) for engine in engines().values()):
+        return
+    for suffixes, (what, instead) in FOREIGN_FILES.items():
+        if path.name.lower().endswith(suffixes):
+            raise EdgeError(f"{path} is {what}, which no engine here runs: {instead.replace('FILE', path.name)}")
 
 
 def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
