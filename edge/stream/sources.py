@@ -1,21 +1,26 @@
-"""Frame sources: cameras, video files, network streams, still images and folders of images."""
+"""Frame sources: cameras, video files, network streams, cameras' snapshot URLs, still images and folders of images."""
 
 from __future__ import annotations
 
 import glob
+import http.client
 import os
 import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import cv2
 import numpy as np
 
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_in, mask_url, password_encoding_advice
-from edge_inference.edge.stream.images import ImageError, read_image
+from edge_inference.edge.stream.images import ImageError, decode_image, read_image
 
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
@@ -26,6 +31,9 @@ NETWORK_OPEN_TIMEOUT_MS = 15_000
 NETWORK_READ_TIMEOUT_MS = 10_000
 # the schemes with a TCP connection to try when a stream does not open, and their usual ports
 DEFAULT_PORTS = {"rtsp": 554, "rtsps": 322, "rtmp": 1935, "http": 80, "https": 443, "tcp": None}
+SNAPSHOT_FPS = 2.0  # a snapshot URL's default rate: most cameras answer a request in 0.1-0.5 s
+SNAPSHOT_MAX_BYTES = 20 << 20
+STREAM_PATH_SUFFIXES = (".mjpg", ".mjpeg", ".m3u8", ".mpd", ".mp4", ".mkv", ".avi", ".mov", ".webm", ".flv", ".ts")
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
 
 
@@ -196,6 +204,147 @@ class ImageFilesSource(FrameSource):
         return None
 
 
+class HttpSource(FrameSource):
+    """An http(s) URL, either a camera's snapshot URL, where each request answers one image (an ESP32-CAM's
+    /capture, Hikvision's ISAPI picture, Reolink's Snap command, Home Assistant's camera proxy), polled at `fps`
+    (SNAPSHOT_FPS unless set), or a stream (MJPEG, HLS, a video) for FFmpeg. The answer's Content-Type tells which,
+    once: after that a reconnect goes straight to the right reader."""
+
+    live = True
+
+    def __init__(self, target: str, fps: float | None = None, kind: str | None = None) -> None:
+        super().__init__(target)
+        self._rate = fps
+        # "snapshot" or "stream"; None until the first answer, unless the path names a video or a stream: then no
+        # request is spent asking (a camera that serves one client at a time is not asked twice)
+        named = urlsplit(target).path.lower().endswith(STREAM_PATH_SUFFIXES)
+        self.kind = kind or ("stream" if named else None)
+        self._stream: CaptureSource | None = None
+        self._first: bytes | None = None  # the probe's image, the first frame
+        self._due = 0.0
+        self._opener, self._url = camera_opener(target)
+
+    def fresh(self) -> HttpSource:
+        return HttpSource(self.target, self._rate, self.kind)
+
+    @property
+    def fps(self) -> float | None:
+        if self._stream is not None:
+            return self._stream.fps
+        if self.kind == "snapshot":
+            return self._rate or SNAPSHOT_FPS
+        return None
+
+    def open(self) -> None:
+        self.close()
+        if self.kind != "stream":
+            self._first = self._get(probe=True)
+            if self._first is not None:
+                self.kind, self._due = "snapshot", time.monotonic()
+                return
+            self.kind = "stream"
+        stream = CaptureSource(self.target, live=True)
+        stream.open()
+        self._stream = stream
+
+    def read(self) -> np.ndarray | None:
+        if self._stream is not None:
+            return self._stream.read()
+        if self.kind != "snapshot":
+            raise SourceError(f"{self.description} is not open")
+        data = self._first
+        self._first = None
+        if data is None:
+            wait = self._due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            data = self._get()
+        self._due = max(self._due + 1 / (self._rate or SNAPSHOT_FPS), time.monotonic())
+        try:
+            return decode_image(data or b"", f"snapshot from {self.description}")
+        except ImageError as exc:
+            raise SourceError(str(exc)) from None
+
+    def _get(self, probe: bool = False) -> bytes | None:
+        """One answer's image; for the probe, None where the answer is not an image (a stream, a playlist)."""
+        try:
+            with self._opener.open(self._url, timeout=NETWORK_READ_TIMEOUT_MS / 1000) as answer:
+                kind = answer.headers.get_content_type()
+                # some cameras call their JPEG application/octet-stream: its first bytes say what it is
+                head = answer.read(3) if kind == "application/octet-stream" else b""
+                if not (kind.startswith("image/") or head == b"\xff\xd8\xff"):
+                    if probe:
+                        return None
+                    raise SourceError(f"snapshot from {self.description}: the camera sent {kind}, not an image")
+                data: bytes = head + answer.read(SNAPSHOT_MAX_BYTES + 1 - len(head))
+        except urllib.error.HTTPError as exc:
+            raise SourceError(http_refusal(self.description, exc.code)) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException):
+            raise SourceError(f"snapshot from {self.description}: {network_reason(self.target)}") from None
+        if len(data) > SNAPSHOT_MAX_BYTES:
+            raise SourceError(f"snapshot from {self.description} is larger than {SNAPSHOT_MAX_BYTES >> 20} MB")
+        return data
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+def camera_opener(target: str) -> tuple[urllib.request.OpenerDirector, str]:
+    """A urllib opener for a camera's URL, and the URL without its user info: the user and password go by HTTP
+    basic or digest authentication, as the camera asks (urllib answers the camera's 401 challenge). Certificates are
+    not checked, as FFmpeg does not check them for streams (cameras serve self-signed ones), and no proxy from the
+    environment is used: cameras are on the local network."""
+    parts = urlsplit(target)
+    passwords = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    netloc += f":{parts.port}" if parts.port else ""
+    url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    if parts.username is not None:
+        passwords.add_password(None, url, unquote(parts.username), unquote(parts.password or ""))
+    unchecked = ssl.create_default_context()
+    unchecked.check_hostname, unchecked.verify_mode = False, ssl.CERT_NONE
+    handlers = (
+        urllib.request.ProxyHandler({}),
+        urllib.request.HTTPSHandler(context=unchecked),
+        _RememberedBasic(passwords),
+        urllib.request.HTTPDigestAuthHandler(passwords),
+    )
+    return urllib.request.build_opener(*handlers), url
+
+
+class _RememberedBasic(urllib.request.HTTPBasicAuthHandler):
+    """Basic authentication, sent with every request once the camera has asked for it and taken it: one request a
+    snapshot, not two. Never before it asks: a camera that asks for digest never gets the password in the clear."""
+
+    def __init__(self, passwords: urllib.request.HTTPPasswordMgr) -> None:
+        super().__init__(passwords)
+        self._taken: str | None = None
+
+    def http_request(self, req: urllib.request.Request) -> urllib.request.Request:
+        if self._taken is not None:
+            req.add_unredirected_header(self.auth_header, self._taken)
+        return req
+
+    https_request = http_request
+
+    def http_error_401(self, req, fp, code, msg, headers):  # urllib's signature, untyped there
+        answer = super().http_error_401(req, fp, code, msg, headers)
+        if answer is not None and 200 <= answer.status < 300:
+            self._taken = req.unredirected_hdrs.get(self.auth_header)
+        return answer
+
+
+def http_refusal(name: str, status: int) -> str:
+    if status in (401, 403):
+        return f"{name} refused the user and password (HTTP {status}): check them in the URL"
+    if status == 404:
+        return f"{name} has no such page (HTTP 404): check the path (the camera's manual names its snapshot URL)"
+    return f"{name} answered HTTP {status}: check the address, and that the camera is on"
+
+
 def open_source(
     target: str, *, width: int | None = None, height: int | None = None, fps: float | None = None
 ) -> FrameSource:
@@ -205,6 +354,9 @@ def open_source(
         raise SourceError("empty source: give a camera index, /dev/videoN, a video or image file, a folder, or a URL")
     if is_camera(target):
         return CaptureSource(target, live=True, width=width, height=height, fps=fps)
+    if target.startswith(("http://", "https://")):
+        check_password_encoding(target)
+        return HttpSource(target, fps)
     if target.startswith(STREAM_SCHEMES) or target.startswith("file://"):
         check_password_encoding(target)
         return CaptureSource(target, live=is_live(target))

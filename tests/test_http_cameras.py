@@ -1,0 +1,135 @@
+"""Cameras over HTTP as cheap cameras and ESP32-CAMs serve them, from a real HTTP server on loopback: a snapshot URL
+(each request answers one JPEG) polled at the stream's rate, an MJPEG stream, and the answers a camera gives to a
+wrong password or a wrong path."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import cv2
+import pytest
+
+from edge_inference.edge.config import ServiceConfig
+from tests.conftest import VTEST
+from tests.inprocess import SSD_ONNX, app_client
+
+USER, PASSWORD = "admin", "p@ss word"  # in the URL as p%40ss%20word
+CREDENTIALS = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+
+
+def _frames(count: int) -> list[bytes]:
+    capture, frames = cv2.VideoCapture(str(VTEST)), []
+    for _ in range(count):
+        frames.append(cv2.imencode(".jpg", capture.read()[1])[1].tobytes())
+    capture.release()
+    return frames
+
+
+class Camera(BaseHTTPRequestHandler):
+    """/capture: one JPEG a request (image/jpeg), /octet: the same called application/octet-stream, /stream: MJPEG,
+    /page: an HTML page; basic authentication on every path, as such cameras ask for it."""
+
+    frames: ClassVar[list[bytes]] = []  # set by the fixture on a subclass of its own
+    asked: ClassVar[list[tuple[str, bool]]] = []  # (path, whether it carried the credentials)
+    agents: ClassVar[list[tuple[str, str]]] = []  # (path, User-Agent)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        given = self.headers.get("Authorization")
+        self.asked.append((self.path, given == CREDENTIALS))
+        self.agents.append((path, self.headers.get("User-Agent", "")))
+        if given != CREDENTIALS:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="camera"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        frame = self.frames[sum(p == path for p, _ in self.asked) % len(self.frames)]
+        if path in ("/stream", "/video.mjpg"):
+            self._stream()
+            return
+        kinds = {"/capture": "image/jpeg", "/octet": "application/octet-stream", "/page": "text/html"}
+        body = b"<html>Login</html>" if path == "/page" else frame
+        self.send_response(200 if path in kinds else 404)
+        self.send_header("Content-Type", kinds.get(path, "text/plain"))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+        self.end_headers()
+        try:
+            for index in range(2000):
+                frame = self.frames[index % len(self.frames)]
+                self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\n")
+                self.wfile.write(f"Content-Length: {len(frame)}\r\n\r\n".encode() + frame + b"\r\n")
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+@pytest.fixture()
+def camera() -> Iterator[tuple[str, type[Camera]]]:
+    handler = type("ThisCamera", (Camera,), {"frames": _frames(10), "asked": [], "agents": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+    server.server_close()
+
+
+def _states(client, timeout: float = 120) -> dict[str, dict]:
+    """Each stream's summary, once the good ones have processed a few frames and the bad ones have failed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        streams = {s["id"]: s for s in client.get("/api/v1/streams").json()}
+        figures = client.get("/api/v1/stats").json()["streams"]
+        good = all(figures[i]["frames_processed"] >= 3 for i in ("snap", "octet", "mjpeg", "named"))
+        bad = all(streams[i]["error"] for i in ("wrong", "page", "missing"))
+        if good and bad:
+            return streams
+        assert time.monotonic() < deadline, (streams, figures)
+        time.sleep(0.1)
+
+
+def test_a_snapshot_url_is_polled_and_an_mjpeg_camera_streams(camera):
+    """A snapshot URL gave one frame, then "stopped delivering frames" and a reconnect: two log lines a frame and an
+    "unstable" camera. Now each request is a frame, at the stream's fps, with the password sent once the camera
+    has asked for it (one request a frame, not two); MJPEG still goes to FFmpeg."""
+    address, handler = camera
+    url = f"http://{USER}:p%40ss%20word@{address}"
+    streams = [
+        {"id": "snap", "source": f"{url}/capture", "fps": 5},
+        {"id": "octet", "source": f"{url}/octet"},
+        {"id": "mjpeg", "source": f"{url}/stream"},
+        {"id": "named", "source": f"{url}/video.mjpg"},  # named as a stream: FFmpeg's alone, no request to ask
+        {"id": "wrong", "source": f"http://{USER}:guess@{address}/capture?wrong"},
+        {"id": "page", "source": f"{url}/page"},
+        {"id": "missing", "source": f"{url}/snap.jpg"},
+    ]
+    config = ServiceConfig.model_validate({"streams": [{"model": SSD_ONNX, "backend": "onnx", **s} for s in streams]})
+    with app_client(config) as client:
+        states = _states(client)
+        figures = client.get("/api/v1/stats").json()["streams"]
+        assert figures["snap"]["reconnects"] == 0 and figures["octet"]["reconnects"] == 0
+        latest = client.get("/api/v1/streams/snap/detections/latest").json()
+        assert any(d["label"] == "person" for d in latest["detections"])
+        assert "refused the user and password (HTTP 401)" in states["wrong"]["error"]
+        assert "has no such page (HTTP 404)" in states["missing"]["error"]
+        assert "answers but sent no video" in states["page"]["error"]
+        shown = str(states) + client.get("/api/v1/stats").text
+        assert "guess" not in shown and "p%40ss" not in shown  # passwords masked
+    snapshots = [given for path, given in handler.asked if path == "/capture"]
+    assert snapshots[0] is False and all(snapshots[1:4])  # asked once, then sent with every request
+    assert all(agent.startswith("Lavf") for path, agent in handler.agents if path == "/video.mjpg")  # FFmpeg's
