@@ -5,6 +5,8 @@ wrong password or a wrong path."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +22,23 @@ from tests.inprocess import SSD_ONNX, app_client
 
 USER, PASSWORD = "admin", "p@ss word"  # in the URL as p%40ss%20word
 CREDENTIALS = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+
+
+NONCE = "5f1e7c0a9b"
+
+
+def _digest_ok(header: str, uri: str) -> bool:
+    """RFC 7616 with MD5 and qop=auth, checked as a camera does."""
+    if not header.startswith("Digest "):
+        return False
+    fields = dict(re.findall(r'(\w+)="?([^",]*)"?', header[7:]))
+
+    def md5(text: str) -> str:
+        return hashlib.md5(text.encode()).hexdigest()  # the protocol's own hash
+
+    known = md5(f"{USER}:camera:{PASSWORD}")
+    expected = md5(f"{known}:{NONCE}:{fields.get('nc')}:{fields.get('cnonce')}:auth:{md5(f'GET:{uri}')}")
+    return fields.get("response") == expected and fields.get("username") == USER
 
 
 def _frames(count: int) -> list[bytes]:
@@ -43,15 +62,19 @@ class Camera(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0]
-        given = self.headers.get("Authorization")
-        self.asked.append((self.path, given == CREDENTIALS))
+        given = self.headers.get("Authorization") or ""
         self.agents.append((path, self.headers.get("User-Agent", "")))
-        if given != CREDENTIALS:
-            self.send_response(401)
-            self.send_header("WWW-Authenticate", 'Basic realm="camera"')
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
+        if path == "/digest":  # as Hikvision and Dahua ask: digest, the password never sent
+            self.asked.append((self.path, given.startswith("Basic")))  # the password in the clear: never
+            if not _digest_ok(given, self.path):
+                self._refuse(f'Digest realm="camera", qop="auth", nonce="{NONCE}", algorithm=MD5')
+                return
+            path = "/capture"
+        else:
+            self.asked.append((self.path, given == CREDENTIALS))
+            if given != CREDENTIALS:
+                self._refuse('Basic realm="camera"')
+                return
         frame = self.frames[sum(p == path for p, _ in self.asked) % len(self.frames)]
         if path in ("/stream", "/video.mjpg"):
             self._stream()
@@ -63,6 +86,12 @@ class Camera(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _refuse(self, challenge: str) -> None:
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", challenge)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _stream(self) -> None:
         self.send_response(200)
@@ -95,7 +124,7 @@ def _states(client, timeout: float = 120) -> dict[str, dict]:
     while True:
         streams = {s["id"]: s for s in client.get("/api/v1/streams").json()}
         figures = client.get("/api/v1/stats").json()["streams"]
-        good = all(figures[i]["frames_processed"] >= 3 for i in ("snap", "octet", "mjpeg", "named"))
+        good = all(figures[i]["frames_processed"] >= 3 for i in ("snap", "octet", "digest", "mjpeg", "named"))
         bad = all(streams[i]["error"] for i in ("wrong", "page", "missing"))
         if good and bad:
             return streams
@@ -112,6 +141,7 @@ def test_a_snapshot_url_is_polled_and_an_mjpeg_camera_streams(camera):
     streams = [
         {"id": "snap", "source": f"{url}/capture", "fps": 5},
         {"id": "octet", "source": f"{url}/octet"},
+        {"id": "digest", "source": f"{url}/digest"},
         {"id": "mjpeg", "source": f"{url}/stream"},
         {"id": "named", "source": f"{url}/video.mjpg"},  # named as a stream: FFmpeg's alone, no request to ask
         {"id": "wrong", "source": f"http://{USER}:guess@{address}/capture?wrong"},
@@ -133,3 +163,4 @@ def test_a_snapshot_url_is_polled_and_an_mjpeg_camera_streams(camera):
     snapshots = [given for path, given in handler.asked if path == "/capture"]
     assert snapshots[0] is False and all(snapshots[1:4])  # asked once, then sent with every request
     assert all(agent.startswith("Lavf") for path, agent in handler.agents if path == "/video.mjpg")  # FFmpeg's
+    assert not any(in_clear for path, in_clear in handler.asked if path == "/digest")  # digest answered, never Basic
