@@ -8,23 +8,29 @@ from typing import Any
 
 import click
 import cv2
+import numpy as np
 
 from edge_inference.cli.app import cli
-from edge_inference.cli.detect_video import detect_video, is_video, saved_as
+from edge_inference.cli.detect_video import detect_video, is_video, named_path, saved_as
 from edge_inference.cli.options import check_classes, detector_config, detector_options
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
+from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.stream.drawing import draw_detections
 from edge_inference.edge.stream.images import ImageError, read_image
-from edge_inference.edge.stream.sources import IMAGE_SUFFIXES, images_in_folder
+from edge_inference.edge.stream.sources import IMAGE_SUFFIXES, STREAM_SCHEMES, HttpSource, SourceError, images_in_folder
 
 
-def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
-    """The files given, and a folder's images and videos (sorted, not its sub-folders), as Ultralytics'
-    `source=folder/` runs them; with the number of arguments that named nothing to run, each said in one line."""
-    found, failures = [], 0
-    for path in paths:
-        if path.is_file():
+def _images_in(items: tuple[str, ...]) -> tuple[list[Path | str], int]:
+    """The files given, a folder's images and videos (sorted, not its sub-folders) and URLs, as Ultralytics'
+    `source=` runs them; with the number of arguments that named nothing to run, each said in one line."""
+    found: list[Path | str] = []
+    failures = 0
+    for item in items:
+        path = Path(item)
+        if item.startswith(STREAM_SCHEMES):
+            found.append(item)
+        elif path.is_file():
             found.append(path)
         elif path.is_dir():
             videos = [p for p in path.iterdir() if is_video(p) and p.is_file()]
@@ -41,7 +47,7 @@ def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
 
 
 @cli.command()
-@click.argument("images", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("images", nargs=-1, required=True)
 @detector_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line per image (per frame of a video).")
 @click.option(
@@ -49,8 +55,8 @@ def _images_in(paths: tuple[Path, ...]) -> tuple[list[Path], int]:
     type=click.Path(path_type=Path),
     help="Write the image (a video: the video) with labelled boxes (a folder for several).",
 )
-def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:
-    """Detect objects in IMAGES (files, or folders of them); a video runs every frame."""
+def detect(images: tuple[str, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:
+    """Detect objects in IMAGES (files, folders of them, or URLs); a video or a stream runs every frame."""
     readable, failures = _images_in(images)  # inputs first: nothing is loaded for a typo
     if not readable:
         raise SystemExit(1)
@@ -60,22 +66,45 @@ def detect(images: tuple[Path, ...], as_json: bool, save: Path | None, **kwargs:
     for note in detector.backend.notes:
         click.echo(f"note: {note}", err=True)
     for path in readable:
-        if is_video(path):
-            failures += not detect_video(path, detector, as_json, save, len(readable) > 1)
-            continue
+        many = len(readable) > 1
         try:
-            image = read_image(path)
+            image = _image_of(path)
         except ImageError as exc:
             click.echo(f"error: {exc}", err=True)
             failures += 1
             continue
+        if image is None:  # a video, or a stream: every frame
+            failures += not detect_video(path, detector, as_json, save, many)
+            continue
         result = detector.detect(image)
-        record = result_record(str(path), result, detector)
+        record = result_record(mask_url(str(path)), result, detector)
         click.echo(json.dumps(record) if as_json else result_table(record))
         if save is not None:
-            target = saved_as(save, path, len(readable) > 1, IMAGE_SUFFIXES, ".jpg")
+            target = saved_as(save, named_path(path), many, IMAGE_SUFFIXES, ".jpg")
             if not cv2.imwrite(str(target), draw_detections(image, result.detections)):
                 raise ImageError(f"cannot write {target}; use a .jpg or .png name in a writable folder")
     detector.close()
     if failures:
         raise SystemExit(1)
+
+
+def _image_of(path: Path | str) -> np.ndarray | None:
+    """The image a file or URL holds; None for a video or a stream, run frame by frame."""
+    if isinstance(path, str):
+        return _snapshot(path)
+    return None if is_video(path) else read_image(path)
+
+
+def _snapshot(url: str) -> np.ndarray | None:
+    """The image an http(s) URL answers (a photo, a camera's snapshot), or None for a stream or a video to run
+    frame by frame; a URL that cannot be read raises its one-line error."""
+    if not url.startswith(("http://", "https://")):
+        return None
+    source = HttpSource(url)
+    try:
+        source.open()
+        return source.read() if source.kind == "snapshot" else None
+    except SourceError as exc:
+        raise ImageError(str(exc)) from None
+    finally:
+        source.close()

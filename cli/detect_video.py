@@ -7,15 +7,17 @@ import json
 import statistics
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 import cv2
 
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.report import result_record
+from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.stream.drawing import draw_detections
 from edge_inference.edge.stream.images import ImageError, looks_like_video
-from edge_inference.edge.stream.sources import IMAGE_SUFFIXES
+from edge_inference.edge.stream.sources import IMAGE_SUFFIXES, network_reason
 
 VIDEO_SUFFIXES = {
     *(".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv"),
@@ -74,6 +76,11 @@ class VideoTally:
         return "\n".join(lines)
 
 
+def named_path(source: Path | str) -> Path:
+    """What a saved file is named after: a file's path, or a URL's path (`rtsp://cam/live/door` -> door)."""
+    return Path(urlsplit(source).path or "stream") if isinstance(source, str) else source
+
+
 def saved_as(save: Path, source: Path, many: bool, kinds: set[str], suffix: str) -> Path:
     """--save: the file it names (one input, a name with a suffix of `kinds`), else `<folder>/<stem><suffix>`."""
     if many or save.is_dir() or save.suffix.lower() not in kinds:
@@ -83,32 +90,37 @@ def saved_as(save: Path, source: Path, many: bool, kinds: set[str], suffix: str)
     return save
 
 
-def detect_video(path: Path, detector: Detector, as_json: bool, save: Path | None, many: bool = False) -> bool:
-    """Every frame of `path`; False (said in one line) when it cannot be read as a video. `many`: other inputs
-    share --save, a folder then."""
+def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path | None, many: bool = False) -> bool:
+    """Every frame of `path` (a file, or a stream's URL: until it ends, or Ctrl-C); False (said in one line) when
+    it cannot be read as a video. `many`: other inputs share --save, a folder then."""
     capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    shown = mask_url(str(path))
     if not capture.isOpened():
         capture.release()
-        click.echo(f"error: {path}: cannot be opened as a video (damaged, or a format FFmpeg cannot decode)", err=True)
+        what = "damaged, or a format FFmpeg cannot decode" if isinstance(path, Path) else network_reason(path)
+        click.echo(f"error: {shown}: cannot be opened as a video ({what})", err=True)
         return False
     rate = float(capture.get(cv2.CAP_PROP_FPS) or 0)
     fps = rate if 0 < rate < 1000 else None
     tally, writer = VideoTally(), None
     try:
         while True:
-            ok, frame = capture.read()
+            try:
+                ok, frame = capture.read()
+            except KeyboardInterrupt:  # a stream has no end: Ctrl-C ends it, with its summary and saved video
+                break
             if not ok or frame is None:
                 break
             result = detector.detect(frame)
             tally.add([d.label for d in result.detections], result.width, result.height, result.timings.inference_ms)
             if as_json:
-                record = {**result_record(str(path), result, detector), "frame": tally.frames - 1}
+                record = {**result_record(shown, result, detector), "frame": tally.frames - 1}
                 if fps:
                     record["time_s"] = round((tally.frames - 1) / fps, 3)
                 click.echo(json.dumps(record))
             if save is not None:
                 writer = writer or _writer(
-                    saved_as(save, path, many, VIDEO_SUFFIXES, ".mp4"), frame.shape[1], frame.shape[0], fps
+                    saved_as(save, named_path(path), many, VIDEO_SUFFIXES, ".mp4"), frame.shape[1], frame.shape[0], fps
                 )
                 writer.write(draw_detections(frame, result.detections))
     finally:
@@ -116,12 +128,10 @@ def detect_video(path: Path, detector: Detector, as_json: bool, save: Path | Non
         if writer is not None:
             writer.release()
     if tally.frames == 0:
-        click.echo(f"error: {path}: no frame could be decoded (damaged, or a format FFmpeg cannot decode)", err=True)
+        click.echo(f"error: {shown}: no frame could be decoded (damaged, or a format FFmpeg cannot decode)", err=True)
         return False
     if not as_json:
-        click.echo(
-            tally.table(str(path), fps, f"{detector.spec.name} on {detector.backend.key}/{detector.backend.device}")
-        )
+        click.echo(tally.table(shown, fps, f"{detector.spec.name} on {detector.backend.key}/{detector.backend.device}"))
     return True
 
 

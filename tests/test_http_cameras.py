@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import threading
 import time
@@ -18,6 +19,7 @@ import pytest
 
 from edge_inference.edge.config import ServiceConfig
 from tests.conftest import VTEST
+from tests.helpers import run_edge
 from tests.inprocess import SSD_ONNX, app_client
 
 USER, PASSWORD = "admin", "p@ss word"  # in the URL as p%40ss%20word
@@ -76,8 +78,8 @@ class Camera(BaseHTTPRequestHandler):
                 self._refuse('Basic realm="camera"')
                 return
         frame = self.frames[sum(p == path for p, _ in self.asked) % len(self.frames)]
-        if path in ("/stream", "/video.mjpg"):
-            self._stream()
+        if path in ("/stream", "/video.mjpg", "/short"):
+            self._stream(5 if path == "/short" else 2000)
             return
         kinds = {"/capture": "image/jpeg", "/octet": "application/octet-stream", "/page": "text/html"}
         body = b"<html>Login</html>" if path == "/page" else frame
@@ -93,12 +95,12 @@ class Camera(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def _stream(self) -> None:
+    def _stream(self, parts: int) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
         self.end_headers()
         try:
-            for index in range(2000):
+            for index in range(parts):
                 frame = self.frames[index % len(self.frames)]
                 self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\n")
                 self.wfile.write(f"Content-Length: {len(frame)}\r\n\r\n".encode() + frame + b"\r\n")
@@ -164,3 +166,26 @@ def test_a_snapshot_url_is_polled_and_an_mjpeg_camera_streams(camera):
     assert snapshots[0] is False and all(snapshots[1:4])  # asked once, then sent with every request
     assert all(agent.startswith("Lavf") for path, agent in handler.agents if path == "/video.mjpg")  # FFmpeg's
     assert not any(in_clear for path, in_clear in handler.asked if path == "/digest")  # digest answered, never Basic
+
+
+def test_edge_detect_takes_a_snapshot_url_and_runs_a_stream_url_frame_by_frame(camera):
+    """As Ultralytics' `predict source=URL`: `edge detect http://...` was "no such file" (and the URL, its password
+    included, was printed back). An image URL is one image; a stream runs every frame until it ends (or Ctrl-C)."""
+    address, _ = camera
+    url = f"http://{USER}:p%40ss%20word@{address}"
+    model = ["-m", SSD_ONNX, "-b", "onnx", "--json"]
+    snapshot = run_edge("detect", f"{url}/capture", *model)
+    assert snapshot.returncode == 0, snapshot.stderr
+    (record,) = [json.loads(line) for line in snapshot.stdout.splitlines()]
+    assert record["source"] == f"http://{USER}:***@{address}/capture" and (record["width"], record["height"]) == (
+        768,
+        576,
+    )
+    assert any(d["label"] == "person" for d in record["detections"])
+    stream = run_edge("detect", f"{url}/short", *model)
+    frames = [json.loads(line) for line in stream.stdout.splitlines()]
+    assert stream.returncode == 0 and [f["frame"] for f in frames] == list(range(5)), stream.stderr
+    refused = run_edge("detect", f"http://{USER}:guess@{address}/capture", *model)
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 1 and len(errors) == 1 and "Traceback" not in refused.stderr
+    assert "refused the user and password (HTTP 401)" in errors[0] and "guess" not in refused.stderr
