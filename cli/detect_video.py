@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import click
 import cv2
+import numpy as np
 
-from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.detector import DetectionResult, Detector
 from edge_inference.edge.detection.report import result_record
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.stream.drawing import draw_detections
@@ -104,20 +106,11 @@ def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path
     fps = rate if 0 < rate < 1000 else None
     tally, writer = VideoTally(), None
     try:
-        while True:
-            try:
-                ok, frame = capture.read()
-            except KeyboardInterrupt:  # a stream has no end: Ctrl-C ends it, with its summary and saved video
-                break
-            if not ok or frame is None:
-                break
+        for frame in _frames(capture):
             result = detector.detect(frame)
             tally.add([d.label for d in result.detections], result.width, result.height, result.timings.inference_ms)
             if as_json:
-                record = {**result_record(shown, result, detector), "frame": tally.frames - 1}
-                if fps:
-                    record["time_s"] = round((tally.frames - 1) / fps, 3)
-                click.echo(json.dumps(record))
+                click.echo(json.dumps(_frame_record(shown, result, detector, tally.frames - 1, fps)))
             if save is not None:
                 writer = writer or _writer(
                     saved_as(save, named_path(path), many, VIDEO_SUFFIXES, ".mp4"), frame.shape[1], frame.shape[0], fps
@@ -133,6 +126,25 @@ def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path
     if not as_json:
         click.echo(tally.table(shown, fps, f"{detector.spec.name} on {detector.backend.key}/{detector.backend.device}"))
     return True
+
+
+def _frames(capture: cv2.VideoCapture) -> Iterator[np.ndarray]:
+    """The frames until the video ends; a stream has no end, so Ctrl-C ends it, with its summary and saved video."""
+    while True:
+        try:
+            ok, frame = capture.read()
+        except KeyboardInterrupt:
+            return
+        if not ok or frame is None:
+            return
+        yield frame
+
+
+def _frame_record(shown: str, result: DetectionResult, detector: Detector, index: int, fps: float | None) -> dict:
+    record = {**result_record(shown, result, detector), "frame": index}
+    if fps:
+        record["time_s"] = round(index / fps, 3)
+    return record
 
 
 def _writer(target: Path, width: int, height: int, fps: float | None) -> cv2.VideoWriter:
