@@ -65,8 +65,8 @@ def detect(images: tuple[str, ...], as_json: bool, save: Path | None, **kwargs: 
     check_classes(detector, config.classes)
     for note in detector.backend.notes:
         click.echo(f"note: {note}", err=True)
+    many = len(readable) > 1
     for path in readable:
-        many = len(readable) > 1
         try:
             image = _image_of(path)
         except ImageError as exc:

@@ -12,7 +12,7 @@ from edge_inference.edge.config import MAX_THREADS
 from edge_inference.edge.detection.detector import Classes, Detector
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.stream.tracking import unknown_labels
+from edge_inference.edge.stream.tracking import labels_listed, unknown_labels
 from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.registry import DEFAULT_MODEL
 
@@ -88,7 +88,7 @@ def check_classes(detector: Detector, classes: Classes) -> None:
     unknown = unknown_labels([str(c) for c in classes if not isinstance(c, int)], list(labels.values()))
     unknown += [str(c) for c in classes if isinstance(c, int) and labels and c not in labels]
     if unknown:
-        shown = ", ".join(list(labels.values())[:12]) + (", ..." if len(labels) > 12 else "")
+        shown = labels_listed(list(labels.values()))
         raise EdgeError(
             f"--classes names {', '.join(unknown)}, which {detector.spec.name} does not detect; its classes: {shown}"
         )

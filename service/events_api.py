@@ -57,9 +57,9 @@ def _moment(name: str, text: str | None) -> float | None:
         value = float(text)
     except ValueError:
         try:
-            return datetime.fromisoformat(text.strip()).astimezone().timestamp()  # naive: local time
+            value = datetime.fromisoformat(text.strip()).astimezone().timestamp()  # naive: local time
         except ValueError:
-            raise invalid("query", name, f"not a time: give {MOMENT}", text) from None
+            value = math.nan
     if not math.isfinite(value):
         raise invalid("query", name, f"not a time: give {MOMENT}", text)
     return value

@@ -21,7 +21,7 @@ from edge_inference.models.spec import ModelSpec
 from edge_inference.models.transform import ImageTransform
 
 RECENT = 100  # inferences kept for the live figure `--backend auto` checks its measurement against
-_NUMBERED = re.compile(r"class_(\d+)")  # a class without a name in the label file, as it is shown
+NUMBERED_CLASS = re.compile(r"class_(\d+)")  # a class without a name in the label file, as it is shown
 Classes = Mapping[str | int, float | None]  # label (or class id) -> its least score, None: the stream's conf
 
 
@@ -32,11 +32,12 @@ def class_minimums(labels: Mapping[int, str], classes: Classes, conf: float) -> 
     by_key = {label_key(name): class_id for class_id, name in labels.items()}
     wanted: dict[int, float] = {}
     for name, score in classes.items():
-        numbered = _NUMBERED.fullmatch(str(name))
         if isinstance(name, int):
             class_id: int | None = name
+        elif numbered := NUMBERED_CLASS.fullmatch(name):
+            class_id = int(numbered.group(1))
         else:
-            class_id = int(numbered.group(1)) if numbered else by_key.get(label_key(name))
+            class_id = by_key.get(label_key(name))
         if class_id is not None:
             wanted[class_id] = conf if score is None else score
     return wanted

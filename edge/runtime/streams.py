@@ -24,7 +24,7 @@ from edge_inference.edge.stream.ffmpeg import ffmpeg_source
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.stream.sources import FrameSource, camera_device, open_source
-from edge_inference.edge.stream.tracking import StreamTracker, unknown_labels
+from edge_inference.edge.stream.tracking import StreamTracker, labels_listed, unknown_labels
 
 log = logging.getLogger("edge.streams")
 DEFAULT_TRACKING_FPS = 15.0  # the tracker counts frames; a stream without a configured fps is assumed this fast
@@ -195,9 +195,10 @@ class StreamManager:
         if not unknown:
             self.label_problems.pop(stream.id, None)
             return
-        shown = ", ".join(model_labels[:12]) + (f", ... ({len(model_labels)} in all)" if len(model_labels) > 12 else "")
         problem = f"stream {stream.id}: {'; '.join(unknown)}, which {stream.model} does not detect: " + (
-            f"use its labels ({shown})" if model_labels else "it has no label names (give it a label file)"
+            f"use its labels ({labels_listed(model_labels)})"
+            if model_labels
+            else "it has no label names (give it a label file)"
         )
         if self.label_problems.get(stream.id) != problem:
             log.warning("%s", problem)

@@ -19,13 +19,13 @@ import difflib
 import functools
 import logging
 import math
-import re
 from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
 
 from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig, are_fractions, label_key
+from edge_inference.edge.detection.detector import NUMBERED_CLASS
 from edge_inference.edge.stream.bytetrack import ByteTracker
 from edge_inference.models.detection import Detection
 
@@ -82,20 +82,23 @@ class LabelSet:
         return answer
 
 
-_UNNAMED_CLASS = re.compile(r"class_\d+")  # how a class id without a name in the label file is shown
-
-
 def unknown_labels(names: list[str], model_labels: list[str]) -> list[str]:
     """Each of `names` the model cannot detect, with the model's nearest label where one is close:
     ["'persons' (did you mean 'person'?)"]."""
     keys = {label_key(label): label for label in model_labels}
     unknown = []
     for name in names:
-        if label_key(name) in keys or _UNNAMED_CLASS.fullmatch(name):
+        if label_key(name) in keys or NUMBERED_CLASS.fullmatch(name):
             continue
         near = difflib.get_close_matches(label_key(name), list(keys), n=1, cutoff=0.6)
         unknown.append(f"{name!r}" + (f" (did you mean {keys[near[0]]!r}?)" if near else ""))
     return unknown
+
+
+def labels_listed(labels: list[str], most: int = 12) -> str:
+    """A model's labels as a message shows them: the first `most`, and how many there are in all."""
+    more = f", ... ({len(labels)} in all)" if len(labels) > most else ""
+    return ", ".join(labels[:most]) + more
 
 
 def to_pixels(points: list[Point], width: int, height: int) -> np.ndarray:
