@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from edge_inference.cli.app import cli
+from edge_inference.cli.options import home_expanded
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.tools.bench import parse_backends, plan, read_frames, run_pair, score_against_reference
@@ -35,6 +36,7 @@ from edge_inference.edge.tools.bench_report import table, writable_folder, write
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
+    callback=home_expanded,
     default=Path("bench-out"),
     show_default=True,
     help="Folder for bench.json, bench.csv and bench.png.",

@@ -12,7 +12,7 @@ import numpy as np
 
 from edge_inference.cli.app import cli
 from edge_inference.cli.detect_video import detect_video, is_video, named_path, saved_as
-from edge_inference.cli.options import check_classes, detector_config, detector_options
+from edge_inference.cli.options import check_classes, detector_config, detector_options, home_expanded
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
 from edge_inference.edge.secrets import mask_url
@@ -27,7 +27,7 @@ def _images_in(items: tuple[str, ...]) -> tuple[list[Path | str], int]:
     found: list[Path | str] = []
     failures = 0
     for item in items:
-        path = Path(item)
+        path = Path(item).expanduser()  # a quoted `~/x.jpg`, or one from a script: no shell expanded it
         if item.startswith(STREAM_SCHEMES):
             found.append(item)
         elif path.is_file():
@@ -53,6 +53,7 @@ def _images_in(items: tuple[str, ...]) -> tuple[list[Path | str], int]:
 @click.option(
     "--save",
     type=click.Path(path_type=Path),
+    callback=home_expanded,
     help="Write the image (a video: the video) with labelled boxes (a folder for several).",
 )
 def detect(images: tuple[str, ...], as_json: bool, save: Path | None, **kwargs: Any) -> None:

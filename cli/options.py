@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -64,6 +65,11 @@ def detector_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def home_expanded(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """`~/out` quoted, or passed by a script: no shell expanded it, and nothing after this would."""
+    return None if value is None else value.expanduser()
 
 
 def classes_flag() -> Callable[[F], F]:

@@ -439,6 +439,7 @@ class ServiceConfig(BaseModel):
 
 
 def load_config(path: Path) -> ServiceConfig:
+    path = path.expanduser()
     try:
         # bytes: PyYAML reads UTF-8 and, by their byte-order mark, UTF-16 files (Windows Notepad's "Unicode")
         data = load_yaml(raw := path.read_bytes())

@@ -139,11 +139,24 @@ def load_yaml(data: bytes | str) -> Any:
     return yaml.load(data, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader subclass
 
 
+# PyYAML's words for the two mistakes users make most, and what each usually is
+_PLAIN_WORDS = {
+    "found character '\\t' that cannot start any token": (
+        "a tab, and YAML indents and separates with spaces only: replace it with spaces"
+    ),
+    "mapping values are not allowed here": (
+        "mapping values are not allowed here (usually a line indented deeper than the key above it, or a value "
+        "holding ': ' that needs quotes)"
+    ),
+}
+
+
 def yaml_problem(exc: yaml.YAMLError) -> str:
     """Where the YAML breaks (1-based line and column, as an editor counts) and what the parser expected."""
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    problem = _PLAIN_WORDS.get(problem, problem)
     context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
     if context and context_mark is not None:
         problem += f" ({context} that starts at line {context_mark.line + 1})"

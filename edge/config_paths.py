@@ -40,14 +40,16 @@ def anchored_path(value: Path | None, folder: Path) -> Path | None:
 
 def _anchored(value: str, folder: Path) -> str:
     """`value` from the config's folder when it is relative; from the working folder only where nothing is in the
-    config's folder but something is there. Neither: the config's folder, so an error names the full path."""
+    config's folder but something is there. Neither: the config's folder, so an error names the full path.
+    `~/clips` is the home folder's, as a shell reads it: nothing after this expands it (FFmpeg did not, and the
+    data folder's mkdir made a folder named `~`)."""
     expanded = os.path.expanduser(value.strip())
     if os.path.isabs(expanded):
-        return value
+        return expanded
     in_folder = str(folder / expanded)
     if _exists(in_folder) or not _exists(expanded):
         return in_folder
-    return value
+    return expanded
 
 
 def _exists(path: str) -> bool:

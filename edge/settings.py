@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value  # EDGE_TOKEN= (empty, e.g. from docker compose) means no token
 
+    @field_validator("model_cache", "auto_cache", "token_file", "data_dir", "config")
+    @classmethod
+    def _home_expanded(cls, path: Path | None) -> Path | None:
+        """`~` as a shell reads it: a systemd unit's Environment= and a compose file pass it on as written."""
+        return None if path is None else path.expanduser()
+
 
 def get_settings() -> Settings:
     try:

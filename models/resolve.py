@@ -140,7 +140,7 @@ def _labels(
 ) -> dict[int, str]:
     if overrides.labels:
         sources["labels"] = overrides.labels
-        return load_labels(Path(overrides.labels))
+        return load_labels(Path(overrides.labels).expanduser())
     if "labels" in meta:
         sources["labels"] = "metadata"
         return dict(meta["labels"])

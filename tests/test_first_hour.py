@@ -19,6 +19,8 @@ from edge_inference.cli.serve import with_environment
 from edge_inference.edge.config import ConfigError, ServiceConfig, load_config, single_stream_config
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.settings import Settings
+from edge_inference.edge.stream.ffmpeg import ffmpeg_source
+from edge_inference.edge.stream.sources import open_source
 from edge_inference.edge.tools.bench import Pair, PairResult
 from edge_inference.edge.tools.bench_report import plot_label
 from tests.conftest import MEDIA, REPO, VTEST
@@ -67,6 +69,16 @@ def test_bad_yaml_says_the_line_and_column(tmp_path):
     (line,) = errors_of(run_edge("serve", "--config", str(config)))
     assert "not valid YAML at line 5, column 4:" in line
     assert "while parsing a block collection that starts at line 2" in line
+    # the two mistakes users make most, in words that say what to change (PyYAML: "found character '\t' that
+    # cannot start any token", "mapping values are not allowed here")
+    config.write_text("streams:\n  - id: a\n    source: 0\n    conf:\t0.5\n")
+    (line,) = errors_of(run_edge("serve", "--config", str(config)))
+    assert line.endswith(
+        "at line 4, column 10: a tab, and YAML indents and separates with spaces only: replace it with spaces"
+    )
+    config.write_text("streams:\n  - id: a\n     source: 0\n")
+    (line,) = errors_of(run_edge("serve", "--config", str(config)))
+    assert "at line 3, column 12: mapping values are not allowed here (usually a line indented deeper" in line
 
 
 def test_a_key_given_twice_is_refused_where_it_is_and_anchors_have_a_place(tmp_path):
@@ -286,6 +298,50 @@ def test_relative_paths_in_a_config_are_read_from_its_folder_wherever_edge_start
     assert line == f"error: source {cams / 'clips/gone.avi'} is not a camera, URL, or existing file or folder; " + (
         "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
     )
+
+
+def test_a_path_from_the_home_folder_is_read_as_a_shell_reads_it(tmp_path, monkeypatch):
+    """`source: ~/clips/door.avi` went to FFmpeg as written (FFmpeg expands no `~`): "cannot be opened", and the
+    camera reconnected for good; `data_dir: ~/edge` made a folder named `~` wherever edge started. A path quoted in
+    `edge detect '~/cat.jpg'` (or passed by a script) was "no such file". Each is now the home folder's."""
+    home = tmp_path / "home"
+    for folder in ("clips", "models", "cams"):
+        (home / folder).mkdir(parents=True)
+    (home / "clips/door.avi").symlink_to(VTEST)
+    (home / "models/door.onnx").symlink_to(SSD_ONNX)
+    (home / "cat.jpg").symlink_to(CAT)
+    (home / "token").write_text("a-token-of-the-user\n")
+    (home / "cams/streams.yaml").write_text(
+        "server: {token_file: ~/token}\nstorage: {data_dir: ~/edge}\n"
+        "streams:\n  - {id: door, source: ~/clips/door.avi, model: ~/models/door.onnx, backend: onnx, loop: true}\n"
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    loaded = load_config(Path("~/cams/streams.yaml"))
+    (stream,) = loaded.streams
+    assert (stream.source, stream.model) == (str(home / "clips/door.avi"), str(home / "models/door.onnx"))
+    assert (loaded.server.token_file, loaded.storage.data_dir) == (home / "token", home / "edge")
+    assert Settings(data_dir="~/edge", config="~/cams/streams.yaml").data_dir == home / "edge"
+    for source in (open_source("~/clips/door.avi"), ffmpeg_source("~/clips/door.avi")):
+        source.open()
+        try:
+            frame = source.read()
+        finally:
+            source.close()
+        assert frame is not None and frame.shape[:2] == (576, 768)
+    with app_client(loaded, {"Authorization": "Bearer a-token-of-the-user"}) as client:
+        deadline, latest = time.monotonic() + 120, client.get("/api/v1/streams/door/detections/latest")
+        while latest.status_code == 503 and time.monotonic() < deadline:  # the model still loading
+            time.sleep(0.1)
+            latest = client.get("/api/v1/streams/door/detections/latest")
+        assert latest.status_code == 200 and latest.json()["width"] == 768
+    assert not (tmp_path / "~").exists()
+
+    proc = run_edge("detect", "~/cat.jpg", "-m", "~/models/door.onnx", "-b", "onnx", "--save", "~/out",
+                    "--json", env={"HOME": str(home)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "cat" in [d["label"] for d in json.loads(proc.stdout)["detections"]]
+    assert [p.name for p in (home / "out").iterdir()] == ["cat.jpg"]
 
 
 def _serve_missing(cams: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

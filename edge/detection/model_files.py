@@ -77,7 +77,7 @@ def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
         if entry is None:
             return None, f"the registry has no {model} file that {backend} can run"
         return entry.name, None
-    path = Path(model)
+    path = Path(model).expanduser()
     if not path.is_file():
         return None, f"{model} is neither a registry model nor a file"
     if not engine.reads(path.name):

@@ -393,8 +393,10 @@ def ffmpeg_source(
     live = is_live(target)
     if live:
         check_password_encoding(target)
-    if not live and not target.startswith("file://") and not Path(target).expanduser().exists():
-        raise FFmpegError(f"source {target} is not a URL or an existing file")
+    if not live and not target.startswith("file://"):
+        target = os.path.expanduser(target)  # the ffmpeg program is not started by a shell
+        if not Path(target).exists():
+            raise FFmpegError(f"source {target} is not a URL or an existing file")
     if target.isdigit():
         target = f"/dev/video{target}"  # FFmpeg reads cameras by device path (its v4l2 input)
     settings = FFmpegSettings(hwaccel, input_args, width, height, fps, live)

@@ -408,7 +408,7 @@ def _local_source(target: str, fps: float | None = None) -> FrameSource:
             f"source {mask_url(target)} is not a camera, URL, or existing file or folder; "
             "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
         )
-    return CaptureSource(target, live=False)
+    return CaptureSource(str(path), live=False)  # FFmpeg does not read `~`
 
 
 def check_password_encoding(target: str) -> None:
