@@ -48,7 +48,8 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 
 
 def file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:
-    """The first file field of a multipart body; runs in a worker thread (parsing is CPU work), on its own loop."""
+    """The one file field of a multipart body; runs in a worker thread (parsing is CPU work), on its own loop.
+    Several files are refused: one of them was answered and the others dropped without a word."""
     from starlette.formparsers import MultiPartParser
 
     async def replay() -> AsyncGenerator[bytes, None]:
@@ -60,9 +61,14 @@ def file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:
         except Exception as exc:  # noqa: BLE001 - malformed multipart bodies come in many shapes
             raise HTTPException(400, f"malformed multipart body: {str(exc)[:200]}") from None
         try:
-            for value in form.values():
-                if not isinstance(value, str):
-                    return await value.read(), (value.filename or "upload")[:200]
+            files = [value for _key, value in form.multi_items() if not isinstance(value, str)]
+            if len(files) > 1:
+                names = ", ".join((file.filename or "unnamed")[:60] for file in files[:5])
+                raise HTTPException(
+                    400, f"{len(files)} files in one request ({names}): send one image a request, each in its own POST"
+                )
+            if files:
+                return await files[0].read(), (files[0].filename or "upload")[:200]
         finally:
             await form.close()
         raise HTTPException(

@@ -176,6 +176,11 @@ def test_the_api_answers_bombs_and_bad_bodies_with_4xx_messages(photo_jpeg):
             "/api/v1/detect", content=b"--zz\r\nbroken", headers={"Content-Type": "multipart/form-data; boundary=zz"}
         )
         assert broken.status_code == 400 and "multipart" in broken.json()["detail"]
+        # two files in one form (curl -F image=@a.jpg -F image=@b.jpg): one was answered, the other dropped unsaid
+        two = client.post("/api/v1/detect", files=[("image", ("a.jpg", photo_jpeg)), ("image", ("b.jpg", photo_jpeg))])
+        assert two.status_code == 400 and two.json()["detail"] == (
+            "2 files in one request (a.jpg, b.jpg): send one image a request, each in its own POST"
+        )
         good = client.post("/api/v1/detect", files={"image": ("frame.jpg", photo_jpeg)})
         assert good.status_code == 200 and any(d["label"] == "person" for d in good.json()["detections"])
 
