@@ -11,14 +11,21 @@ import cv2
 import numpy as np
 
 from edge_inference.cli.app import cli
-from edge_inference.cli.detect_video import detect_video, is_video, named_path, saved_as
+from edge_inference.cli.detect_video import detect_video, named_path, saved_as
 from edge_inference.cli.options import check_classes, detector_config, detector_options, home_expanded
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.stream.drawing import draw_detections
-from edge_inference.edge.stream.images import ImageError, read_image
-from edge_inference.edge.stream.sources import IMAGE_SUFFIXES, STREAM_SCHEMES, HttpSource, SourceError, images_in_folder
+from edge_inference.edge.stream.images import (
+    IMAGE_SUFFIXES,
+    NO_MEDIA,
+    ImageError,
+    is_video,
+    media_in_folder,
+    read_image,
+)
+from edge_inference.edge.stream.sources import STREAM_SCHEMES, HttpSource, SourceError
 
 
 def _images_in(items: tuple[str, ...]) -> tuple[list[Path | str], int]:
@@ -33,11 +40,9 @@ def _images_in(items: tuple[str, ...]) -> tuple[list[Path | str], int]:
         elif path.is_file():
             found.append(path)
         elif path.is_dir():
-            videos = [p for p in path.iterdir() if is_video(p) and p.is_file()]
-            inside = sorted([*images_in_folder(path), *videos])
+            inside = media_in_folder(path)
             if not inside:
-                images = ", ".join(sorted(IMAGE_SUFFIXES))
-                click.echo(f"error: {path}: a folder with no images ({images}) or videos (.mp4, .mkv, ...)", err=True)
+                click.echo(f"error: {path}: a folder with {NO_MEDIA}", err=True)
                 failures += 1
             found += inside
         else:

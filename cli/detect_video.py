@@ -18,30 +18,10 @@ from edge_inference.edge.detection.detector import DetectionResult, Detector
 from edge_inference.edge.detection.report import result_record
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.stream.drawing import draw_detections
-from edge_inference.edge.stream.images import ImageError, looks_like_video
-from edge_inference.edge.stream.sources import IMAGE_SUFFIXES, network_reason
+from edge_inference.edge.stream.images import VIDEO_SUFFIXES, ImageError
+from edge_inference.edge.stream.sources import network_reason
 
-VIDEO_SUFFIXES = {
-    *(".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv"),
-    *(".3gp", ".h264", ".264", ".h265", ".265", ".hevc"),
-}
 DEFAULT_FPS = 25.0  # what an annotated video is written at when the file does not say its rate
-SNIFFED_BYTES = 1024  # enough for every signature looks_like_video reads (an MPEG-TS's third sync byte is at 376)
-
-
-def is_video(path: Path) -> bool:
-    """A video by its name, or by its first bytes where the name says nothing (an NVR's export with no suffix, a
-    camcorder's .MOD): a file named as an image is an image."""
-    suffix = path.suffix.lower()
-    if suffix in VIDEO_SUFFIXES:
-        return True
-    if suffix in IMAGE_SUFFIXES:
-        return False
-    try:
-        with path.open("rb") as file:
-            return looks_like_video(file.read(SNIFFED_BYTES))
-    except OSError:
-        return False
 
 
 class VideoTally:

@@ -61,6 +61,44 @@ def test_file_mode_processes_every_frame_in_order(frame_folder):
     assert pipeline.latest is not None and any(d.label == "person" for d in pipeline.latest.detections)
 
 
+def test_a_folder_of_videos_plays_each_in_name_order_as_edge_detect_runs_it(tmp_path):
+    """`edge serve --source clips/` on a folder of NVR clips answered "no images found" and reconnected for good,
+    where `edge detect clips/` (and Ultralytics' source=folder/) ran every frame. Now every frame of each video runs,
+    images among them as one frame each, a damaged video is passed over, and the stream ends after the last."""
+    capture = cv2.VideoCapture(str(VTEST))
+    frames = [capture.read()[1] for _ in range(9)]
+    capture.release()
+    sizes = {"a_first.avi": (0, 5, (768, 576)), "c_last.avi": (5, 9, (384, 288))}
+    for name, (start, end, size) in sizes.items():
+        writer = cv2.VideoWriter(str(tmp_path / name), cv2.VideoWriter_fourcc(*"MJPG"), 7.0, size)
+        for frame in frames[start:end]:
+            writer.write(cv2.resize(frame, size))
+        writer.release()
+    cv2.imwrite(str(tmp_path / "b_between.jpg"), cv2.resize(frames[0], (320, 240)))
+    (tmp_path / "b_damaged.mp4").write_bytes(b"\0\0\0\x18ftypisom" + bytes(500))  # a copy cut short
+    (tmp_path / "notes.txt").write_text("not media")
+
+    source = open_source(str(tmp_path))
+    source.open()
+    assert source.fps == pytest.approx(7.0)  # paced at the first video's rate
+    widths = []
+    while (image := source.read()) is not None:
+        widths.append(image.shape[1])
+    source.close()
+    assert widths == [768] * 5 + [320] + [384] * 4
+
+    pipeline = StreamPipeline("clips", open_source(str(tmp_path)), _loader, pace=False)
+    seen: list[tuple[int, int]] = []
+    pipeline.add_listener(lambda result: seen.append((result.index, result.width)))
+    _run_until(pipeline, lambda: pipeline.state == "ended")
+    assert pipeline.mode == "file" and pipeline.state == "ended"
+    assert seen == list(enumerate(widths))
+    with pytest.raises(
+        SourceError, match=r"no images \(.avif, .bmp, .gif, .jpeg, .*\) or videos \(.mp4, .mkv, ...\) found"
+    ):
+        open_source(str(tmp_path / "*.txt")).open()
+
+
 def test_paced_file_mode_never_runs_ahead_of_the_files_fps():
     """Pacing holds each frame until its time (a busy machine can only make it later, never earlier)."""
     pipeline = StreamPipeline("paced", open_source(str(VTEST)), _loader, pace=True)
@@ -106,7 +144,7 @@ def test_subscribers_get_results_and_a_stalled_one_only_loses_its_own(frame_fold
 def test_source_errors_say_what_to_do(tmp_path):
     with pytest.raises(SourceError, match="is not a camera, URL"):
         open_source(str(tmp_path / "missing.mp4"))
-    with pytest.raises(SourceError, match="no images found"):
+    with pytest.raises(SourceError, match=r"no images .* or videos .* found"):
         open_source(str(tmp_path)).open()
     with pytest.raises(SourceError, match="camera /dev/video7 cannot be opened"):
         open_source("/dev/video7").open()

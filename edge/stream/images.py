@@ -191,6 +191,39 @@ def looks_like_video(data: bytes) -> bool:
 
 _ASF_HEADER = bytes.fromhex("3026b2758e66cf11a6d900aa0062ce6c")
 
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".avif"}
+VIDEO_SUFFIXES = {
+    *(".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".ts", ".mts", ".m2ts", ".mpg", ".mpeg", ".wmv", ".flv"),
+    *(".3gp", ".h264", ".264", ".h265", ".265", ".hevc"),
+}
+SNIFFED_BYTES = 1024  # enough for every signature looks_like_video reads (an MPEG-TS's third sync byte is at 376)
+NO_MEDIA = f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) or videos (.mp4, .mkv, ...)"
+
+
+def is_video(path: Path) -> bool:
+    """A video by its name, or by its first bytes where the name says nothing (an NVR's export with no suffix, a
+    camcorder's .MOD): a file named as an image is an image."""
+    suffix = path.suffix.lower()
+    if suffix in VIDEO_SUFFIXES:
+        return True
+    if suffix in IMAGE_SUFFIXES:
+        return False
+    try:
+        with path.open("rb") as file:
+            return looks_like_video(file.read(SNIFFED_BYTES))
+    except OSError:
+        return False
+
+
+def is_media(path: Path) -> bool:
+    """An image or a video file, as a folder or a glob is read (`edge detect photos/`, Ultralytics' source=folder/)."""
+    return path.is_file() and (path.suffix.lower() in IMAGE_SUFFIXES or is_video(path))
+
+
+def media_in_folder(folder: Path) -> list[Path]:
+    """The images and videos directly in `folder` (not its sub-folders), sorted by name."""
+    return sorted(p for p in folder.iterdir() if is_media(p))
+
 
 def _unsupported(data: bytes) -> str | None:
     """What a file is, where it is a known kind this service cannot take as an image, and what to do."""

@@ -20,13 +20,21 @@ import numpy as np
 
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_in, mask_url, password_encoding_advice
-from edge_inference.edge.stream.images import ImageError, decode_image, read_image
+from edge_inference.edge.stream.images import (
+    IMAGE_SUFFIXES,
+    NO_MEDIA,
+    ImageError,
+    decode_image,
+    is_media,
+    is_video,
+    media_in_folder,
+    read_image,
+)
 
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
 
 CAMERA_PREFIXES = ("/dev/video", "/dev/v4l/")
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".avif"}
 NETWORK_OPEN_TIMEOUT_MS = 15_000
 NETWORK_READ_TIMEOUT_MS = 10_000
 # the schemes with a TCP connection to try when a stream does not open, and their usual ports
@@ -171,37 +179,70 @@ class CaptureSource(FrameSource):
             self._capture = None
 
 
-class ImageFilesSource(FrameSource):
-    """A still image, a folder of images, or a glob; every image once, in name order (at `fps` a second when given,
-    as a slideshow; else as fast as they are processed)."""
+class FilesSource(FrameSource):
+    """A still image, a folder of images and videos, or a glob, in name order: an image is one frame, a video every
+    frame of it (as `edge detect folder/` and Ultralytics' `source=folder/` run them). Images come at `fps` a second
+    when it is given, as a slideshow, else as fast as they are processed; paced videos at their own rate."""
 
     def __init__(self, target: str, paths: list[Path], fps: float | None = None) -> None:
         super().__init__(target)
         self._paths = paths
+        self._videos = {path for path in paths if is_video(path)}
         self._next = 0
         self._fps = fps
+        self._video: CaptureSource | None = None
+        self._video_fps: float | None = None
 
     @property
     def fps(self) -> float | None:
-        return self._fps
+        return self._fps or self._video_fps
 
-    def fresh(self) -> ImageFilesSource:
-        return ImageFilesSource(self.target, self._paths, self._fps)
+    def fresh(self) -> FilesSource:
+        return FilesSource(self.target, self._paths, self._fps)
 
     def open(self) -> None:
         if not self._paths:
-            raise SourceError(f"{self.description}: no images found (jpg, png, bmp, webp, tiff)")
+            raise SourceError(f"{self.description}: {NO_MEDIA} found")
+        self.close()
         self._next = 0
+        if self._fps is None and self._videos:  # paced by the first video's rate: read it before the first frame
+            video = self._opened_video(next(path for path in self._paths if path in self._videos))
+            self._video_fps = video.fps if video else None
+            self.close()
 
     def read(self) -> np.ndarray | None:
-        while self._next < len(self._paths):
+        while True:
+            if self._video is not None:
+                frame = self._video.read()
+                if frame is not None:
+                    return frame
+                self.close()
+            if self._next >= len(self._paths):
+                return None
             path = self._paths[self._next]
             self._next += 1
+            if path in self._videos:
+                self._opened_video(path)
+                continue
             try:
                 return read_image(path)
             except ImageError:
                 continue  # one unreadable file in a folder does not end the stream; the next one is read
-        return None
+
+    def _opened_video(self, path: Path) -> CaptureSource | None:
+        """The video opened as the one being read; one that cannot be opened is passed over, as a damaged image is."""
+        video = CaptureSource(str(path), live=False)
+        try:
+            video.open()
+        except SourceError:
+            return None
+        self._video = video
+        return video
+
+    def close(self) -> None:
+        if self._video is not None:
+            self._video.close()
+            self._video = None
 
 
 class HttpSource(FrameSource):
@@ -386,23 +427,18 @@ def camera_device(target: str) -> str | None:
     return f"/dev/video{int(target)}" if target.isdigit() else os.path.realpath(target)
 
 
-def images_in_folder(folder: Path) -> list[Path]:
-    """The images directly in `folder` (not its sub-folders), sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-
-
 def _local_source(target: str, fps: float | None = None) -> FrameSource:
     """A folder, a glob, an image or a video file on this machine (`fps` paces images; a video has its own)."""
     path = Path(target).expanduser()
     if path.is_dir():
-        return ImageFilesSource(target, images_in_folder(path), fps)
+        return FilesSource(target, media_in_folder(path), fps)
     if any(ch in target for ch in "*?["):
         matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(target)))
-        return ImageFilesSource(target, [p for p in matches if p.suffix.lower() in IMAGE_SUFFIXES], fps)
+        return FilesSource(target, [p for p in matches if is_media(p)], fps)
     if path.suffix.lower() in IMAGE_SUFFIXES:
         if not path.is_file():
             raise SourceError(f"image {target} does not exist")
-        return ImageFilesSource(target, [path], fps)
+        return FilesSource(target, [path], fps)
     if not path.exists():
         raise SourceError(
             f"source {mask_url(target)} is not a camera, URL, or existing file or folder; "
