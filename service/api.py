@@ -31,7 +31,7 @@ from edge_inference.service.limits import ClientSlots, UploadGate, busy
 from edge_inference.service.live import LiveChannel, LiveOptions
 from edge_inference.service.schemas import DetectResponse, Health, LatestDetections, ServiceSetup
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
-from edge_inference.service.upload_text import image_bytes
+from edge_inference.service.upload_text import image_bytes, refuse_url_parameter
 from edge_inference.service.uploads import UploadDetectors, file_part, read_body
 
 router = APIRouter()
@@ -298,6 +298,7 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     multipart = kind.startswith("multipart/form-data")
 
     def run(body: bytes) -> dict[str, Any]:
+        refuse_url_parameter(body, request.query_params)
         data, name = file_part(body, request.headers, limit) if multipart else (image_bytes(body, kind), "upload")
         return uploads.detect(stream_id, data, name, max_pixels)
 

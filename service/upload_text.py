@@ -8,6 +8,7 @@ from __future__ import annotations
 import binascii
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import HTTPException
@@ -17,6 +18,15 @@ _BASE64_TEXT = re.compile(rb"[A-Za-z0-9+/_-]+={0,2}")
 _SNIFF_BYTES = 1024
 _URL_SAFE = bytes.maketrans(b"-_", b"+/")
 SEND_AS = "send the image's bytes as the body (curl --data-binary @photo.jpg) or as a file (curl -F image=@photo.jpg)"
+NO_FETCH = f"the service does not fetch images from URLs (a client could make it reach any address): {SEND_AS}"
+# where clients put an image's URL: Roboflow's hosted API takes `?image=https://...` with an empty body
+URL_PARAMETERS = ("image", "url", "image_url")
+
+
+def refuse_url_parameter(body: bytes, parameters: Mapping[str, str]) -> None:
+    """An empty body with the image's URL in the query: said as a URL, not as "the file is empty"."""
+    if not body and any(parameters.get(name, "").startswith(("http://", "https://")) for name in URL_PARAMETERS):
+        raise HTTPException(415, NO_FETCH)
 
 
 def image_bytes(body: bytes, content_type: str) -> bytes:
@@ -62,11 +72,10 @@ def _from_json(body: bytes) -> bytes:
     image = document.get("image") if isinstance(document, dict) else None
     if isinstance(image, dict):  # Roboflow inference's {"type": "base64" | "url" | ..., "value": ...}
         if image.get("type") == "url":
-            raise HTTPException(
-                415,
-                f"the service does not fetch images from URLs (a client could make it reach any address): {SEND_AS}",
-            )
+            raise HTTPException(415, NO_FETCH)
         image = image.get("value") if image.get("type") in ("base64", None) else None
+    if isinstance(image, str) and image.startswith(("http://", "https://")):  # {"image": "https://..."}
+        raise HTTPException(415, NO_FETCH)
     if not isinstance(image, str) or not image:
         raise HTTPException(
             400, f'a JSON body takes one image, in base64 or as a data: URL, as "image": "<base64>"; or {SEND_AS}'

@@ -212,6 +212,7 @@ def test_an_image_sent_as_text_is_read_and_what_cannot_be_is_named(photo_jpeg):
                 415,
                 "the service does not fetch images from URLs",
             ),
+            (b'{"image": "https://example.com/cat.jpg"}', json_type, 415, "does not fetch images from URLs"),
             (photo_jpeg.replace(b"\n", b""), {"Content-Type": "application/x-www-form-urlencoded"}, 415, "(curl -d)"),
             (b'{"picture": "x"}', json_type, 400, "a JSON body takes one image, in base64 or as a data: URL"),
             (b"[" * 100_000, json_type, 400, "the JSON body cannot be read"),
@@ -222,6 +223,9 @@ def test_an_image_sent_as_text_is_read_and_what_cannot_be_is_named(photo_jpeg):
             answer = client.post("/api/v1/detect", content=body, headers=headers)
             assert answer.status_code == status and fragment in answer.json()["detail"], answer.text[:300]
             assert "curl --data-binary @photo.jpg" in answer.json()["detail"] or status == 413
+        # Roboflow's hosted API takes the URL in the query with an empty body: "the file is empty" said nothing of it
+        by_query = client.post("/api/v1/detect", params={"image": "https://example.com/cat.jpg"})
+        assert by_query.status_code == 415 and "does not fetch images from URLs" in by_query.json()["detail"]
 
 
 def _post_in_thread(client, data: bytes, results: list) -> threading.Thread:
