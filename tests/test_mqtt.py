@@ -196,6 +196,57 @@ def test_events_shown_before_a_sigkill_are_kept_and_delivered_after_a_restart(tm
     assert "ending" in server.log and "left open by a previous run" in server.log
 
 
+def test_a_broker_away_from_the_start_is_said_and_its_events_arrive_once_it_listens(tmp_path):
+    """A broker down when edge starts (a Pi booting before the Home Assistant box), or a name that does not resolve
+    (`homeassistant.local` inside a container): paho retries in silence (no on_disconnect without a connection), so
+    nothing was logged, /stats said `last_error: null`, health read ok and the outbox grew unseen."""
+    require_mosquitto()
+    broker = Broker(tmp_path / "broker")  # its port chosen, nothing listening there yet
+    server = start_service(tmp_path, broker)
+    try:
+        expected = f"MQTT broker mqtt://127.0.0.1:{broker.port} cannot be reached: nothing listens at 127.0.0.1:"
+        deadline = time.monotonic() + 120
+        health = server.client.get("/health/ready").json()
+        while not any(expected in problem for problem in health["problems"]):
+            assert time.monotonic() < deadline, health
+            time.sleep(0.2)
+            health = server.client.get("/health/ready").json()
+        assert health["status"] == "degraded" and "events wait in the outbox" in health["problems"][0]
+        while outbox_waiting(server) < 1:
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.2)
+        assert server.log.count("cannot be reached") == 1  # said once, not at every retry
+        broker.start()
+        subscriber = Subscriber(broker, [f"{BASE}/events"])
+        try:
+            subscriber.wait_for(lambda: outbox_waiting(server) == 0, what="the outbox to empty")
+            subscriber.wait_for(lambda: subscriber.event_changes(), what="the waiting events")
+            assert not server.client.get("/health/ready").json()["problems"]
+        finally:
+            subscriber.close()
+    finally:
+        server.stop()
+        broker.stop()
+
+    from edge_inference.edge.config import MqttConfig
+    from edge_inference.edge.events.mqtt import MqttLink, parse_broker
+
+    config = MqttConfig(device_id=DEVICE)
+    link = MqttLink(config, parse_broker("mqtt://edge-no-such-broker.local:1883", config), DEVICE)
+    link.start()
+    try:
+        deadline = time.monotonic() + 120
+        while link.last_error is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert link.last_error == (
+            "MQTT broker mqtt://edge-no-such-broker.local:1883 cannot be reached: the name edge-no-such-broker.local "
+            "does not resolve (.local names need mDNS, which containers and some systems lack: give the IP address): "
+            "check the address; events wait in the outbox"
+        )
+    finally:
+        link.stop()
+
+
 def test_a_wrong_password_is_reported_in_the_brokers_own_words(tmp_path):
     """The broker's refusal ("Not authorized"), not the disconnect that follows it ("Unspecified error")."""
     require_mosquitto()

@@ -91,8 +91,11 @@ class EventLayer:
 
     @property
     def problems(self) -> list[str]:
-        """What the user relies on that does not work: events not kept, another device publishing as this one."""
-        found = [self.problem, self.mqtt.conflict if self.mqtt is not None else None]
+        """What the user relies on that does not work: events not kept, the broker away or refusing us (Home
+        Assistant hears nothing; the outbox keeps the events), another device publishing as this one."""
+        mqtt = self.mqtt
+        away = mqtt.last_error if mqtt is not None and not mqtt.connected.is_set() else None
+        found = [self.problem, away, mqtt.conflict if mqtt is not None else None]
         return [problem for problem in found if problem]
 
     @property

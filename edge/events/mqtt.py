@@ -23,6 +23,7 @@ import os
 import re
 import socket
 import ssl
+import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from edge_inference.edge.config import ConfigError, MqttConfig, label_key
-from edge_inference.edge.errors import needs_events_extra
+from edge_inference.edge.errors import connection_failure, needs_events_extra
 from edge_inference.edge.events.store import Message
 from edge_inference.edge.secrets import mask_url, password_encoding_advice
 
@@ -136,6 +137,7 @@ class MqttLink:
         # paho's cap is 120 s: back within 5 s of the broker's return (issue: 30 s was seen)
         self._client.reconnect_delay_set(min_delay=1, max_delay=RECONNECT_MAX_S)
         self._client.on_connect = self._connected
+        self._client.on_connect_fail = self._connect_failed
         self._client.on_disconnect = self._disconnected
         self._client.message_callback_add(self.topics.instance, self._claimed)
 
@@ -186,6 +188,20 @@ class MqttLink:
         if self._refused:
             return
         self._note(f"MQTT broker {self.broker.description} is unreachable ({reason}); events wait in the outbox")
+
+    def _connect_failed(self, client: object, userdata: object) -> None:
+        """The first connection, or a retry after a loss, failed at the socket. No on_disconnect follows, so a broker
+        down at start or a name that does not resolve went unsaid: health ok, the outbox growing. paho calls this
+        inside its `except OSError`, so the error is at hand."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            return
+        host, port = self.broker.host, self.broker.port
+        if isinstance(error, ssl.SSLError):
+            why = f"TLS with {host}:{port} failed ({error.reason or error}): check mqtts:// and its port, or ca_file"
+        else:
+            why = connection_failure(error, host, port, self._client.connect_timeout, "the broker runs")
+        self._note(f"MQTT broker {self.broker.description} cannot be reached: {why}; events wait in the outbox")
 
     def _claim(self, reply: bool) -> bytes:
         claim = {"instance": self.instance, "host": socket.gethostname(), "pid": os.getpid(), "reply": reply}

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import cv2
 import numpy as np
 
-from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.errors import EdgeError, connection_failure
 from edge_inference.edge.secrets import mask_in, mask_url, password_encoding_advice
 from edge_inference.edge.stream.images import (
     IMAGE_SUFFIXES,
@@ -471,14 +471,8 @@ def network_reason(target: str, timeout_s: float = 2.0) -> str:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             pass
-    except socket.gaierror:
-        return f"the name {host} does not resolve: check the address"
-    except ConnectionRefusedError:
-        return f"nothing listens at {where}: check the address and port, and that the camera is on"
-    except TimeoutError:
-        return f"{where} does not answer within {timeout_s:g} s: check the network, a firewall, and the address"
     except OSError as exc:
-        return f"{where} cannot be reached ({exc.strerror or exc}): check the network and the address"
+        return connection_failure(exc, host, port, timeout_s, "the camera is on")
     return f"{where} answers but sent no video: check the stream's path and the credentials, and that it streams"
 
 
