@@ -22,10 +22,12 @@ from edge_inference.edge.events.builder import EventBuilder, EventChange
 from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
 from edge_inference.edge.events.storage import StorageWatch
-from edge_inference.edge.events.store import EventQuery, EventStore
+from edge_inference.edge.events.store import EventQuery, EventStore, Message
 from edge_inference.edge.events.webhooks import Webhook
 from edge_inference.edge.stream.tracking import LineState, ZoneState
 from edge_inference.models.detection import BoxXYXY, Detection
+from tests.inprocess import app_client, service_config
+from tests.server import free_port
 
 IMAGE = np.zeros((120, 160, 3), np.uint8)
 
@@ -268,6 +270,47 @@ def test_a_webhook_that_refuses_an_event_for_good_does_not_block_the_ones_after_
         _until(lambda: len(_Hooks.received) >= 2 and not store.outbox_counts()[hook.sink]["waiting"], hook)
     assert [m["event"]["id"] for m in _Hooks.received] == ["a", "c"]
     assert hook.rejected == 1  # counted once, and the 429s were retried, not rejected
+
+
+def test_a_webhook_that_cannot_take_events_is_said_in_health_until_it_can(tmp_path):
+    """A receiver that is down (Home Assistant restarting) or answers 5xx was one log line in urllib's words
+    ("<urlopen error [Errno 111] Connection refused>"), `/stats` `last_error: null` and health ok while the outbox
+    grew. Now it is said as a camera's or a broker's failed connection, and health is degraded until it takes them."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api/webhook/edge"
+    message = Message(1, "webhook:0", "", json.dumps({"event": {"id": "a"}}).encode(), False)
+    hook = Webhook(0, WebhookConfig.model_validate({"url": url}))
+    assert hook.deliver([message]) == 0 and hook.failing
+    assert hook.last_error == (
+        f"webhook {url} cannot take events: nothing listens at 127.0.0.1:{port}: check the address and port, and that "
+        "the receiver runs; they wait in the outbox and are sent again"
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Hooks)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hooks.received, _Hooks.refuse = [], 1
+    try:
+        assert hook.deliver([message]) == 0 and hook.failing
+        assert (
+            hook.last_error is not None and "cannot take events: answered 503 Service Unavailable;" in hook.last_error
+        )
+        assert hook.deliver([message]) == 1 and not hook.failing and hook.last_error is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [m["event"]["id"] for m in _Hooks.received] == ["a"]
+
+    config = service_config(events={}).model_copy(
+        update={"webhooks": [WebhookConfig(url=url)], "storage": StorageConfig(data_dir=tmp_path / "data")}
+    )
+    with app_client(config) as client:
+        deadline = time.monotonic() + 180
+        health = client.get("/health/ready").json()
+        while not any("cannot take events: nothing listens" in problem for problem in health["problems"]):
+            assert time.monotonic() < deadline, health
+            time.sleep(0.2)
+            health = client.get("/health/ready").json()
+        assert health["status"] == "degraded"
+        assert "cannot take events" in client.get("/api/v1/stats").json()["events"]["last_error"]
 
 
 def test_a_delivery_that_outlives_the_stop_does_not_write_to_the_closed_store(tmp_path):

@@ -92,10 +92,12 @@ class EventLayer:
     @property
     def problems(self) -> list[str]:
         """What the user relies on that does not work: events not kept, the broker away or refusing us (Home
-        Assistant hears nothing; the outbox keeps the events), another device publishing as this one."""
+        Assistant hears nothing; the outbox keeps the events), a webhook that cannot take them, another device
+        publishing as this one."""
         mqtt = self.mqtt
         away = mqtt.last_error if mqtt is not None and not mqtt.connected.is_set() else None
-        found = [self.problem, away, mqtt.conflict if mqtt is not None else None]
+        failing = [webhook.last_error for webhook in self.webhooks if webhook.failing]
+        found = [self.problem, away, *failing, mqtt.conflict if mqtt is not None else None]
         return [problem for problem in found if problem]
 
     @property

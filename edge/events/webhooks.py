@@ -8,10 +8,13 @@ kind of answer, and the next message goes.
 from __future__ import annotations
 
 import logging
+import ssl
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 from edge_inference.edge.config import WebhookConfig
+from edge_inference.edge.errors import connection_failure
 from edge_inference.edge.events.store import Message
 from edge_inference.edge.secrets import mask_url
 
@@ -25,6 +28,7 @@ class Webhook:
         self.url = config.url.get_secret_value()
         self.timeout_s = config.timeout_s
         self.last_error: str | None = None
+        self.failing = False  # the last message could not be delivered and waits for the next try
         self.rejected = 0  # messages the receiver refused for good (4xx), dropped from the outbox
 
     def deliver(self, messages: list[Message]) -> int:
@@ -41,13 +45,25 @@ class Webhook:
                     self.rejected += 1
                     self._say(f"rejected an event ({exc.code} {exc.reason}); counted and skipped")
                     continue
-                self._say(f"failed: {exc}; kept in the outbox and retried")
-                return done
+                return self._failed(done, f"answered {exc.code} {exc.reason}")
             except (urllib.error.URLError, OSError, ValueError) as exc:
-                self._say(f"failed: {exc}; kept in the outbox and retried")
-                return done
-            self.last_error = None
+                return self._failed(done, self._unreachable(exc))
+            self.last_error, self.failing = None, False
         return len(messages)
+
+    def _failed(self, done: int, why: str) -> int:
+        self.failing = True
+        self._say(f"cannot take events: {why}; they wait in the outbox and are sent again")
+        return done
+
+    def _unreachable(self, exc: Exception) -> str:
+        """A connection that failed, in the words cameras and brokers get; anything else as urllib says it."""
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        parts = urlsplit(self.url)
+        if isinstance(reason, OSError) and not isinstance(reason, ssl.SSLError) and parts.hostname:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            return connection_failure(reason, parts.hostname, port, self.timeout_s, "the receiver runs")
+        return str(reason)
 
     def _say(self, what: str) -> None:
         """One log line per change of trouble, not one per message."""

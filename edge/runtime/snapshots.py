@@ -163,7 +163,8 @@ def event_figures(manager: StreamManager) -> EventFigures | None:
     if not layer.active:
         return None
     recorder, store, mqtt = layer.recorder, layer.store, layer.mqtt
-    errors = [e for e in (recorder and recorder.last_error, mqtt and mqtt.last_error) if e]
+    webhook_errors = [webhook.last_error for webhook in layer.webhooks]
+    errors = [e for e in (recorder and recorder.last_error, mqtt and mqtt.last_error, *webhook_errors) if e]
     outbox = store.outbox_counts() if store else {}
     for webhook in layer.webhooks:  # refused for good (4xx): skipped, not retried
         outbox.setdefault(webhook.sink, {"waiting": 0, "dropped": 0})["rejected"] = webhook.rejected
