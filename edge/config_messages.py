@@ -68,6 +68,10 @@ def _message(error: Any, section: str, root: type[BaseModel]) -> str:
             f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
             f"metrics), e.g. {example}"
         )
+    if tuple(loc) == ("streams",) and (kind in ("too_short", "missing") or value is None):  # none, [], or left out
+        return "no streams: give at least one, e.g. streams: [{id: porch, source: 0}]"
+    if kind == "missing" and loc[0] == "streams" and loc[-1] == "id":
+        return "missing: each stream needs an id (letters, digits, '-', '_'), its name in URLs and topics: id: porch"
     message = str(error["msg"]).removeprefix("Value error, ")
     limit = error.get("ctx", {}).get("le")
     if kind == "less_than_equal" and limit == 1 and isinstance(value, int | float) and 1 < value <= 100:

@@ -223,6 +223,9 @@ def test_a_key_the_config_does_not_know_is_answered_with_the_keys_of_its_section
     ) in errors[0]
 
 
+NO_STREAMS = "streams: no streams: give at least one, e.g. streams: [{id: porch, source: 0}]"
+
+
 def test_a_config_written_as_users_write_it_is_read_or_answered_with_what_to_write(tmp_path):
     """`source: 0` (YAML's number: the README's camera index), streams keyed by id as Frigate's `cameras:` are, and
     the slips of a first config: a percentage for a fraction, a space in a name, another program's key."""
@@ -251,6 +254,14 @@ def test_a_config_written_as_users_write_it_is_read_or_answered_with_what_to_wri
         (
             "streams:\n  - id: a\n    url: rtsp://127.0.0.1/x\n",
             "streams.0.url: not a setting (did you mean source?); streams.0 takes: id, source,",
+        ),
+        # pydantic's "List should have at least 1 item after validation, not 0", "Input should be a valid list",
+        # "Field required": nothing said what a stream is written as
+        *[(text, NO_STREAMS) for text in ("streams: []\n", "streams:\n", "server: {port: 8080}\n")],
+        (
+            "streams:\n  - source: 0\n",
+            "streams.0.id: missing: each stream needs an id (letters, digits, '-', '_'), its name in URLs and topics: "
+            "id: porch",
         ),
     ]:
         config.write_text(text)
