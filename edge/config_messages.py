@@ -58,25 +58,37 @@ def _message(error: Any, section: str, root: type[BaseModel]) -> str:
     if keys and str(loc[-1]) in ELSEWHERE:
         return f"not a setting: {ELSEWHERE[str(loc[-1])]}"
     if keys:
-        near = _nearest_key(str(loc[-1]), keys)
-        where = "the top level" if section == "file" else section
-        free = f"; keys starting with {OWN_KEYS} are yours (for YAML anchors)" if section == "file" else ""
-        return f"not a setting{f' (did you mean {near}?)' if near else ''}; {where} takes: {', '.join(keys)}{free}"
+        return _unknown_key(str(loc[-1]), keys, section)
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME:
         example = re.sub(r"[^A-Za-z0-9_-]+", "_", str(value)).strip("_")[:64] or "porch"
         return (
             f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
             f"metrics), e.g. {example}"
         )
-    if tuple(loc) == ("streams",) and (kind in ("too_short", "missing") or value is None):  # none, [], or left out
-        return "no streams: give at least one, e.g. streams: [{id: porch, source: 0}]"
-    if kind == "missing" and loc[0] == "streams" and loc[-1] == "id":
-        return "missing: each stream needs an id (letters, digits, '-', '_'), its name in URLs and topics: id: porch"
+    missing_stream = _no_stream(kind, tuple(loc), value)
+    if missing_stream:
+        return missing_stream
     message = str(error["msg"]).removeprefix("Value error, ")
     limit = error.get("ctx", {}).get("le")
     if kind == "less_than_equal" and limit == 1 and isinstance(value, int | float) and 1 < value <= 100:
         return f"{value:g} is more than 1: it is a fraction of 1, so {value:g}% is {value / 100:g}"
     return message
+
+
+def _unknown_key(key: str, keys: list[str], section: str) -> str:
+    near = _nearest_key(key, keys)
+    where = "the top level" if section == "file" else section
+    free = f"; keys starting with {OWN_KEYS} are yours (for YAML anchors)" if section == "file" else ""
+    return f"not a setting{f' (did you mean {near}?)' if near else ''}; {where} takes: {', '.join(keys)}{free}"
+
+
+def _no_stream(kind: str, loc: tuple[int | str, ...], value: Any) -> str | None:
+    """A first config's missing pieces: no stream at all (`streams: []`, `streams:` alone, left out), no id."""
+    if loc == ("streams",) and (kind in ("too_short", "missing") or value is None):
+        return "no streams: give at least one, e.g. streams: [{id: porch, source: 0}]"
+    if kind == "missing" and loc[0] == "streams" and loc[-1] == "id":
+        return "missing: each stream needs an id (letters, digits, '-', '_'), its name in URLs and topics: id: porch"
+    return None
 
 
 def _nearest_key(key: str, keys: list[str]) -> str | None:
