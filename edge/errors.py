@@ -17,7 +17,7 @@ def needs_events_extra(what: str, exc: ImportError) -> EdgeError:
 
 
 def connection_failure(exc: OSError, host: str, port: int, timeout_s: float, running: str) -> str:
-    """Why a TCP connection to a camera or a broker failed, in words that say what to check."""
+    """Why a TCP connection to a camera, a broker or a webhook failed, in words that say what to check."""
     where = f"{host}:{port}"
     if isinstance(exc, socket.gaierror):
         # Raspberry Pi OS resolves `homeassistant.local` through Avahi; a container or a minimal system does not
