@@ -13,7 +13,7 @@ from edge_inference.edge.config import MAX_THREADS
 from edge_inference.edge.detection.detector import Classes, Detector
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.stream.tracking import labels_listed, unknown_labels
+from edge_inference.edge.stream.tracking import labels_listed, unknown_classes
 from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.registry import DEFAULT_MODEL
 
@@ -91,8 +91,7 @@ def _classes(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 def check_classes(detector: Detector, classes: Classes) -> None:
     """--classes naming a class the model does not have: one line with the nearest label, not an empty answer."""
     labels = detector.spec.labels
-    unknown = unknown_labels([str(c) for c in classes if not isinstance(c, int)], list(labels.values()))
-    unknown += [str(c) for c in classes if isinstance(c, int) and labels and c not in labels]
+    unknown = unknown_classes(labels, classes)
     if unknown:
         shown = labels_listed(list(labels.values()))
         raise EdgeError(

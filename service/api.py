@@ -31,6 +31,7 @@ from edge_inference.service.limits import ClientSlots, UploadGate, busy
 from edge_inference.service.live import LiveChannel, LiveOptions
 from edge_inference.service.schemas import DetectResponse, Health, LatestDetections, ServiceSetup
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
+from edge_inference.service.upload_options import QUERY_PARAMETERS, upload_asks
 from edge_inference.service.upload_text import image_bytes, refuse_url_parameter
 from edge_inference.service.uploads import UploadDetectors, file_part, read_body
 
@@ -273,10 +274,12 @@ UPLOAD_BODY = {
     "/detect",
     response_model=DetectResponse,
     summary="Detect objects in an uploaded image",
-    openapi_extra={"requestBody": UPLOAD_BODY},  # read from the raw body, so FastAPI cannot declare it itself
+    # the body is read raw and the thresholds under two names each, so FastAPI cannot declare them itself
+    openapi_extra={"requestBody": UPLOAD_BODY, "parameters": QUERY_PARAMETERS},
     responses={
         400: {"description": "empty or malformed body"},
         404: {"description": "no such stream (the `stream` parameter)"},
+        422: {"description": "a threshold out of range, or a class the model does not detect"},
         408: {"description": "the body did not arrive in time"},
         413: {"description": "body or pixel count over the limit"},
         415: {"description": "not an image (JPEG, PNG, BMP, WebP, TIFF, GIF, AVIF), or a truncated one"},
@@ -285,7 +288,8 @@ UPLOAD_BODY = {
 )
 async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     """Send the image as the raw body or as a multipart file (base64, a data: URL or `{"image": "<base64>"}` are
-    read too); `stream` picks whose model runs (default: the first)."""
+    read too); `stream` picks whose model runs (default: the first). `conf`, `iou`, `max_det` and `classes` replace
+    the stream's own for this image."""
     manager = manager_of(request)
     stream_id = stream or next(iter(manager.pipelines))
     pipeline_of(request, stream_id)
@@ -296,11 +300,12 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     max_pixels = int(server.max_upload_megapixels * 1_000_000)
     kind = request.headers.get("content-type", "").lower()
     multipart = kind.startswith("multipart/form-data")
+    asks = upload_asks(request.query_params)
 
     def run(body: bytes) -> dict[str, Any]:
         refuse_url_parameter(body, request.query_params)
         data, name = file_part(body, request.headers, limit) if multipart else (image_bytes(body, kind), "upload")
-        return uploads.detect(stream_id, data, name, max_pixels)
+        return uploads.detect(stream_id, data, name, max_pixels, asks)
 
     async with gate.slot():  # bounded: beyond the workers and the queue, 503 with Retry-After at once
         try:

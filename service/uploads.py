@@ -23,6 +23,7 @@ from edge_inference.edge.detection.report import result_record
 from edge_inference.edge.runtime.streams import StreamManager, detector_config
 from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
 from edge_inference.service.limits import busy
+from edge_inference.service.upload_options import UploadAsks
 
 RETRY_LOAD_AFTER_S = 10.0
 
@@ -117,7 +118,9 @@ class UploadDetectors:
         for detector in self._detectors.values():
             detector.close()
 
-    def detect(self, stream_id: str, data: bytes, name: str, max_pixels: int) -> dict[str, Any]:
+    def detect(
+        self, stream_id: str, data: bytes, name: str, max_pixels: int, asks: UploadAsks | None = None
+    ) -> dict[str, Any]:
         """Decode and detect; runs in a worker thread. The answer is `edge detect --json`'s record."""
         try:
             image = decode_image(data, name, max_pixels=max_pixels)
@@ -130,4 +133,5 @@ class UploadDetectors:
                 detector = self.get(stream_id)
             except UploadModelUnavailableError as exc:
                 raise busy(f"{exc}; try again later") from None
-            return result_record(name, detector.detect(image), detector)
+            reporting = asks.reporting(detector) if asks else None
+            return result_record(name, detector.detect(image, reporting), detector)

@@ -183,6 +183,41 @@ def test_post_detect_raw_and_multipart(server):
     assert form.json()["source"] == "cat.jpg"
 
 
+def test_an_upload_is_answered_at_the_thresholds_and_classes_it_asks_for(server):
+    """Ultralytics' `conf`, `max_det`, `classes` and Roboflow's `confidence`: honoured, not passed over; the low
+    threshold's answer is what a detector configured with that threshold finds in the same photo."""
+    path = MEDIA / "cat_720p.jpg"
+    data = path.read_bytes()
+    detector = load_detector(DetectorConfig("yolox-nano", backend="onnx", conf=0.05, iou=0.3))
+    try:
+        expected = detector.detect(cv2.imread(str(path))).detections
+    finally:
+        detector.close()
+
+    def found(query: str) -> list[tuple[str, float]]:
+        response = server.client.post(f"/api/v1/detect?{query}", files={"image": ("cat.jpg", data, "image/jpeg")})
+        assert response.status_code == 200, response.text
+        return [(d["label"], d["score"]) for d in response.json()["detections"]]
+
+    stream_default = found("")
+    low = found("conf=0.05&iou=0.3")
+    assert [label for label, _ in low] == [d.label for d in expected] and len(low) > len(stream_default)
+    assert [score for _, score in low] == pytest.approx([d.score for d in expected], abs=2e-3)
+    assert {label for label, _ in found("confidence=0.5")} == {"cat"}
+    assert found("conf=0.05&max_det=1") == low[:1]
+    beds = [item for item in low if item[0] == "bed"]
+    assert found("conf=0.05&iou=0.3&classes=bed") == beds == found("conf=0.05&iou=0.3&classes=59") and beds
+    refused = {
+        "conf=50": "50% is 0.5",
+        "conf=nan": "finite",
+        "max_det=0": "whole number",
+        "classes=persn": "did you mean 'person'",
+    }
+    for query, fragment in refused.items():
+        response = server.client.post(f"/api/v1/detect?{query}", content=data, headers={"content-type": "image/jpeg"})
+        assert response.status_code == 422 and fragment in response.json()["detail"][0]["msg"], response.text
+
+
 def test_post_detect_rejects_bad_bodies_clearly(server):
     data = (MEDIA / "cat_720p.jpg").read_bytes()
     cases = {

@@ -44,6 +44,16 @@ def class_minimums(labels: Mapping[int, str], classes: Classes, conf: float) -> 
 
 
 @dataclass(frozen=True)
+class Reporting:
+    """What one call reports where it asks for other than the detector's own (an upload's `conf`, `classes`)."""
+
+    conf: float
+    iou: float
+    max_detections: int
+    wanted: Mapping[int, float] | None = None  # class id -> its least score; None: every class from `conf`
+
+
+@dataclass(frozen=True)
 class DetectionResult:
     detections: list[Detection]
     timings: StageTimings
@@ -83,6 +93,7 @@ class Detector:
         self.superseded: Callable[[], bool] = lambda: False
         self.recent_inference_ms: collections.deque[float] = collections.deque(maxlen=RECENT)  # the live figure
         self.conf, self.iou, self.max_detections = threshold, iou, max_detections
+        self._least = conf  # a class named without its own score gets this one
         tensor, pre = backend.inputs[0], spec.preprocessing
         if backend.pixels is not None:  # the engine converts BGR pixels itself: hand it the letterboxed frame
             pre = replace(pre, layout="NHWC", color="BGR", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
@@ -107,24 +118,52 @@ class Detector:
         self.recent_inference_ms.append(took)  # deque appends are atomic: lanes may call this side by side
         return outputs, took
 
-    def decode(self, raw: list[np.ndarray], transform: ImageTransform) -> list[Detection]:
+    def reporting(
+        self,
+        conf: float | None = None,
+        iou: float | None = None,
+        max_detections: int | None = None,
+        classes: Classes | None = None,
+    ) -> Reporting:
+        """The detector's own reporting with what is given replaced; `classes` replaces its classes, and `conf`
+        becomes every reported class's least score."""
+        wanted = self.wanted
+        if classes:
+            wanted = class_minimums(self.spec.labels, classes, self._least if conf is None else conf)
+        elif conf is not None and wanted is not None:
+            wanted = dict.fromkeys(wanted, conf)
+        least = conf if conf is not None else self._least
+        threshold = min([least, *wanted.values()]) if wanted else least
+        return Reporting(
+            threshold,
+            self.iou if iou is None else iou,
+            self.max_detections if max_detections is None else max_detections,
+            wanted,
+        )
+
+    def decode(
+        self, raw: list[np.ndarray], transform: ImageTransform, reporting: Reporting | None = None
+    ) -> list[Detection]:
         quant = self._output_quant
         outputs = raw if self._quant_context else [dequantize(o, q) for o, q in zip(raw, quant, strict=True)]
-        context = DecodeContext(
-            self.spec, transform, self.conf, self.iou, self.max_detections, quantization=self._quant_context
+        conf, iou, most, wanted = (
+            (self.conf, self.iou, self.max_detections, self.wanted)
+            if reporting is None
+            else (reporting.conf, reporting.iou, reporting.max_detections, reporting.wanted)
         )
+        context = DecodeContext(self.spec, transform, conf, iou, most, quantization=self._quant_context)
         detections = self._decode(outputs, context)
-        if self.wanted is None:
+        if wanted is None:
             return detections
-        wanted = self.wanted  # NMS is per class, so leaving classes out after it keeps the others' boxes as they are
+        # NMS is per class, so leaving classes out after it keeps the others' boxes as they are
         return [d for d in detections if d.score >= wanted.get(d.class_id, 2.0)]
 
-    def detect(self, image_bgr: np.ndarray) -> DetectionResult:
+    def detect(self, image_bgr: np.ndarray, reporting: Reporting | None = None) -> DetectionResult:
         prepared = self.prepare(image_bgr)
         t1 = time.perf_counter()
         raw = self.infer(prepared.tensor)
         t2 = time.perf_counter()
-        detections = self.decode(raw, prepared.transform)
+        detections = self.decode(raw, prepared.transform, reporting)
         t3 = time.perf_counter()
         timings = StageTimings(prepared.preprocess_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         height, width = image_bgr.shape[:2]

@@ -19,6 +19,7 @@ import difflib
 import functools
 import logging
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import cv2
@@ -93,6 +94,13 @@ def unknown_labels(names: list[str], model_labels: list[str]) -> list[str]:
         near = difflib.get_close_matches(label_key(name), list(keys), n=1, cutoff=0.6)
         unknown.append(f"{name!r}" + (f" (did you mean {keys[near[0]]!r}?)" if near else ""))
     return unknown
+
+
+def unknown_classes(labels: Mapping[int, str], classes: Iterable[str | int]) -> list[str]:
+    """Each of `classes` (labels, or class ids as Ultralytics' `classes=[0, 2]`) that the model does not have."""
+    chosen = list(classes)
+    unknown = unknown_labels([str(c) for c in chosen if not isinstance(c, int)], list(labels.values()))
+    return unknown + [str(c) for c in chosen if isinstance(c, int) and labels and c not in labels]
 
 
 def labels_listed(labels: list[str], most: int = 12) -> str:
