@@ -37,6 +37,11 @@ MIN_TOKEN_LENGTH = 8
 MAX_THREADS = max(8, 4 * (os.cpu_count() or 1))
 
 
+def _number_as_text(value: Any) -> Any:
+    """A whole number where text is wanted (`id: 1`, `source: 0`) is the text YAML would have read unquoted."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class ConfigError(EdgeError):
     pass
 
@@ -202,11 +207,17 @@ class StreamConfig(BaseModel):
     # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
     ffmpeg: FFmpegConfig | None = None
 
+    @field_validator("id", mode="before")
+    @classmethod
+    def _numbered(cls, stream_id: Any) -> Any:
+        """`id: 1`: a camera numbered as a house numbers them is YAML's number 1, and a good name."""
+        return _number_as_text(stream_id)
+
     @field_validator("source", mode="before")
     @classmethod
     def _camera_index(cls, source: Any) -> Any:
         """`source: 0` is YAML's number 0: the camera index, as the examples write it."""
-        return str(source) if isinstance(source, int) and not isinstance(source, bool) else source
+        return _number_as_text(source)
 
     @field_validator("threads")
     @classmethod
@@ -438,8 +449,8 @@ class ServiceConfig(BaseModel):
         return streams
 
 
-def load_config(path: Path) -> ServiceConfig:
-    path = path.expanduser()
+def load_config(path: Path | str) -> ServiceConfig:
+    path = Path(path).expanduser()
     try:
         # bytes: PyYAML reads UTF-8 and, by their byte-order mark, UTF-16 files (Windows Notepad's "Unicode")
         data = load_yaml(raw := path.read_bytes())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from typing import Any, get_args
 
 import yaml
@@ -60,7 +61,9 @@ def _message(error: Any, section: str, root: type[BaseModel]) -> str:
     if keys:
         return _unknown_key(str(loc[-1]), keys, section)
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME:
-        example = re.sub(r"[^A-Za-z0-9_-]+", "_", str(value)).strip("_")[:64] or "porch"
+        # Café -> Cafe, not Caf_: the letter without its accent
+        plain = unicodedata.normalize("NFKD", str(value)).encode("ascii", "ignore").decode()
+        example = re.sub(r"[^A-Za-z0-9_-]+", "_", plain).strip("_")[:64] or "porch"
         return (
             f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
             f"metrics), e.g. {example}"

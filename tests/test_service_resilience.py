@@ -233,6 +233,9 @@ def test_a_config_written_as_users_write_it_is_read_or_answered_with_what_to_wri
     config.write_text(f"streams:\n  porch:\n    source: 0\n  sample:\n    source: {VTEST}\n    loop: true\n")
     loaded = load_config(config)
     assert [(s.id, s.source) for s in loaded.streams] == [("porch", "0"), ("sample", str(VTEST))]
+    # cameras numbered as a house numbers them: YAML's numbers 1 and 2 (pydantic: "Input should be a valid string")
+    config.write_text("streams:\n  - {id: 1, source: 0}\n  - {id: 2, source: 1}\n")
+    assert [s.id for s in load_config(config).streams] == ["1", "2"]
     for text, answer in [
         (
             "streams:\n  porch:\n    source: 0\n  gate:\n    source: rtsp://127.0.0.1/x\n    conf: 35\n",
@@ -243,6 +246,7 @@ def test_a_config_written_as_users_write_it_is_read_or_answered_with_what_to_wri
             "streams.0.id: 'front door' is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, "
             "MQTT topics and metrics), e.g. front_door",
         ),
+        ("streams:\n  - id: Café\n    source: 0\n", "e.g. Cafe"),  # the letter without its accent, not Caf
         (
             "cameras:\n  porch:\n    source: 0\n",
             "cameras: not a setting (did you mean streams?); the top level takes: server, detectors, streams,",
