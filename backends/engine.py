@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_inference.backends.base import BackendError
+from edge_inference.backends.names import backend_named
 from edge_inference.backends.options import EngineOptions, parse_options
 
 if TYPE_CHECKING:
@@ -117,10 +118,8 @@ def engines() -> dict[str, Engine]:
 
 
 def get_engine(key: str) -> Engine:
-    try:
-        return engines()[key]
-    except KeyError:
-        raise BackendError(f"unknown backend {key!r}; choose one of: {', '.join(engines())}") from None
+    found = engines()
+    return found[backend_named(key, found)]
 
 
 def choose(path: Path) -> Choice:

@@ -135,11 +135,15 @@ def describe(interpreter: Any) -> tuple[list[TensorInfo], list[TensorInfo]]:
     )
 
 
+_ELSEWHERE = (
+    "for a Coral use backend edgetpu (device usb or pci); for a GPU, backend onnx (device cuda) or openvino "
+    "(device GPU) with the model's .onnx"
+)
+
+
 def load(path: Path, options: BackendOptions) -> TFLiteBackend:
     if options.device.lower() not in ("cpu", "auto"):
-        raise BackendError(
-            f"the tflite backend runs on the CPU only; for a Coral use --backend edgetpu --device {options.device}"
-        )
+        raise BackendError(f"the tflite backend runs on the CPU only, not on {options.device!r}: {_ELSEWHERE}")
     interpreter, engine = create_interpreter(path, options.threads)
     allocate(interpreter, path)
     inputs, outputs = describe(interpreter)

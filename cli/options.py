@@ -34,7 +34,7 @@ def detector_options(func: F) -> F:
             "-b",
             default="auto",
             show_default=True,
-            help="Engine: onnx, tflite, edgetpu, openvino; auto: the fastest one measured on this machine.",
+            help="Engine: onnx, tflite, edgetpu, openvino, hailo, rknn; auto: the fastest one measured here.",
         ),
         click.option(
             "--device",

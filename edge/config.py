@@ -21,8 +21,9 @@ from pydantic import (
     model_validator,
 )
 
-from edge_inference.backends import BackendError
+from edge_inference.backends import BackendError, engine_keys
 from edge_inference.backends.engine import check_engine_options
+from edge_inference.backends.names import backend_named
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.config_messages import NAME, OWN_KEYS, explain, load_yaml, unreadable_text, yaml_problem
 from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source
@@ -35,6 +36,13 @@ MIN_TOKEN_LENGTH = 8
 # More engine threads than this only costs memory and switching (a million of them: 40 MB/s of RSS, and nothing
 # ever loads); the bound follows the machine the config is read on.
 MAX_THREADS = max(8, 4 * (os.cpu_count() or 1))
+
+
+def _engine_named(name: str, auto: bool = False) -> str:
+    try:
+        return backend_named(name, ["auto", *engine_keys()] if auto else engine_keys())
+    except BackendError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _number_as_text(value: Any) -> Any:
@@ -212,6 +220,18 @@ class StreamConfig(BaseModel):
     def _numbered(cls, stream_id: Any) -> Any:
         """`id: 1`: a camera numbered as a house numbers them is YAML's number 1, and a good name."""
         return _number_as_text(stream_id)
+
+    @field_validator("backend")
+    @classmethod
+    def _engine_key(cls, backend: str) -> str:
+        """`ONNX`, `Auto`: the engine's key; `coral`, `tensorrt`: answered with how it is written here."""
+        return _engine_named(backend, auto=True)
+
+    @field_validator("compare")
+    @classmethod
+    def _compared_engines(cls, items: list[str]) -> list[str]:
+        named = [(_engine_named(item.partition(":")[0]), item.partition(":")[2]) for item in items]
+        return [f"{backend}:{device}" if device else backend for backend, device in named]
 
     @field_validator("source", mode="before")
     @classmethod

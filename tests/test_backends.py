@@ -154,6 +154,32 @@ def test_openvino_int8_tflite_gets_its_scales_from_the_file():
     assert backend.outputs[0].quantization.zero_point == -128
 
 
+def test_a_backend_named_as_other_tools_name_it_runs_or_is_answered_with_our_name(tmp_path):
+    """`ONNX` and `Auto` in any case run as `onnx` and `auto`, in a config too; Frigate's detector types (`coral`,
+    `tensorrt`, `hailo8l`), an NCS2's `MYRIAD` and `pytorch` are answered with how they are written here."""
+    from edge_inference.edge.config import ConfigError, load_config
+
+    detector = load_detector(DetectorConfig(str(MODELS / "onnx/yolox_nano.onnx"), backend="ONNX"))
+    try:
+        assert detector.description["engine"].startswith("onnxruntime"), detector.description
+    finally:
+        detector.close()
+    config = tmp_path / "streams.yaml"
+    config.write_text("streams:\n  - {id: a, source: 0, backend: OpenVINO, compare: [ONNX, OpenVINO:CPU]}\n")
+    stream = load_config(config).streams[0]
+    assert (stream.backend, stream.compare) == ("openvino", ["onnx", "openvino:CPU"])
+    for name, fragment in [
+        ("coral", "a Coral is backend edgetpu"),
+        ("MYRIAD", "backend openvino, device MYRIAD, which OpenVINO dropped after 2022.3 LTS"),
+        ("tensorrt", "backend onnx, device tensorrt"),
+        ("hailo8l", "is backend hailo"),
+        ("pytorch", "export the model to ONNX"),
+    ]:
+        config.write_text(f"streams:\n  - {{id: a, source: 0, backend: {name}}}\n")
+        with pytest.raises(ConfigError, match=f"unknown backend .{name}. \\(.*{fragment}"):
+            load_config(config)
+
+
 def test_myriad_and_missing_devices_are_explained():
     model = MODELS / "onnx/yolox_nano.onnx"
     with pytest.raises(BackendError) as info:

@@ -74,4 +74,4 @@ def test_an_unknown_compare_backend_is_one_clear_line():
     model = str(MODELS / "onnx" / "yolox_nano.onnx")
     proc = run_edge("serve", "--source", str(VTEST), "--model", model, "--compare", "onnx,bogus", "--port", "0")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "unknown compare backend 'bogus'" in proc.stderr
+    assert "compare: unknown backend 'bogus'; choose one of: onnx," in proc.stderr

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from edge_inference.backends import (
     Backend,
-    BackendError,
     BackendOptions,
     Description,
     PixelSteps,
@@ -18,6 +17,7 @@ from edge_inference.backends import (
     open_backend,
 )
 from edge_inference.backends.engine import check_engine_options
+from edge_inference.backends.names import backend_named
 from edge_inference.edge.detection.detector import Classes, Detector
 from edge_inference.edge.detection.model_files import (
     locate_model,
@@ -57,11 +57,14 @@ class DetectorConfig:
     # and the engine's threads must not keep cores busy waiting
     back_to_back: bool = True
 
+    def __post_init__(self) -> None:
+        # `ONNX`, `Auto`: the engine's key in any case, as devices are read (`cpu`, `CPU`)
+        object.__setattr__(self, "backend", self.backend.strip().lower())
+
 
 def check_reference(config: DetectorConfig) -> None:
     """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
-    if config.backend != "auto" and config.backend not in engine_keys():
-        raise BackendError(f"unknown backend {config.backend!r}; choose one of: auto, {', '.join(engine_keys())}")
+    backend_named(config.backend, ["auto", *engine_keys()])
     check_engine_options(config.engine_options)
     model_reference(engine_model(config))  # a registry name must also have a file this engine reads
 

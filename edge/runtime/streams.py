@@ -8,7 +8,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from edge_inference.backends import engine_keys
 from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, TrackingConfig, compare_member_ids
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool
@@ -131,11 +130,7 @@ class StreamManager:
     def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
         members = []
         for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
-            backend, _, device = item.partition(":")
-            if backend not in engine_keys():
-                raise ConfigError(
-                    f"stream {stream.id}: unknown compare backend {backend!r}; choose from {', '.join(engine_keys())}"
-                )
+            backend, _, device = item.partition(":")  # the config has checked the engine's name
             model, reason = model_for_engine(stream.model, backend)
             if model is None:
                 raise ConfigError(f"stream {stream.id}: {reason}")

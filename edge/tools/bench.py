@@ -11,6 +11,7 @@ import numpy as np
 import psutil
 
 from edge_inference.backends import BackendError, engine_keys
+from edge_inference.backends.names import backend_named
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.model_files import model_for_engine
 from edge_inference.edge.detection.timings import StageTimings
@@ -61,9 +62,11 @@ def parse_backends(text: str) -> list[tuple[str, str]]:
     """'onnx,openvino:CPU,onnx:cuda' -> [(onnx, auto), (openvino, CPU), (onnx, cuda)]."""
     chosen = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        key, _, device = item.partition(":")
-        if key not in engine_keys():
-            raise EdgeError(f"unknown backend {key!r} in --backends; choose from {', '.join(engine_keys())}")
+        name, _, device = item.partition(":")
+        try:
+            key = backend_named(name, engine_keys())
+        except BackendError as exc:
+            raise EdgeError(f"--backends: {exc}") from None
         chosen.append((key, device or "auto"))
     if not chosen:
         raise EdgeError("--backends is empty; e.g. --backends onnx,openvino,tflite")
