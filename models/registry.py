@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -215,7 +216,27 @@ def get_entry(name: str) -> RegistryEntry:
     try:
         return REGISTRY[name]
     except KeyError:
+        near = nearest_names(name)
+        hint = f" (did you mean {near[0]}?)" if len(near) == 1 else ""
+        hint = f" (did you mean one of: {', '.join(near)}?)" if len(near) > 1 else hint
         raise ModelError(
-            f"no model named {name!r} in the registry; `edge models list` shows the names, "
+            f"no model named {name!r} in the registry{hint}; `edge models list` shows the names, "
             "or pass a path to a model file"
         ) from None
+
+
+def nearest_names(name: str) -> list[str]:
+    """Registry names a mistyped one may mean: the same but for case and `_` (`YOLOX_nano`), the names it begins
+    (`yolov8n` -> each yolov8n file), or the closest spelling."""
+    key = _plain(name)
+    by_key = {_plain(entry): entry for entry in REGISTRY}
+    if key in by_key:
+        return [by_key[key]]
+    starting = [entry for plain, entry in by_key.items() if key and plain.startswith(key)]
+    if starting:
+        return starting[:4]
+    return [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=2, cutoff=0.75)]
+
+
+def _plain(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")

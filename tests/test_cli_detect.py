@@ -251,6 +251,30 @@ def test_missing_model_file_and_unknown_registry_name():
     )
 
 
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        # the registry's name but for case and `_`, as a user types a model's name from its paper or repository
+        ("YOLOX_nano", "no model named 'YOLOX_nano' in the registry (did you mean yolox-nano?)"),
+        ("nanodet", "(did you mean nanodet-m?)"),
+        ("yolov8n", "(did you mean one of: yolov8n-int8-onnx, yolov8n-int8-tflite,"),
+        # Ultralytics fetches `yolov8n.pt` by name; here no file and no engine: said, with the export to run
+        ("yolov8n.pt", "model file yolov8n.pt does not exist; and yolov8n.pt is a PyTorch checkpoint, which no engine"),
+    ],
+)
+def test_a_model_named_as_users_name_it_is_answered_with_the_registry_name_it_means(
+    tmp_path, monkeypatch, name, fragment
+):
+    from edge_inference.edge.detection.model_files import model_reference
+    from edge_inference.edge.errors import EdgeError
+    from edge_inference.models.errors import ModelError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((EdgeError, ModelError)) as refused:
+        model_reference(name)
+    assert fragment in str(refused.value)
+
+
 def test_unknown_output_layout_lists_outputs_and_decoder_option(tmp_path):
     model = write_onnx_model(tmp_path / "classifier.onnx", [1, 3, 224, 224], [1, 1000])
     proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model))

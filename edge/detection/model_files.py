@@ -22,9 +22,15 @@ def model_reference(model: str) -> RegistryEntry | Path:
     if path.is_file():
         check_model_file(path)
         return path
+    foreign = _foreign(path.name)
+    if foreign:  # `yolov8n.pt`, as Ultralytics takes it and fetches it: no file here, and none an engine reads
+        what, instead = foreign
+        raise EdgeError(
+            f"model file {model} does not exist; and {path.name} is {what}, which no engine here runs: {instead}"
+        )
     if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
         raise EdgeError(f"model file {model} does not exist")
-    return get_entry(model)  # raises the "unknown registry name" message, with the names it knows
+    return get_entry(model)  # raises the "unknown registry name" message, with the nearest names
 
 
 _EXPORT_ONNX = "export it to ONNX and give the .onnx"
@@ -61,9 +67,17 @@ def check_model_file(path: Path) -> None:
         )
     if any(engine.reads(path.name) for engine in engines().values()):
         return
+    foreign = _foreign(path.name)
+    if foreign:
+        raise EdgeError(f"{path} is {foreign[0]}, which no engine here runs: {foreign[1]}")
+
+
+def _foreign(name: str) -> tuple[str, str] | None:
+    """What a file of another framework is, and what to give instead; None for any other name."""
     for suffixes, (what, instead) in FOREIGN_FILES.items():
-        if path.name.lower().endswith(suffixes):
-            raise EdgeError(f"{path} is {what}, which no engine here runs: {instead.replace('FILE', path.name)}")
+        if name.lower().endswith(suffixes):
+            return what, instead.replace("FILE", name)
+    return None
 
 
 def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
