@@ -21,6 +21,7 @@ from edge_inference.edge.runtime.snapshots import (
     compare_snapshots,
     service_stats,
     stream_summaries,
+    stream_summary,
 )
 from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
@@ -69,6 +70,11 @@ def current_or_503(pipeline: StreamPipeline) -> FrameResult:
 @router.get("/streams", response_model=list[StreamSummary], summary="Streams with their source, model and state")
 def list_streams(request: Request) -> list[StreamSummary]:
     return stream_summaries(manager_of(request))
+
+
+@router.get("/streams/{stream_id}", response_model=StreamSummary, summary="One stream: its source, model and state")
+def one_stream(request: Request, stream_id: str) -> StreamSummary:
+    return stream_summary(manager_of(request), pipeline_of(request, stream_id))
 
 
 @router.get(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIWebSocketRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.middleware.cors import CORSMiddleware
@@ -87,6 +87,8 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
     _declare_unknown_streams(api.router)
     app.include_router(api.router, prefix=API_PREFIX)
+    # a plain GET there is answered with how to connect, not "nothing at" (errors.py)
+    app.state.websocket_paths = [API_PREFIX + r.path for r in api.router.routes if isinstance(r, APIWebSocketRoute)]
     app.include_router(events_api.router, prefix=API_PREFIX)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)

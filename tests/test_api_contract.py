@@ -119,3 +119,37 @@ def test_setup_says_what_runs_so_a_client_asks_only_for_that():
         setup = client.get("/api/v1/setup").json()
     assert setup["streams"] == ["main-onnx", "main-openvino"] and setup["compare_groups"] == ["main"]
     assert setup["events"] is False
+
+
+def test_an_address_that_is_not_there_is_answered_with_the_one_meant():
+    """A bare "Not Found" or "Method Not Allowed" told a user typing an address from memory nothing: now the address
+    meant, the method the route takes, or how to open a WebSocket; a route's own 404 keeps its words."""
+    meant = {
+        "/health": "(did you mean /health/live or /health/ready?)",
+        "/api/v1/stream/main": "(did you mean /api/v1/streams/main?)",
+        "/streams": "(did you mean /api/v1/streams?)",
+        "/api/v1/streams/main/snapshot.png": "(did you mean /api/v1/streams/main/snapshot.jpg?)",
+        "/api/v1/streams/main/detections": "(did you mean /api/v1/streams/main/detections/latest?)",
+        "/metric": "(did you mean /metrics?)",
+    }
+    with app_client(service_config()) as client:
+        for path, fragment in meant.items():
+            answer = client.get(path)
+            assert answer.status_code == 404 and fragment in answer.json()["detail"], answer.text
+            assert "described at /docs" in answer.json()["detail"]
+        upload = client.get("/api/v1/detect")
+        assert upload.status_code == 405 and upload.headers["allow"] == "POST"
+        assert (
+            "takes POST, not GET: send an image, e.g. curl -F image=@photo.jpg http://localhost/api/v1/detect"
+            in (upload.json()["detail"])
+        )
+        socket = client.get("/api/v1/streams/main/ws")
+        assert socket.status_code == 426 and "connect to ws://localhost/api/v1/streams/main/ws" in socket.text
+        one, listed = client.get("/api/v1/streams/main"), client.get("/api/v1/streams").json()[0]
+        assert one.status_code == 200 and set(one.json()) == set(listed)
+        assert (one.json()["id"], one.json()["source"], one.json()["model"]) == (
+            "main",
+            listed["source"],
+            listed["model"],
+        )
+        assert client.get("/api/v1/streams/nope").json()["detail"] == "no stream 'nope'; streams: main"
