@@ -56,6 +56,8 @@ def authority_end(rest: str) -> int:
     authority = rest[:end]
     _user, colon, after = authority.partition(":")
     at = rest.find("@", end)
+    if "@" in authority and at >= 0 and "/" not in rest[end:at]:
+        return _first_of(rest, "/?#", at)  # `admin:p@ss#word@cam`: the '#' is the password's, as the last '@' says
     if "@" in authority or authority.startswith("[") or not colon or after.isdigit() or at < 0:
         return end  # a user info already, an IPv6 host, no password, a port, or no '@' after: as parsed
     return _first_of(rest, "/?#", at)
