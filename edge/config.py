@@ -396,6 +396,24 @@ class MqttConfig(BaseModel):
     stats_interval_s: float = Field(default=30, gt=0)
     keepalive_s: int = Field(default=30, ge=5)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _frigate_form(cls, data: Any) -> Any:
+        """Frigate's block as a Frigate user brings it: `host`, `port` and `user` are the url and username."""
+        if not isinstance(data, dict) or not {"host", "port", "user"} & set(data):
+            return data
+        data = dict(data)
+        host, port = data.pop("host", None), data.pop("port", None)
+        if host is not None and data.get("url"):
+            raise ValueError("give the broker once: url: mqtt://host:1883, or host: and port:, not both")
+        if host is None and port is not None:
+            raise ValueError("a port without a host: write host: 192.168.1.5 and port: 1883, or url: mqtt://host:1883")
+        if host is not None:
+            data["url"] = f"mqtt://{host}" + (f":{port}" if port is not None else "")
+        if "user" in data:
+            data["username"] = data.pop("user")
+        return data
+
 
 class WebhookConfig(BaseModel):
     """Each event change is POSTed as JSON to `url`, retried until it is accepted (2xx)."""
@@ -434,6 +452,16 @@ class ServiceConfig(BaseModel):
     storage: StorageConfig = StorageConfig()
     mqtt: MqttConfig | None = None
     webhooks: list[WebhookConfig] = Field(default_factory=list)
+
+    @field_validator("mqtt", mode="before")
+    @classmethod
+    def _mqtt_switch(cls, mqtt: Any) -> Any:
+        """Frigate's `enabled: false` turns the block off; `enabled: true` is what the block says anyway."""
+        if isinstance(mqtt, dict) and "enabled" in mqtt:
+            mqtt = dict(mqtt)
+            if mqtt.pop("enabled") is False:
+                return None
+        return mqtt
 
     @field_validator("streams", mode="before")
     @classmethod

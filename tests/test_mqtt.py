@@ -299,6 +299,36 @@ def test_a_broker_password_with_characters_that_end_the_address_is_refused_with_
         secured.stop()
 
 
+def test_a_frigate_users_mqtt_block_connects_as_written_there(tmp_path):
+    """Frigate's `host`, `port`, `user`, `password` and `enabled` (was: "mqtt.host: not a setting" three times over);
+    its password is given as typed, no URL encoding; `enabled: false` is no broker."""
+    require_mosquitto()
+    from edge_inference.edge.config import load_config
+    from edge_inference.edge.events.mqtt import MqttLink, parse_broker
+
+    password = "p#ss/w?rd"
+    secured = Broker(tmp_path / "secured", users={"edge": password})
+    secured.start()
+    try:
+        config_file = tmp_path / "config.yml"
+        block = {"enabled": True, "host": "127.0.0.1", "port": secured.port, "user": "edge", "password": password}
+        config_file.write_text(yaml.safe_dump({"mqtt": block, "streams": [{"id": "a", "source": "0"}]}))
+        mqtt = load_config(config_file).mqtt
+        assert mqtt is not None and mqtt.url is not None
+        link = MqttLink(mqtt, parse_broker(mqtt.url.get_secret_value(), mqtt), DEVICE)
+        link.start()
+        try:
+            assert link.connected.wait(60), link.last_error
+        finally:
+            link.stop()
+        config_file.write_text(
+            yaml.safe_dump({"mqtt": {**block, "enabled": False}, "streams": [{"id": "a", "source": 0}]})
+        )
+        assert load_config(config_file).mqtt is None
+    finally:
+        secured.stop()
+
+
 def _started_link(broker, monkeypatch):
     """Our MQTT link to the broker, started, waiting 1 s for a PUBACK (10 s in the service)."""
     from edge_inference.edge.config import MqttConfig

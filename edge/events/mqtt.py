@@ -55,6 +55,8 @@ class Broker:
 
 
 def parse_broker(url: str, config: MqttConfig) -> Broker:
+    if "://" not in url:
+        url = f"mqtt://{url}"  # `192.168.1.5` or `broker.lan:1883`, as Frigate's `host:` and mosquitto_pub -h take it
     advice = password_encoding_advice(url)
     if advice:
         raise ConfigError(f"MQTT broker {mask_url(url)!r}: {advice}, or give it as `password:` in the mqtt block")
