@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import click
 
@@ -23,6 +24,14 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
+def _reader_gone() -> NoReturn:
+    """`edge detect clip.mp4 --json | head -1`: the reader has what it wanted and closed the pipe; stop without a
+    word, as other programs do (Python's advice: point stdout at /dev/null so the flush at exit does not fail)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(1)
+
+
 class FriendlyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -31,6 +40,8 @@ class FriendlyGroup(click.Group):
             raise UserError(mask_text(str(exc))) from None
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            _reader_gone()
         except Exception as exc:
             if os.environ.get("EDGE_DEBUG"):
                 raise

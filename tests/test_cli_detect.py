@@ -357,3 +357,24 @@ def test_inputs_are_checked_before_anything_is_loaded(tmp_path):
     proc = run_edge("detect", str(tmp_path / "missing.jpg"), "-m", "yolox-nano", env=env)
     assert_one_clear_error(proc, "missing.jpg: no such file")  # not the mirror's error: nothing was fetched
     assert "note:" not in proc.stderr and not (tmp_path / "cache").exists()
+
+
+def test_a_reader_that_has_what_it_wanted_ends_the_run_without_a_word():
+    """`edge detect clip.mp4 --json | head -1` printed "error: unexpected BrokenPipeError ... report it"."""
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "edge_inference", "detect", str(VTEST), "--json", "-b", "onnx"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    first = json.loads(child.stdout.readline())
+    child.stdout.close()  # as `head -1` does once it has its line
+    try:
+        child.wait(timeout=120)
+    finally:
+        child.kill()
+    assert first["source"] == str(VTEST) and child.returncode == 1
+    assert child.stderr.read() == ""
