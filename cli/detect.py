@@ -25,7 +25,7 @@ from edge_inference.edge.stream.images import (
     media_in_folder,
     read_image,
 )
-from edge_inference.edge.stream.sources import STREAM_SCHEMES, HttpSource, SourceError
+from edge_inference.edge.stream.sources import STREAM_SCHEMES, HttpSource, SourceError, check_not_a_video_page
 
 
 def _images_in(items: tuple[str, ...]) -> tuple[list[Path | str], int]:
@@ -108,6 +108,7 @@ def _snapshot(url: str) -> np.ndarray | None:
         return None
     source = HttpSource(url)
     try:
+        check_not_a_video_page(url)
         source.open()
         return source.read() if source.kind == "snapshot" else None
     except SourceError as exc:

@@ -189,3 +189,19 @@ def test_edge_detect_takes_a_snapshot_url_and_runs_a_stream_url_frame_by_frame(c
     errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     assert refused.returncode == 1 and len(errors) == 1 and "Traceback" not in refused.stderr
     assert "refused the user and password (HTTP 401)" in errors[0] and "guess" not in refused.stderr
+
+
+@pytest.mark.parametrize("url", ["https://www.youtube.com/watch?v=LNwODJXcvt4", "https://youtu.be/LNwODJXcvt4"])
+def test_a_youtube_address_is_answered_with_how_to_get_its_video(url):
+    """Ultralytics' docs pass `source="https://youtu.be/..."`; here it was fetched as a snapshot and, on a machine
+    online, read as a page that is not an image. Now one line before anything is fetched, for a stream and for
+    `edge detect` alike."""
+    from edge_inference.cli.detect import _snapshot
+    from edge_inference.edge.stream.images import ImageError
+    from edge_inference.edge.stream.sources import SourceError, open_source
+
+    advice = "is a YouTube page, not a video stream: give the video's own address, which `yt-dlp -g"
+    with pytest.raises(SourceError, match=re.escape(advice)):
+        open_source(url)
+    with pytest.raises(ImageError, match=re.escape(advice)):
+        _snapshot(url)

@@ -397,6 +397,7 @@ def open_source(
         return CaptureSource(target, live=True, width=width, height=height, fps=fps)
     if target.startswith(("http://", "https://")):
         check_password_encoding(target)
+        check_not_a_video_page(target)
         return HttpSource(target, fps)
     if target.startswith(STREAM_SCHEMES) or target.startswith("file://"):
         check_password_encoding(target)
@@ -445,6 +446,21 @@ def _local_source(target: str, fps: float | None = None) -> FrameSource:
             "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
         )
     return CaptureSource(str(path), live=False)  # FFmpeg does not read `~`
+
+
+VIDEO_SITES = {"youtube.com", "www.youtube.com", "m.youtube.com", "youtu.be", "music.youtube.com"}
+
+
+def check_not_a_video_page(target: str) -> None:
+    """A YouTube address (Ultralytics' `source=https://youtu.be/...` fetches the video behind it) is a web page, and
+    the video's own address is found by yt-dlp: said before the page is fetched and read as a broken snapshot."""
+    host = (urlsplit(target).hostname or "").lower()
+    if host in VIDEO_SITES:
+        raise SourceError(
+            f"{mask_url(target)} is a YouTube page, not a video stream: give the video's own address, which "
+            f"`yt-dlp -g -f 'best[height<=720]' '{mask_url(target)}'` prints (it expires after some hours; a live "
+            "stream's is an .m3u8 that keeps playing)"
+        )
 
 
 def check_password_encoding(target: str) -> None:
