@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -106,11 +107,24 @@ def _remove_partial_files(target: Path) -> None:
 def fetch_file(file: RegistryFile, cache_dir: Path, mirror: str | None, progress: Progress | None = None) -> Path:
     """Copy one file into the cache. It appears under its final name only once its sha256 matched."""
     target = cache_dir / file.path
-    with _download_lock(target):
-        _remove_partial_files(target)
-        if target.is_file() and sha256_of(target) == file.sha256:
-            return target
-        return _download(file, target, _source_for(file, mirror), progress)
+    try:
+        with _download_lock(target):
+            _remove_partial_files(target)
+            if target.is_file() and sha256_of(target) == file.sha256:
+                return target
+            return _download(file, target, _source_for(file, mirror), progress)
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE:
+            raise
+        raise ModelError(
+            f"cannot write the model cache {cache_dir} ({exc.strerror}): set EDGE_MODEL_CACHE to a folder this user "
+            "can write (a container's volume, /var/lib/edge/models), or give --model a model file"
+        ) from None
+
+
+# a read-only file system (`docker run --read-only`, systemd's ProtectHome), a home that is not this user's, a full
+# disk, a file where the folder should be: the cache cannot be written, whatever is downloaded
+UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST}
 
 
 def _download(file: RegistryFile, target: Path, source: str, progress: Progress | None) -> Path:

@@ -143,3 +143,20 @@ def test_partial_files_left_by_a_killed_pull_are_removed(tmp_path):
     pull(get_entry("yolox-nano"), cache, str(MODELS))
     assert not any(path.exists() for path in stale)
     assert (folder / "yolox_nano.onnx").is_file()
+
+
+def test_a_cache_that_cannot_be_written_says_where_to_put_it(tmp_path):
+    """A system user whose home is a file or not theirs, `docker run --read-only`, a full disk: "unexpected OSError:
+    [Errno 30] Read-only file system ... report it" before; now what to set. (A file where the folder should be
+    stands in for them: the same refusal to write, on any machine, as root or not.)"""
+    from edge_inference.models.errors import ModelError
+
+    blocker = tmp_path / "home"
+    blocker.write_text("a file, not a folder")
+    with pytest.raises(ModelError) as refused:
+        pull(get_entry("yolox-nano"), blocker / ".cache/models", str(MODELS))
+    assert f"cannot write the model cache {blocker / '.cache/models'} (" in str(refused.value)
+    assert "set EDGE_MODEL_CACHE to a folder this user can write" in str(refused.value)
+    proc = run_edge("detect", str(MODELS.parent / "media/cat_720p.jpg"), env={"EDGE_MODEL_CACHE": str(blocker)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "unexpected" not in proc.stderr
+    assert proc.stderr.startswith(f"error: cannot write the model cache {blocker} ("), proc.stderr
