@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,7 +23,7 @@ from edge_inference.edge.config import (
     single_stream_config,
 )
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.edge.settings import Settings, get_settings, misspelled_variables
 from edge_inference.models.registry import DEFAULT_MODEL
 
 
@@ -108,6 +109,8 @@ def serve(
     server = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     config = with_environment(_config(config_path, source, server, kwargs), settings, flags=server.keys())
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for line in misspelled_variables(os.environ):
+        click.echo(f"note: {line}", err=True)
     app = create_app(config)  # checks every source, model name and token file before anything starts
     listener = _bind(config.server.host, config.server.port)
     access = app.state.access

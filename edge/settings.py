@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -46,6 +48,25 @@ class Settings(BaseSettings):
     def _home_expanded(cls, path: Path | None) -> Path | None:
         """`~` as a shell reads it: a systemd unit's Environment= and a compose file pass it on as written."""
         return None if path is None else path.expanduser()
+
+
+# EDGE_* variables read outside the settings: debugging, hardware roots, program paths, the tests' media
+OTHER_VARIABLES = {
+    "EDGE_DEBUG", "EDGE_SYSROOT", "EDGE_FFMPEG", "EDGE_AUTO_MEASURE", "EDGE_LIBEDGETPU", "EDGE_SHARED_DIR",
+}  # fmt: skip
+
+
+def misspelled_variables(environ: Mapping[str, str]) -> list[str]:
+    """`EDGE_MQTT_URI` in a compose file is read by nothing, and events never reach the broker: each EDGE_* name
+    that is a near miss of one edge reads, with that name. Others are left alone (a config's own `${EDGE_CAM_PW}`)."""
+    known = sorted({f"EDGE_{name.upper()}" for name in Settings.model_fields} | OTHER_VARIABLES)
+    lines = []
+    for name in sorted(environ):
+        if name.startswith("EDGE_") and name not in known:
+            near = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            if near:
+                lines.append(f"{name} is not read by edge: did you mean {near[0]}?")
+    return lines
 
 
 def get_settings() -> Settings:

@@ -399,3 +399,35 @@ def test_the_bench_chart_names_each_device_once():
     assert plot_label(ran) == "yolox-nano @ openvino\nCPU"
     asked = PairResult(Pair("yolox-nano", "onnx"), device="CPUExecutionProvider")
     assert plot_label(asked) == "yolox-nano @ onnx\nCPUExecutionProvider"
+
+
+def test_an_edge_variable_spelled_nearly_right_is_named_with_the_one_meant():
+    """`EDGE_MQTT_URI` in a compose file was read by nothing, and events never reached the broker, without a word.
+    A user's own variables for a config's `${...}` are not taken for typos."""
+    from edge_inference.edge.settings import OTHER_VARIABLES, misspelled_variables
+    from tests.conftest import REPO
+
+    compose = {
+        "EDGE_MQTT_URI": "mqtt://broker:1883",
+        "EDGE_TOKENFILE": "/run/secrets/token",
+        "EDGE_MODEL_MIROR": "/models",
+        "EDGE_CAM_PASSWORD": "for ${EDGE_CAM_PASSWORD} in the config",
+        "EDGE_DEBUG": "1",
+        "PATH": "/usr/bin",
+    }
+    assert misspelled_variables(compose) == [
+        "EDGE_MODEL_MIROR is not read by edge: did you mean EDGE_MODEL_MIRROR?",
+        "EDGE_MQTT_URI is not read by edge: did you mean EDGE_MQTT_URL?",
+        "EDGE_TOKENFILE is not read by edge: did you mean EDGE_TOKEN_FILE?",
+    ]
+    every_known = {f"EDGE_{name.upper()}": "x" for name in Settings.model_fields} | dict.fromkeys(OTHER_VARIABLES, "x")
+    assert misspelled_variables(every_known) == []
+    # every EDGE_* name the code reads is among those known, so none of them is ever called a typo
+    named = {
+        match
+        for folder in ("edge", "cli", "service", "backends", "models")
+        for path in (REPO / folder).rglob("*.py")
+        if path.name != "settings.py"  # its docstring's examples of typos and of a user's own variable
+        for match in re.findall(r"\bEDGE_[A-Z][A-Z_]*[A-Z]\b", path.read_text())
+    }
+    assert named <= set(every_known), named - set(every_known)
