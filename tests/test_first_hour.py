@@ -431,3 +431,25 @@ def test_an_edge_variable_spelled_nearly_right_is_named_with_the_one_meant():
         for match in re.findall(r"\bEDGE_[A-Z][A-Z_]*[A-Z]\b", path.read_text())
     }
     assert named <= set(every_known), named - set(every_known)
+
+
+def test_a_stream_address_typed_slightly_wrong_is_read_or_answered_with_the_one_meant():
+    """`RTSP://` as some camera apps print it (FFmpeg reads schemes in lower case only), and the slips of typing one
+    by hand: each was "is not a camera, URL, or existing file or folder" with the generic examples."""
+    from edge_inference.edge.stream.sources import SourceError
+
+    assert open_source("RTSP://127.0.0.1:8554/live").target == "rtsp://127.0.0.1:8554/live"
+    assert open_source("HTTP://127.0.0.1/snap.jpg").target == "http://127.0.0.1/snap.jpg"
+    for typed, meant in [
+        ("rstp://192.168.1.5:554/live", "rtsp://192.168.1.5:554/live"),
+        ("rtsp:/192.168.1.5/live", "rtsp://192.168.1.5/live"),
+        ("rtsp//192.168.1.5/live", "rtsp://192.168.1.5/live"),
+        ("192.168.1.5:554/Streaming/Channels/101", "rtsp://192.168.1.5:554/Streaming/Channels/101"),
+        ("htp://192.168.1.5/snap.jpg", "http://192.168.1.5/snap.jpg"),
+        ("rtsp://admin:secret@192.168.1.5:554".replace("rtsp://", "rtsp:/"), "rtsp://admin:***@192.168.1.5:554"),
+    ]:
+        with pytest.raises(SourceError) as refused:
+            open_source(typed)
+        assert f"(did you mean {meant}?)" in str(refused.value) and "secret" not in str(refused.value)
+    with pytest.raises(SourceError, match="examples: 0, /dev/video0"):
+        open_source("missing-clip.mp4")  # a file that is not there is not taken for an address

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import glob
 import http.client
 import os
+import re
 import socket
 import ssl
 import time
@@ -390,7 +392,7 @@ def open_source(
     target: str, *, width: int | None = None, height: int | None = None, fps: float | None = None
 ) -> FrameSource:
     """Pick the source type from what the user wrote; nothing is opened yet."""
-    target = target.strip()
+    target = _lower_scheme(target.strip())
     if not target:
         raise SourceError("empty source: give a camera index, /dev/videoN, a video or image file, a folder, or a URL")
     if is_camera(target):
@@ -438,13 +440,11 @@ def _local_source(target: str, fps: float | None = None) -> FrameSource:
         return FilesSource(target, [p for p in matches if is_media(p)], fps)
     if path.suffix.lower() in IMAGE_SUFFIXES:
         if not path.is_file():
-            raise SourceError(f"image {target} does not exist")
+            raise SourceError(_with_address_meant(f"image {mask_url(target)} does not exist", target))
         return FilesSource(target, [path], fps)
     if not path.exists():
-        raise SourceError(
-            f"source {mask_url(target)} is not a camera, URL, or existing file or folder; "
-            "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
-        )
+        what = f"source {mask_url(target)} is not a camera, URL, or existing file or folder"
+        raise SourceError(_with_address_meant(what, target, EXAMPLES))
     return CaptureSource(str(path), live=False)  # FFmpeg does not read `~`
 
 
@@ -461,6 +461,39 @@ def check_not_a_video_page(target: str) -> None:
             f"`yt-dlp -g -f 'best[height<=720]' '{mask_url(target)}'` prints (it expires after some hours; a live "
             "stream's is an .m3u8 that keeps playing)"
         )
+
+
+def _lower_scheme(target: str) -> str:
+    """`RTSP://cam/live`, as some camera apps print it: a URL's scheme is read in any case, and FFmpeg's is not."""
+    scheme, sep, rest = target.partition("://")
+    return f"{scheme.lower()}{sep}{rest}" if sep and scheme.isalpha() else target
+
+
+EXAMPLES = "examples: 0, /dev/video0, video.mp4, rtsp://host/stream, ./images/"
+
+
+def _with_address_meant(message: str, target: str, otherwise: str = "") -> str:
+    """The message with the address `target` most likely means; its password masked in both, though a mistyped
+    scheme hides it from the URL parser."""
+    meant = _address_meant(target)
+    if meant is None:
+        return f"{message}; {otherwise}" if otherwise else message
+    return mask_in(f"{message} (did you mean {meant}?)", meant)
+
+
+def _address_meant(target: str) -> str | None:
+    """A stream address with its scheme mistyped (`rstp://`, `rtsp:/`, `rtsp//`) or left out (`192.168.1.5:554/live`):
+    the address it most likely means; None when it does not look like one."""
+    schemes = [scheme.removesuffix("://") for scheme in STREAM_SCHEMES]
+    typed = re.match(r"([A-Za-z]+)(?::/{0,2}|//)(?=[^/])", target)
+    if typed and typed.group(1).lower() not in schemes and "://" in target:
+        near = difflib.get_close_matches(typed.group(1).lower(), schemes, n=1, cutoff=0.6)
+        return f"{near[0]}://{target[typed.end() :]}" if near else None
+    if typed and typed.group(1).lower() in schemes and typed.group(0) != f"{typed.group(1)}://":
+        return f"{typed.group(1).lower()}://{target[typed.end() :]}"  # one slash, or the colon left out
+    if re.match(r"[\w.-]+:\d{2,5}(/|$)", target):
+        return f"rtsp://{target}"  # host:port/path: a camera's RTSP address without its scheme
+    return None
 
 
 def check_password_encoding(target: str) -> None:
