@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 
 from edge_inference.models.registry import is_registry_name
@@ -21,10 +22,17 @@ def anchored_model(model: str, folder: Path) -> str:
     return _anchored(model, folder) if _is_model_path(model, folder) else model
 
 
+# A stream address typed with a slip (`rtsp:/cam`, `rtsp//cam`, `rstp://cam`) or without its scheme (`cam:554/live`):
+# kept as written, for the source to answer with the address meant, not read as a file in the config's folder.
+TYPED_SCHEME = re.compile(r"([A-Za-z]+)(?::/{0,2}|//)(?=[^/])")
+HOST_AND_PORT = re.compile(r"[\w.-]+:\d{2,5}(/|$)")
+
+
 def _is_local_path(source: str) -> bool:
-    """A file, folder or glob: not a camera index, a device (absolute anyway) or a URL."""
+    """A file, folder or glob: not a camera index, a device (absolute anyway) or a URL, nor one typed with a slip."""
     source = source.strip()
-    return bool(source) and not source.isdigit() and "://" not in source
+    address = "://" in source or TYPED_SCHEME.match(source) or HOST_AND_PORT.match(source)
+    return bool(source) and not source.isdigit() and not (address and not Path(source).exists())
 
 
 def _is_model_path(model: str, folder: Path) -> bool:

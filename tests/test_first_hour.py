@@ -453,3 +453,20 @@ def test_a_stream_address_typed_slightly_wrong_is_read_or_answered_with_the_one_
         assert f"(did you mean {meant}?)" in str(refused.value) and "secret" not in str(refused.value)
     with pytest.raises(SourceError, match="examples: 0, /dev/video0"):
         open_source("missing-clip.mp4")  # a file that is not there is not taken for an address
+
+
+def test_a_stream_address_typed_slightly_wrong_in_a_config_is_not_read_as_a_file_beside_it(tmp_path):
+    """A config's relative paths are read from its folder: `rtsp:/cam` became `/etc/edge/rtsp:/cam`, a file that is
+    not there, and no hint could be given."""
+    from edge_inference.edge.stream.sources import SourceError
+
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        "streams:\n  - {id: a, source: 'rtsp:/admin:secret@192.168.1.5/live'}\n  - {id: b, source: clip.mp4}\n"
+    )
+    first, second = load_config(config).streams
+    assert second.source == str(tmp_path / "clip.mp4")
+    with pytest.raises(SourceError) as refused:
+        open_source(first.source)
+    assert "(did you mean rtsp://admin:***@192.168.1.5/live?)" in str(refused.value)
+    assert "secret" not in str(refused.value) and str(tmp_path) not in str(refused.value)

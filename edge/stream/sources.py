@@ -6,7 +6,6 @@ import difflib
 import glob
 import http.client
 import os
-import re
 import socket
 import ssl
 import time
@@ -20,6 +19,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import cv2
 import numpy as np
 
+from edge_inference.edge.config_paths import HOST_AND_PORT, TYPED_SCHEME
 from edge_inference.edge.errors import EdgeError, connection_failure
 from edge_inference.edge.secrets import mask_in, mask_url, password_encoding_advice
 from edge_inference.edge.stream.images import (
@@ -485,13 +485,13 @@ def _address_meant(target: str) -> str | None:
     """A stream address with its scheme mistyped (`rstp://`, `rtsp:/`, `rtsp//`) or left out (`192.168.1.5:554/live`):
     the address it most likely means; None when it does not look like one."""
     schemes = [scheme.removesuffix("://") for scheme in STREAM_SCHEMES]
-    typed = re.match(r"([A-Za-z]+)(?::/{0,2}|//)(?=[^/])", target)
+    typed = TYPED_SCHEME.match(target)
     if typed and typed.group(1).lower() not in schemes and "://" in target:
         near = difflib.get_close_matches(typed.group(1).lower(), schemes, n=1, cutoff=0.6)
         return f"{near[0]}://{target[typed.end() :]}" if near else None
     if typed and typed.group(1).lower() in schemes and typed.group(0) != f"{typed.group(1)}://":
         return f"{typed.group(1).lower()}://{target[typed.end() :]}"  # one slash, or the colon left out
-    if re.match(r"[\w.-]+:\d{2,5}(/|$)", target):
+    if HOST_AND_PORT.match(target):
         return f"rtsp://{target}"  # host:port/path: a camera's RTSP address without its scheme
     return None
 
