@@ -45,11 +45,6 @@ def _engine_named(name: str, auto: bool = False) -> str:
         raise ValueError(str(exc)) from None
 
 
-def _number_as_text(value: Any) -> Any:
-    """A whole number where text is wanted (`id: 1`, `source: 0`) is the text YAML would have read unquoted."""
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
 class ConfigError(EdgeError):
     pass
 
@@ -215,11 +210,12 @@ class StreamConfig(BaseModel):
     # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
     ffmpeg: FFmpegConfig | None = None
 
-    @field_validator("id", mode="before")
+    @field_validator("id", "source", mode="before")
     @classmethod
-    def _numbered(cls, stream_id: Any) -> Any:
-        """`id: 1`: a camera numbered as a house numbers them is YAML's number 1, and a good name."""
-        return _number_as_text(stream_id)
+    def _number_as_text(cls, value: Any) -> Any:
+        """`id: 1` (cameras numbered as a house numbers them) and `source: 0` (the camera index, as the examples
+        write it) are YAML's numbers: read as the text they were written as."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("backend")
     @classmethod
@@ -232,12 +228,6 @@ class StreamConfig(BaseModel):
     def _compared_engines(cls, items: list[str]) -> list[str]:
         named = [(_engine_named(item.partition(":")[0]), item.partition(":")[2]) for item in items]
         return [f"{backend}:{device}" if device else backend for backend, device in named]
-
-    @field_validator("source", mode="before")
-    @classmethod
-    def _camera_index(cls, source: Any) -> Any:
-        """`source: 0` is YAML's number 0: the camera index, as the examples write it."""
-        return _number_as_text(source)
 
     @field_validator("threads")
     @classmethod
