@@ -10,7 +10,7 @@ import click
 import yaml
 
 from edge_inference.edge.config import MAX_THREADS
-from edge_inference.edge.detection.detector import Classes, Detector
+from edge_inference.edge.detection.detector import Classes, Detector, classes_from_text
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.stream.tracking import labels_listed, unknown_classes
@@ -83,9 +83,7 @@ def classes_flag() -> Callable[[F], F]:
 
 
 def _classes(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str | int]:
-    """`person, car,2` -> ["person", "car", 2]: a number is a class id, as Ultralytics' `classes=` takes it."""
-    items = [item.strip() for item in (value or "").split(",") if item.strip()]
-    return [int(item) if item.isdigit() else item for item in items]
+    return classes_from_text([value or ""])
 
 
 def check_classes(detector: Detector, classes: Classes) -> None:

@@ -226,8 +226,8 @@ class StreamConfig(BaseModel):
     @field_validator("compare")
     @classmethod
     def _compared_engines(cls, items: list[str]) -> list[str]:
-        named = [(_engine_named(item.partition(":")[0]), item.partition(":")[2]) for item in items]
-        return [f"{backend}:{device}" if device else backend for backend, device in named]
+        parts = [item.partition(":") for item in items]
+        return [_engine_named(backend) + (f":{device}" if device else "") for backend, _, device in parts]
 
     @field_validator("threads")
     @classmethod

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import QueryParams
 
-from edge_inference.edge.detection.detector import Detector, Reporting
+from edge_inference.edge.detection.detector import Detector, Reporting, classes_from_text
 from edge_inference.edge.stream.tracking import labels_listed, unknown_classes
 from edge_inference.service.errors import invalid
 
@@ -48,7 +48,7 @@ def upload_asks(params: QueryParams) -> UploadAsks:
         conf=None if conf is None else _fraction(conf_name, conf),
         iou=None if iou is None else _fraction(iou_name, iou),
         max_det=None if most is None else _count(most_name, most),
-        classes=_classes(params.getlist("classes")),
+        classes=classes_from_text(params.getlist("classes")),
     )
 
 
@@ -82,12 +82,6 @@ def _number(name: str, text: str) -> float:
     if not math.isfinite(value):
         raise _bad(name, "must be a finite number", text)
     return value
-
-
-def _classes(values: list[str]) -> list[str | int]:
-    """`classes=person,car` or `classes=0&classes=2`: a number is a class id, as Ultralytics' `classes=` takes it."""
-    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
-    return [int(item) if item.isdigit() else item for item in items]
 
 
 def _bad(name: str, message: str, value: Any) -> RequestValidationError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,6 +43,13 @@ def class_minimums(labels: Mapping[int, str], classes: Classes, conf: float) -> 
     return wanted
 
 
+def classes_from_text(values: Iterable[str]) -> list[str | int]:
+    """`person, car,2` (and `classes=0&classes=2`) -> ["person", "car", 2, 0, 2]: a number is a class id, as
+    Ultralytics' `classes=` takes it."""
+    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    return [int(item) if item.isdigit() else item for item in items]
+
+
 @dataclass(frozen=True)
 class Reporting:
     """What one call reports where it asks for other than the detector's own (an upload's `conf`, `classes`)."""
@@ -51,6 +58,12 @@ class Reporting:
     iou: float
     max_detections: int
     wanted: Mapping[int, float] | None = None  # class id -> its least score; None: every class from `conf`
+
+
+def _reporting(least: float, iou: float, max_detections: int, wanted: Mapping[int, float] | None) -> Reporting:
+    """The decoder keeps scores from the lowest any reported class takes; the classes' own scores filter after."""
+    threshold = min([least, *wanted.values()]) if wanted else least
+    return Reporting(threshold, iou, max_detections, wanted)
 
 
 @dataclass(frozen=True)
@@ -87,13 +100,12 @@ class Detector:
         self.backend = backend
         self.spec = spec
         # only these classes are reported (Ultralytics' `classes`, Frigate's `objects.track`), each from its score
-        self.wanted = class_minimums(spec.labels, classes, conf) if classes else None
-        threshold = min([conf, *self.wanted.values()]) if self.wanted else conf
+        wanted = class_minimums(spec.labels, classes, conf) if classes else None
+        self._own = _reporting(conf, iou, max_detections, wanted)
+        self._least = conf  # a class named without its own score gets this one
         # `--backend auto` serving on the ranking's choice while the engines are timed: True once another won
         self.superseded: Callable[[], bool] = lambda: False
         self.recent_inference_ms: collections.deque[float] = collections.deque(maxlen=RECENT)  # the live figure
-        self.conf, self.iou, self.max_detections = threshold, iou, max_detections
-        self._least = conf  # a class named without its own score gets this one
         tensor, pre = backend.inputs[0], spec.preprocessing
         if backend.pixels is not None:  # the engine converts BGR pixels itself: hand it the letterboxed frame
             pre = replace(pre, layout="NHWC", color="BGR", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
@@ -127,32 +139,26 @@ class Detector:
     ) -> Reporting:
         """The detector's own reporting with what is given replaced; `classes` replaces its classes, and `conf`
         becomes every reported class's least score."""
-        wanted = self.wanted
+        own, least = self._own, self._least if conf is None else conf
+        wanted = own.wanted
         if classes:
-            wanted = class_minimums(self.spec.labels, classes, self._least if conf is None else conf)
+            wanted = class_minimums(self.spec.labels, classes, least)
         elif conf is not None and wanted is not None:
             wanted = dict.fromkeys(wanted, conf)
-        least = conf if conf is not None else self._least
-        threshold = min([least, *wanted.values()]) if wanted else least
-        return Reporting(
-            threshold,
-            self.iou if iou is None else iou,
-            self.max_detections if max_detections is None else max_detections,
-            wanted,
-        )
+        iou = own.iou if iou is None else iou
+        return _reporting(least, iou, own.max_detections if max_detections is None else max_detections, wanted)
 
     def decode(
         self, raw: list[np.ndarray], transform: ImageTransform, reporting: Reporting | None = None
     ) -> list[Detection]:
         quant = self._output_quant
         outputs = raw if self._quant_context else [dequantize(o, q) for o, q in zip(raw, quant, strict=True)]
-        conf, iou, most, wanted = (
-            (self.conf, self.iou, self.max_detections, self.wanted)
-            if reporting is None
-            else (reporting.conf, reporting.iou, reporting.max_detections, reporting.wanted)
+        report = reporting or self._own
+        context = DecodeContext(
+            self.spec, transform, report.conf, report.iou, report.max_detections, quantization=self._quant_context
         )
-        context = DecodeContext(self.spec, transform, conf, iou, most, quantization=self._quant_context)
         detections = self._decode(outputs, context)
+        wanted = report.wanted
         if wanted is None:
             return detections
         # NMS is per class, so leaving classes out after it keeps the others' boxes as they are

@@ -486,11 +486,12 @@ def _address_meant(target: str) -> str | None:
     the address it most likely means; None when it does not look like one."""
     schemes = [scheme.removesuffix("://") for scheme in STREAM_SCHEMES]
     typed = TYPED_SCHEME.match(target)
-    if typed and typed.group(1).lower() not in schemes and "://" in target:
-        near = difflib.get_close_matches(typed.group(1).lower(), schemes, n=1, cutoff=0.6)
-        return f"{near[0]}://{target[typed.end() :]}" if near else None
-    if typed and typed.group(1).lower() in schemes and typed.group(0) != f"{typed.group(1)}://":
-        return f"{typed.group(1).lower()}://{target[typed.end() :]}"  # one slash, or the colon left out
+    scheme, rest = (typed.group(1).lower(), target[typed.end() :]) if typed else ("", "")
+    if scheme in schemes:  # one slash, or the colon left out (a whole `rtsp://` never comes here)
+        return f"{scheme}://{rest}"
+    if scheme and "://" in target:
+        near = difflib.get_close_matches(scheme, schemes, n=1, cutoff=0.6)
+        return f"{near[0]}://{rest}" if near else None
     if HOST_AND_PORT.match(target):
         return f"rtsp://{target}"  # host:port/path: a camera's RTSP address without its scheme
     return None
