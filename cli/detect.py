@@ -13,6 +13,7 @@ import numpy as np
 from edge_inference.cli.app import cli
 from edge_inference.cli.detect_video import detect_video, named_path, saved_as
 from edge_inference.cli.options import check_classes, detector_config, detector_options, home_expanded
+from edge_inference.edge.config_paths import with_path_meant
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
 from edge_inference.edge.secrets import mask_url
@@ -46,7 +47,7 @@ def _images_in(items: tuple[str, ...]) -> tuple[list[Path | str], int]:
                 failures += 1
             found += inside
         else:
-            click.echo(f"error: {path}: no such file", err=True)
+            click.echo(f"error: {with_path_meant(f'{path}: no such file', path)}", err=True)
             failures += 1
     return found, failures
 

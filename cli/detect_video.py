@@ -18,7 +18,7 @@ from edge_inference.edge.detection.detector import DetectionResult, Detector
 from edge_inference.edge.detection.report import result_record
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.stream.drawing import draw_detections
-from edge_inference.edge.stream.images import VIDEO_SUFFIXES, ImageError
+from edge_inference.edge.stream.images import VIDEO_SUFFIXES, ImageError, why_not_a_video
 from edge_inference.edge.stream.sources import network_reason
 
 DEFAULT_FPS = 25.0  # what an annotated video is written at when the file does not say its rate
@@ -79,8 +79,8 @@ def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path
     shown = mask_url(str(path))
     if not capture.isOpened():
         capture.release()
-        what = "damaged, or a format FFmpeg cannot decode" if isinstance(path, Path) else network_reason(path)
-        click.echo(f"error: {shown}: cannot be opened as a video ({what})", err=True)
+        what = why_not_a_video(str(path)) if isinstance(path, Path) else network_reason(path)
+        click.echo(f"error: {shown}: cannot be opened as a video: {what}", err=True)
         return False
     rate = float(capture.get(cv2.CAP_PROP_FPS) or 0)
     fps = rate if 0 < rate < 1000 else None

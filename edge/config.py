@@ -26,7 +26,7 @@ from edge_inference.backends.engine import check_engine_options
 from edge_inference.backends.names import backend_named
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.config_messages import NAME, OWN_KEYS, explain, load_yaml, unreadable_text, yaml_problem
-from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source
+from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source, path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import get_settings
 from edge_inference.models.registry import DEFAULT_MODEL
@@ -496,7 +496,7 @@ def load_config(path: Path | str) -> ServiceConfig:
         hint = "deploy/streams.example.yaml shows one"
         if get_settings().in_container:  # set by our image: the file is the user's to mount
             hint = f"mount yours: -v $PWD/streams.yaml:{path}:ro ({hint})"
-        raise ConfigError(f"no config at {path}: {hint}") from None
+        raise ConfigError(f"no config at {path}: {path_meant(path) or hint}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     except yaml.reader.ReaderError as exc:

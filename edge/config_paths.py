@@ -4,6 +4,7 @@ path that is only in the folder edge was started in is still read there, as befo
 
 from __future__ import annotations
 
+import difflib
 import glob
 import os
 import re
@@ -64,3 +65,47 @@ def _exists(path: str) -> bool:
     if any(ch in path for ch in "*?["):
         return bool(glob.glob(path))
     return os.path.exists(path)
+
+
+def with_path_meant(message: str, value: str | os.PathLike[str]) -> str:
+    """`message` about a path that does not exist, with the path most likely meant when one is near."""
+    hint = path_meant(value)
+    return f"{message}; {hint}" if hint else message
+
+
+def path_meant(value: str | os.PathLike[str]) -> str:
+    """Why a path that does not exist does not, in a clause to add to its message: the file in its folder spelled
+    nearest (`vtst.avi`, `yolox-nano.onnx`, `Cat.JPG`), or the first folder on the way that is not there, with the
+    one nearest to it. Empty when nothing near is found (or the folder cannot be listed)."""
+    path = Path(os.path.expanduser(os.fspath(value)))
+    missing = path
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent  # the first part of the path that is not there
+    near = _nearest_entry(missing)
+    if missing != path:
+        hint = f"there is no folder {missing}"
+        return f"{hint} (did you mean {missing.parent / near}?)" if near else hint
+    return f"did you mean {path.parent / near}?" if near else ""
+
+
+def _nearest_entry(path: Path) -> str | None:
+    """The name in `path`'s folder that `path`'s name most likely means: the same but for case, `-`/`_` and
+    spaces, the closest spelling, or the one name that begins with it."""
+    try:
+        names = [entry.name for entry in os.scandir(path.parent or ".")]
+    except OSError:
+        return None
+    plain = {_plain_name(name): name for name in sorted(names)}
+    wanted = _plain_name(path.name)
+    if wanted in plain:
+        return plain[wanted]
+    near = difflib.get_close_matches(wanted, list(plain), n=1, cutoff=0.75)
+    if near:
+        return plain[near[0]]
+    stem, suffix = _plain_name(path.stem), path.suffix.lower()
+    longer = [name for key, name in plain.items() if key.startswith(stem) and key.endswith(suffix)]
+    return longer[0] if stem and len(longer) == 1 else None  # `cat.jpg` for the one `cat_720p.jpg`
+
+
+def _plain_name(name: str) -> str:
+    return name.lower().replace("-", "_").replace(" ", "_")

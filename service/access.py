@@ -25,6 +25,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edge_inference.edge.config import MIN_TOKEN_LENGTH, ServerConfig
+from edge_inference.edge.config_paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 
@@ -54,6 +55,8 @@ def _read_token_file(path: Path) -> str:
     try:
         # utf-8-sig: a byte-order mark from a Windows editor would be part of the token, and no client would match it
         token = path.expanduser().read_text(encoding="utf-8-sig").strip()
+    except FileNotFoundError:
+        raise EdgeError(with_path_meant(f"there is no token file {path}", path)) from None
     except OSError as exc:
         raise EdgeError(f"cannot read the token file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:

@@ -90,7 +90,7 @@ def test_where_the_token_comes_from_and_when_one_is_made(tmp_path):
     assert AccessPolicy.from_config(ServerConfig(token_file=token_file), settings).token == "from-a-file"
     assert AccessPolicy.from_config(ServerConfig(), Settings(token="from-env")).token == "from-env"
     assert AccessPolicy.from_config(ServerConfig(token="config-wins"), Settings(token="env")).token == "config-wins"
-    with pytest.raises(EdgeError, match="cannot read the token file"):
+    with pytest.raises(EdgeError, match="there is no token file"):
         AccessPolicy.from_config(ServerConfig(token_file=tmp_path / "missing"), settings)
     assert TOKEN not in repr(AccessPolicy(token=TOKEN))  # never in a log line by accident
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from edge_inference.cli.serve import with_environment
-from edge_inference.edge.config import ConfigError, ServiceConfig, load_config, single_stream_config
+from edge_inference.edge.config import ConfigError, ServerConfig, ServiceConfig, load_config, single_stream_config
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.ffmpeg import ffmpeg_source
@@ -470,3 +471,66 @@ def test_a_stream_address_typed_slightly_wrong_in_a_config_is_not_read_as_a_file
         open_source(first.source)
     assert "(did you mean rtsp://admin:***@192.168.1.5/live?)" in str(refused.value)
     assert "secret" not in str(refused.value) and str(tmp_path) not in str(refused.value)
+
+
+def test_a_path_typed_slightly_wrong_is_answered_with_the_file_meant(tmp_path):
+    """A file named from memory (`cat.jpg` for cat_720p.jpg, `vtst.avi`, `yolox-nano.onnx` for yolox_nano.onnx,
+    `streams.yml`, a folder `medai/`) was "no such file" or "does not exist" with nothing more: the user had to `ls`
+    every folder on the way. Each message now names the file or folder nearest to what was typed."""
+    from edge_inference.edge.detection.model_files import model_reference
+    from edge_inference.edge.errors import EdgeError
+    from edge_inference.service.access import AccessPolicy
+
+    media = tmp_path / "media"
+    media.mkdir()
+    for name in ("cat_720p.jpg", "vtest.avi", "yolox_nano.onnx", "streams.yaml", "token"):
+        (media / name).write_bytes(b"x")
+    proc = run_edge("detect", str(media / "cat.jpg"), str(media / "CAT_720P.JPG"), "-m", "yolox-nano")
+    assert errors_of(proc) == [
+        f"error: {media / 'cat.jpg'}: no such file; did you mean {media / 'cat_720p.jpg'}?",
+        f"error: {media / 'CAT_720P.JPG'}: no such file; did you mean {media / 'cat_720p.jpg'}?",
+    ]
+    with pytest.raises(EdgeError) as model:
+        model_reference(str(media / "yolox-nano.onnx"))
+    assert str(model.value).endswith(f"does not exist; did you mean {media / 'yolox_nano.onnx'}?")
+    with pytest.raises(EdgeError) as source:
+        open_source(str(tmp_path / "medai" / "vtest.avi"))
+    assert str(source.value).endswith(f"there is no folder {tmp_path / 'medai'} (did you mean {media}?)")
+    with pytest.raises(EdgeError) as video:
+        open_source(str(media / "vtst.avi"))
+    assert f"did you mean {media / 'vtest.avi'}?" in str(video.value)
+    with pytest.raises(ConfigError, match=re.escape(f"did you mean {media / 'streams.yaml'}?")):
+        load_config(media / "streams.yml")
+    with pytest.raises(EdgeError, match=re.escape(f"there is no token file {media / 'tokn'}; did you mean")):
+        AccessPolicy.from_config(ServerConfig(token_file=media / "tokn"), Settings())
+    with pytest.raises(EdgeError) as unrelated:  # nothing near: no guess
+        model_reference(str(media / "detector.onnx"))
+    assert str(unrelated.value) == f"model file {media / 'detector.onnx'} does not exist"
+
+
+@pytest.mark.skipif(not shutil.which("ffmpeg") or not shutil.which("ffprobe"), reason="needs Debian's ffmpeg")
+def test_a_file_with_sound_and_no_picture_is_called_that_not_an_undecodable_video(tmp_path):
+    """A doorbell's audio clip, an .m4a or .mp3 named as a source: "the file is missing or not a video FFmpeg can
+    decode" (OpenCV's source) and "ffmpeg says 'Output file #0 does not contain any stream'" (the FFmpeg source) sent
+    the user to check a file that was there and fine. Both now say it holds sound only; a file that went away (a NAS
+    unmounted under a running stream) is said to be gone, not undecodable."""
+    from edge_inference.edge.stream.ffmpeg import FFmpegSettings, FFmpegSource
+    from edge_inference.edge.stream.sources import CaptureSource, SourceError
+
+    tone = tmp_path / "doorbell.mp4"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "sine=duration=1", str(tone)], check=True)
+    capture = CaptureSource(str(tone), live=False)
+    with pytest.raises(SourceError, match=r"cannot be opened: it holds sound only \(aac\), no picture"):
+        capture.open()
+    piped = FFmpegSource(str(tone), FFmpegSettings(live=False, width=320))
+    try:
+        with pytest.raises(SourceError, match=r"could not be opened: it holds sound only \(aac\), no picture"):
+            piped.open()
+    finally:
+        piped.close()
+    tone.rename(tmp_path / "moved.mp4")
+    with pytest.raises(SourceError, match=r"the file is not there \(moved, deleted, or a drive not mounted\)"):
+        capture.open()
+    proc = run_edge("detect", str(tmp_path / "moved.mp4"), "-m", "yolox-nano")
+    assert errors_of(proc) == [f"error: {tmp_path / 'moved.mp4'}: cannot be opened as a video: it holds sound only "
+                               "(aac), no picture: give a file with a video track"]  # fmt: skip

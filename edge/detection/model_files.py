@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_inference.backends import Engine, engines, get_engine
+from edge_inference.edge.config_paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from edge_inference.models.download import LFS_POINTER, Progress, check_cached, is_cached, pull
@@ -29,7 +30,7 @@ def model_reference(model: str) -> RegistryEntry | Path:
             f"model file {model} does not exist; and {path.name} is {what}, which no engine here runs: {instead}"
         )
     if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
-        raise EdgeError(f"model file {model} does not exist")
+        raise EdgeError(with_path_meant(f"model file {model} does not exist", path))
     return get_entry(model)  # raises the "unknown registry name" message, with the nearest names
 
 

@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 
 from edge_inference.edge.secrets import mask_in
+from edge_inference.edge.stream.images import file_trouble
 from edge_inference.edge.stream.sources import (
     FrameSource,
     SourceError,
@@ -346,6 +347,10 @@ class FFmpegSource(FrameSource):
                 f"{mask_in(hardware[0], self.target)!r}); it needs {preset.device} and {preset.hint}. "
                 "Remove hwaccel to decode in software"
             )
+        local_file = not self.live and not is_camera(self.target) and "://" not in self.target
+        trouble = file_trouble(self.target) if local_file else None
+        if trouble:  # a file gone, or sound only: FFmpeg's "Output file #0 does not contain any stream" says neither
+            return FFmpegError(f"{self.description} {what}: {trouble}")
         reason = lines[-1] if lines else f"ffmpeg exited with status {code}" if code is not None else "no output"
         return FFmpegError(f"{self.description} {what}: ffmpeg says {mask_in(reason, self.target)!r}")
 

@@ -1,13 +1,17 @@
-"""Decode still images with one clear error for each way a file can be unusable."""
+"""Decode still images with one clear error for each way a file can be unusable; tell videos from other files, and
+say why a file is not a video (gone, sound only)."""
 
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from edge_inference.edge.config_paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 
 _JPEG_START, _JPEG_END = b"\xff\xd8", b"\xff\xd9"
@@ -314,7 +318,7 @@ def decode_image(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS) -
 
 def read_image(path: Path) -> np.ndarray:
     if not path.exists():
-        raise ImageError(f"{path}: no such file")
+        raise ImageError(with_path_meant(f"{path}: no such file", path))
     if path.is_dir():
         raise ImageError(f"{path}: is a folder, not an image")
     try:
@@ -322,3 +326,42 @@ def read_image(path: Path) -> np.ndarray:
     except OSError as exc:
         raise ImageError(f"{path}: cannot be read ({exc.strerror})") from None
     return decode_image(data, str(path))
+
+
+PROBE_TIMEOUT_S = 10.0
+
+
+def why_not_a_video(path: str) -> str:
+    """The reason, as the end of "video NAME cannot be opened: ..."."""
+    return file_trouble(path) or "not a video FFmpeg can decode (damaged, or another kind of file)"
+
+
+def file_trouble(path: str) -> str | None:
+    """The file is gone, or holds no picture; None when neither (then FFmpeg's own words say more)."""
+    if not Path(path).exists():
+        return with_path_meant("the file is not there (moved, deleted, or a drive not mounted)", path)
+    kinds = stream_kinds(path)
+    if kinds and "video" not in kinds:
+        audio = [codec for kind, codec in kinds.items() if kind == "audio"]
+        what = f"sound only ({', '.join(audio)})" if audio else f"only {', '.join(sorted(kinds))} streams"
+        return f"it holds {what}, no picture: give a file with a video track"
+    return None
+
+
+def stream_kinds(path: str) -> dict[str, str]:
+    """{kind: codec} of the file's streams ("audio": "mp3"), by Debian's `ffprobe`; empty where it is not installed
+    or cannot read the file."""
+    ffprobe = shutil.which("ffprobe")
+    if ffprobe is None:
+        return {}
+    command = [ffprobe, "-v", "error", "-show_entries", "stream=codec_type,codec_name", "-of", "csv=p=0", path]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    kinds: dict[str, str] = {}
+    for line in done.stdout.splitlines():
+        codec, _, kind = line.strip().partition(",")
+        if kind:
+            kinds.setdefault(kind, codec)
+    return kinds

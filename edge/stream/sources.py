@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import cv2
 import numpy as np
 
-from edge_inference.edge.config_paths import HOST_AND_PORT, TYPED_SCHEME
+from edge_inference.edge.config_paths import HOST_AND_PORT, TYPED_SCHEME, path_meant
 from edge_inference.edge.errors import EdgeError, connection_failure
 from edge_inference.edge.secrets import mask_in, mask_url, password_encoding_advice
 from edge_inference.edge.stream.images import (
@@ -31,6 +31,7 @@ from edge_inference.edge.stream.images import (
     is_video,
     media_in_folder,
     read_image,
+    why_not_a_video,
 )
 
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
@@ -156,7 +157,7 @@ class CaptureSource(FrameSource):
             )
         if self.target.startswith(STREAM_SCHEMES):
             return f"stream {name} cannot be opened: {network_reason(self.target)}"
-        return f"video {name} cannot be opened: the file is missing or not a video FFmpeg can decode"
+        return f"video {name} cannot be opened: {why_not_a_video(self.target)}"
 
     @property
     def fps(self) -> float | None:
@@ -440,11 +441,11 @@ def _local_source(target: str, fps: float | None = None) -> FrameSource:
         return FilesSource(target, [p for p in matches if is_media(p)], fps)
     if path.suffix.lower() in IMAGE_SUFFIXES:
         if not path.is_file():
-            raise SourceError(_with_address_meant(f"image {mask_url(target)} does not exist", target))
+            raise SourceError(_with_address_meant(f"image {mask_url(target)} does not exist", target, path_meant(path)))
         return FilesSource(target, [path], fps)
     if not path.exists():
         what = f"source {mask_url(target)} is not a camera, URL, or existing file or folder"
-        raise SourceError(_with_address_meant(what, target, EXAMPLES))
+        raise SourceError(_with_address_meant(what, target, path_meant(path) or EXAMPLES))
     return CaptureSource(str(path), live=False)  # FFmpeg does not read `~`
 
 
