@@ -10,6 +10,7 @@ import click
 import yaml
 
 from edge_inference.edge.config import MAX_THREADS
+from edge_inference.edge.config_messages import fraction_as_percentage, number_as_written
 from edge_inference.edge.detection.detector import Classes, Detector, classes_from_text
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.edge.errors import EdgeError
@@ -18,6 +19,28 @@ from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.registry import DEFAULT_MODEL
 
 F = Callable[..., Any]
+
+
+class FractionType(click.FloatRange):
+    """0 to 1, answered as a config is for `0,5` (a decimal comma), `50%` and `50` (a percentage)."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                self.fail(number_as_written(value, "") or f"{value!r} is not a number", param, ctx)
+        said = fraction_as_percentage(number)
+        if said:
+            self.fail(said, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+FRACTION = FractionType()
 
 
 def detector_options(func: F) -> F:
@@ -50,8 +73,8 @@ def detector_options(func: F) -> F:
             type=click.IntRange(min=1, max=MAX_THREADS),
             help="Engine threads (default: the machine's usable cores, shared among the engines loaded).",
         ),
-        click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True, help="Minimum score."),
-        click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True, help="NMS IoU threshold."),
+        click.option("--conf", type=FRACTION, default=0.25, show_default=True, help="Minimum score."),
+        click.option("--iou", type=FRACTION, default=0.45, show_default=True, help="NMS IoU threshold."),
         classes_flag(),
         click.option(
             "--decoder",

@@ -71,11 +71,54 @@ def _message(error: Any, section: str, root: type[BaseModel]) -> str:
     missing_stream = _no_stream(kind, tuple(loc), value)
     if missing_stream:
         return missing_stream
+    if kind in ("float_parsing", "int_parsing") and isinstance(value, str):
+        number = number_as_written(value, str(loc[-1]))
+        if number:
+            return number
     message = str(error["msg"]).removeprefix("Value error, ")
     limit = error.get("ctx", {}).get("le")
-    if kind == "less_than_equal" and limit == 1 and isinstance(value, int | float) and 1 < value <= 100:
-        return f"{value:g} is more than 1: it is a fraction of 1, so {value:g}% is {value / 100:g}"
+    if kind == "less_than_equal" and limit == 1:
+        return fraction_as_percentage(value) or message
     return message
+
+
+def fraction_as_percentage(value: Any) -> str | None:
+    """A fraction of 1 written as a percentage (`conf: 50`): the fraction meant."""
+    if isinstance(value, int | float) and 1 < value <= 100:
+        return f"{value:g} is more than 1: it is a fraction of 1, so {value:g}% is {value / 100:g}"
+    return None
+
+
+# A number written with its unit, in the unit a setting's name ends with (`recheck_s: 30s`, `max_snapshot_mb: 1GB`)
+_WRITTEN_NUMBER = re.compile(r"\s*([-+]?\d+(?:[.,]\d+)?)\s*([A-Za-z%]*)\s*")
+_UNITS: dict[str, dict[str, float]] = {
+    "_s": {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "ms": 0.001, "m": 60, "min": 60, "mins": 60,
+           "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600},
+    "_mb": {"mb": 1, "mib": 1, "m": 1, "gb": 1024, "gib": 1024, "g": 1024, "kb": 1 / 1024, "kib": 1 / 1024},
+    "_days": {"d": 1, "day": 1, "days": 1, "w": 7, "week": 7, "weeks": 7},
+}  # fmt: skip
+_UNIT_WORDS = {"_s": "seconds", "_mb": "MiB", "_days": "days"}
+
+
+def number_as_written(text: str, key: str) -> str | None:
+    """What to write for a number YAML read as text: `0,45` (a decimal comma), `50%` (a fraction's percentage),
+    `30s`, `1GB`, `5 fps` (the unit is in the setting's name); None when the text is not a number at all."""
+    written = _WRITTEN_NUMBER.fullmatch(text)
+    if written is None:
+        return None
+    digits, unit = written.group(1), written.group(2).lower()
+    value = float(digits.replace(",", "."))
+    if "," in digits and not unit:
+        return f"{text!r} has a decimal comma: write {value:g}"
+    if unit == "%":
+        return f"{text!r} is a percentage: write the fraction of 1, {value / 100:g}"
+    if unit and (key == unit or key.endswith(f"_{unit}")):  # `fps: 5 fps`, `client_flush_hz: 10hz`
+        return f"{text!r} has its unit written, which the setting's name gives: write {value:g}"
+    suffix = next((end for end in _UNITS if key.endswith(end)), None)
+    if suffix is not None and unit in _UNITS[suffix]:
+        meant = value * _UNITS[suffix][unit]
+        return f"{text!r} has its unit written: {key} is in {_UNIT_WORDS[suffix]}, so write {meant:g}"
+    return f"{text!r} is not a number: write the number alone ({value:g}), in the unit the setting's name gives"
 
 
 def _unknown_key(key: str, keys: list[str], section: str) -> str:

@@ -272,3 +272,35 @@ def test_a_config_written_as_users_write_it_is_read_or_answered_with_what_to_wri
         with pytest.raises(ConfigError) as caught:
             load_config(config)
         assert answer in str(caught.value), caught.value
+
+
+def test_a_number_written_as_people_write_it_is_answered_with_the_number_to_write(tmp_path):
+    """`conf: 50%`, `iou: 0,45` (a decimal comma, as a German or French user writes it), `recheck_s: 30s`,
+    `max_snapshot_mb: 1GB`, `fps: 5 fps`: YAML reads each as text, and each was "Input should be a valid number,
+    unable to parse string as a number". The answer now is the number to write, in the setting's own unit; the
+    command line's `--conf 0,5` and `--conf 50` get the same answers."""
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        "storage: {max_snapshot_mb: 1GB, max_age_days: 2 weeks}\n"
+        "streams:\n  porch:\n    source: 0\n    conf: 50%\n    iou: '0,45'\n    fps: 5 fps\n"
+        "    motion: {recheck_s: 500ms}\n    threads: two\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    said = str(caught.value)
+    for answer in (
+        "streams.porch.conf: '50%' is a percentage: write the fraction of 1, 0.5",
+        "streams.porch.iou: '0,45' has a decimal comma: write 0.45",
+        "streams.porch.fps: '5 fps' has its unit written, which the setting's name gives: write 5",
+        "streams.porch.motion.recheck_s: '500ms' has its unit written: recheck_s is in seconds, so write 0.5",
+        "storage.max_snapshot_mb: '1GB' has its unit written: max_snapshot_mb is in MiB, so write 1024",
+        "storage.max_age_days: '2 weeks' has its unit written: max_age_days is in days, so write 14",
+        "streams.porch.threads: Input should be a valid integer",  # not a number at all: pydantic's words
+    ):
+        assert answer in said, said
+    for typed, answer in [
+        ("0,5", "'0,5' has a decimal comma: write 0.5"),
+        ("50", "50 is more than 1: it is a fraction of 1, so 50% is 0.5"),
+    ]:
+        proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "--conf", typed)
+        assert proc.returncode == 2 and f"Invalid value for '--conf': {answer}" in proc.stderr, proc.stderr
