@@ -30,9 +30,10 @@ from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.errors import quoted
 from edge_inference.service.limits import ClientSlots, UploadGate, busy
 from edge_inference.service.live import LiveChannel, LiveOptions
+from edge_inference.service.query_names import ALSO_READ
 from edge_inference.service.schemas import DetectResponse, Health, LatestDetections, ServiceSetup
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
-from edge_inference.service.upload_options import QUERY_PARAMETERS, upload_asks
+from edge_inference.service.upload_options import ALSO_READ_BY_UPLOADS, QUERY_PARAMETERS, upload_asks
 from edge_inference.service.upload_text import image_bytes, refuse_url_parameter
 from edge_inference.service.uploads import UploadDetectors, file_part, read_body
 
@@ -281,7 +282,7 @@ UPLOAD_BODY = {
     response_model=DetectResponse,
     summary="Detect objects in an uploaded image",
     # the body is read raw and the thresholds under two names each, so FastAPI cannot declare them itself
-    openapi_extra={"requestBody": UPLOAD_BODY, "parameters": QUERY_PARAMETERS},
+    openapi_extra={"requestBody": UPLOAD_BODY, "parameters": QUERY_PARAMETERS, ALSO_READ: ALSO_READ_BY_UPLOADS},
     responses={
         400: {"description": "empty or malformed body"},
         404: {"description": "no such stream (the `stream` parameter)"},

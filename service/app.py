@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.routing import APIRoute, APIWebSocketRoute
 from fastapi.staticfiles import StaticFiles
@@ -25,6 +25,7 @@ from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.limits import ClientSlots, UploadGate
 from edge_inference.service.metrics import ServiceMetrics
 from edge_inference.service.proxy import ForwardedPrefix
+from edge_inference.service.query_names import check_query_names
 from edge_inference.service.uploads import UploadDetectors
 
 API_PREFIX = "/api/v1"
@@ -61,6 +62,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
         version=__version__,
         description="Real-time object detection: streams, detections, latency metrics.",
         lifespan=lifespan,
+        dependencies=[Depends(check_query_names)],  # `?hieght=`, Frigate's `?h=`: a 422 naming the parameter meant
     )
     app.state.config = config
     app.state.access = access

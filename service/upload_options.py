@@ -14,10 +14,13 @@ from starlette.datastructures import QueryParams
 from edge_inference.edge.detection.detector import Detector, Reporting, classes_from_text
 from edge_inference.edge.stream.tracking import labels_listed, unknown_classes
 from edge_inference.service.errors import invalid
+from edge_inference.service.upload_text import URL_PARAMETERS
 
 MOST_BOXES = 1000
 FRACTION = "a fraction from 0 to 1 (50% is 0.5)"
 NAMES = {"conf": ("conf", "confidence"), "iou": ("iou", "overlap"), "max_det": ("max_det", "max_detections")}
+# every query name an upload is read under, beyond its OpenAPI parameters (service/query_names.py)
+ALSO_READ_BY_UPLOADS = sorted({name for names in NAMES.values() for name in names} | set(URL_PARAMETERS))
 
 
 @dataclass(frozen=True)

@@ -153,3 +153,47 @@ def test_an_address_that_is_not_there_is_answered_with_the_one_meant():
             listed["model"],
         )
         assert client.get("/api/v1/streams/nope").json()["detail"] == "no stream 'nope'; streams: main"
+
+
+def test_a_parameter_named_nearly_right_or_as_another_tool_names_it_is_answered_with_the_one_meant():
+    """`snapshot.jpg?h=300&bbox=1` (Frigate's `latest.jpg` names), `?hieght=`, `?width=`, `/events?limt=5`,
+    `/detect?threshold=0.5` were passed over: a full-size frame, every event, the stream's own threshold, and no word
+    why. Each is now a 422 naming the parameter meant; a cache-buster (`?t=`, `?_=`) and Roboflow's `api_key`,
+    `format` and `labels` are still passed over, as before."""
+    import cv2
+    import numpy as np
+
+    from tests.conftest import MEDIA
+
+    with app_client(service_config()) as client:
+        wait_ready(client)
+        snapshot = "/api/v1/streams/main/snapshot.jpg"
+        deadline = time.monotonic() + 120  # ready is a loaded model; the first frame follows
+        while client.get(snapshot).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for query, name, meant in [
+            ("h=300", "h", "height"),
+            ("hieght=300", "hieght", "height"),
+            ("width=320", "width", "height"),
+            ("height=100&bbox=1", "bbox", "boxes"),
+            ("qualty=50", "qualty", "quality"),
+        ]:
+            answer = client.get(f"{snapshot}?{query}")
+            assert answer.status_code == 422, answer.text
+            (error,) = answer.json()["detail"]
+            assert error["loc"] == ["query", name] and error["type"] == "extra_forbidden"
+            assert error["msg"] == (
+                f"not a parameter here (did you mean {meant}?); this address takes: boxes, height, quality, zones"
+            )
+        for query in ("t=1732500000", "_=17", "height=100&token=ignored-here"):
+            image = client.get(f"{snapshot}?{query}")
+            assert image.status_code == 200, image.text
+        small = cv2.imdecode(np.frombuffer(client.get(f"{snapshot}?height=100&t=1").content, np.uint8), 1)
+        assert small.shape[0] == 100
+        events = client.get("/api/v1/events?limt=5")
+        assert events.status_code == 422 and "(did you mean limit?)" in events.json()["detail"][0]["msg"]
+        photo = {"image": ("cat.jpg", (MEDIA / "cat_720p.jpg").read_bytes(), "image/jpeg")}
+        refused = client.post("/api/v1/detect?threshold=0.9", files=photo)
+        assert refused.status_code == 422 and "(did you mean conf?)" in refused.json()["detail"][0]["msg"]
+        roboflow = client.post("/api/v1/detect?api_key=abc&confidence=0.9&format=json&labels=on", files=photo)
+        assert roboflow.status_code == 200 and all(d["score"] >= 0.9 for d in roboflow.json()["detections"])
