@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from edge_inference.edge.settings import unquoted
+
 # ${NAME}, ${NAME:-default} (unset or empty), ${NAME-default} (unset), ${NAME:?why} / ${NAME?why} (required)
 _REFERENCE = re.compile(r"\$\$\{|\$\{([^{}]*)\}")
 _FORMS = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:-|-|:\?|\?)(?P<word>.*))?", re.DOTALL)
@@ -54,7 +56,7 @@ def _filled(match: re.Match[str], environ: Mapping[str, str], where: str) -> str
     if op in (":-", ":?") and value == "":
         value = None
     if value is not None:
-        return value
+        return unquoted(value)  # `- PORCH_PASSWORD="..."` in Compose's list form: the quotes are not the password's
     if op in (":-", "-"):
         return str(word)
     if op in (":?", "?") and word:

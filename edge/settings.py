@@ -6,10 +6,12 @@ import difflib
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from edge_inference.edge.errors import EdgeError
+
+EMPTY_IS_UNSET = {"token", "token_file", "mqtt_url", "data_dir", "config", "host", "port"}
 
 
 class Settings(BaseSettings):
@@ -38,16 +40,28 @@ class Settings(BaseSettings):
     # Set by our image (EDGE_IN_CONTAINER): a missing config is the user's to mount, and the message says how.
     in_container: bool = False
 
-    @field_validator("token", "token_file", "mqtt_url", "data_dir", "config", "host", "port", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        return None if value == "" else value  # EDGE_TOKEN= (empty, e.g. from docker compose) means no token
+    def _as_meant(cls, value: object, info: ValidationInfo) -> object:
+        """Quotes around a value are not part of it: compose's list form (`- EDGE_TOKEN="..."`) and `docker run
+        --env-file` pass them on, and the token, broker URL or data folder was read with them (a folder named `"`,
+        a token no client sent). Empty is unset: EDGE_TOKEN= (from docker compose) means no token."""
+        value = unquoted(value) if isinstance(value, str) else value
+        return None if value == "" and info.field_name in EMPTY_IS_UNSET else value
 
     @field_validator("model_cache", "auto_cache", "token_file", "data_dir", "config")
     @classmethod
     def _home_expanded(cls, path: Path | None) -> Path | None:
         """`~` as a shell reads it: a systemd unit's Environment= and a compose file pass it on as written."""
         return None if path is None else path.expanduser()
+
+
+def unquoted(value: str) -> str:
+    """An environment variable's value without the quotes around it, which Compose's list form and `docker run
+    --env-file` keep as part of it."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
 
 
 # EDGE_* variables read outside the settings: debugging, hardware roots, program paths, the tests' media

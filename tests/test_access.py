@@ -114,3 +114,27 @@ def test_a_token_from_any_place_is_held_to_the_same_length_and_loses_the_spaces_
     spaced = service_config({"token": f" {TOKEN} "})
     with app_client(spaced, {"Authorization": f"Bearer {TOKEN} "}) as client:  # sent with the space, as written
         assert client.get("/api/v1/streams").status_code == 200
+
+
+def test_quotes_around_an_environment_value_are_not_part_of_it(monkeypatch, tmp_path):
+    """Compose's list form (`environment: [EDGE_TOKEN="..."]`) and `docker run --env-file` keep the quotes: the token
+    was read with them (every client's token "wrong"), `EDGE_PORT="8080"` was "Input should be a valid integer",
+    `EDGE_DATA_DIR="/data"` made a folder named `"`, and a camera password from `${PORCH_PASSWORD}` failed at the
+    camera. The quotes are now taken off; `EDGE_TOKEN=""` is no token, as `EDGE_TOKEN=` is."""
+    from edge_inference.edge.config_env import filled_from_environment
+    from edge_inference.edge.settings import get_settings
+
+    monkeypatch.setenv("EDGE_TOKEN", f'"{TOKEN}"')
+    monkeypatch.setenv("EDGE_PORT", '"8401"')
+    monkeypatch.setenv("EDGE_DATA_DIR", f"'{tmp_path}/data'")
+    monkeypatch.setenv("EDGE_MQTT_URL", '"mqtt://broker.lan:1883"')
+    settings = get_settings()
+    assert AccessPolicy.from_config(ServerConfig(), settings).token == TOKEN
+    assert settings.port == 8401 and settings.data_dir == tmp_path / "data"
+    assert settings.mqtt_url is not None and settings.mqtt_url.get_secret_value() == "mqtt://broker.lan:1883"
+    monkeypatch.setenv("EDGE_TOKEN", '""')
+    assert get_settings().token is None
+    monkeypatch.setenv("EDGE_TOKEN", 'a"b"')  # quotes inside a value are its own
+    assert get_settings().token.get_secret_value() == 'a"b"'  # type: ignore[union-attr]
+    config = {"source": "rtsp://admin:${PORCH_PASSWORD}@cam/s1"}
+    assert filled_from_environment(config, {"PORCH_PASSWORD": '"pa ss"'}) == {"source": "rtsp://admin:pa ss@cam/s1"}
