@@ -9,9 +9,9 @@ from typing import Any
 import click
 import yaml
 
-from edge_inference.edge.config import MAX_THREADS
+from edge_inference.edge.config import MAX_THREADS, classes_from_text
 from edge_inference.edge.config_messages import fraction_as_percentage, number_as_written
-from edge_inference.edge.detection.detector import Classes, Detector, classes_from_text
+from edge_inference.edge.detection.detector import Classes, Detector
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.stream.tracking import labels_listed, unknown_classes

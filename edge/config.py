@@ -6,6 +6,7 @@ import math
 import os
 import re
 import unicodedata
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -166,6 +167,13 @@ class EventsConfig(BaseModel):
     end_after_s: float = Field(default=3.0, gt=0)  # the event ends once its object is lost this long
 
 
+def classes_from_text(values: Iterable[str]) -> list[str | int]:
+    """`person, car,2` (and `classes=0&classes=2`) -> ["person", "car", 2, 0, 2]: a number is a class id, as
+    Ultralytics' `classes=` takes it."""
+    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
+    return [int(item) if item.isdigit() else item for item in items]
+
+
 class StreamConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -216,6 +224,35 @@ class StreamConfig(BaseModel):
         """`id: 1` (cameras numbered as a house numbers them) and `source: 0` (the camera index, as the examples
         write it) are YAML's numbers: read as the text they were written as."""
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("motion", "tracking", "events", mode="before")
+    @classmethod
+    def _switched(cls, value: Any) -> Any:
+        """`motion: true`, as the --motion flag reads: the block with its defaults; `false`: off."""
+        return {} if value is True else None if value is False else value
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _classes_as_text(cls, value: Any) -> Any:
+        """`classes: person, car` (YAML's one string), as --classes takes it."""
+        return classes_from_text([value]) if isinstance(value, str) else value
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads_auto(cls, value: Any) -> Any:
+        """`threads: auto`, the default's name in `edge serve --help`: left to the thread budget."""
+        return None if isinstance(value, str) and value.strip().lower() == "auto" else value
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _one_backend(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            shown = ", ".join(map(str, value))
+            raise ValueError(
+                f"one backend a stream; to run the frames through several side by side, write compare: [{shown}] "
+                "(or backend: auto, for the fastest one measured here)"
+            )
+        return value
 
     @field_validator("backend")
     @classmethod

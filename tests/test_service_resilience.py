@@ -304,3 +304,28 @@ def test_a_number_written_as_people_write_it_is_answered_with_the_number_to_writ
     ]:
         proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "--conf", typed)
         assert proc.returncode == 2 and f"Invalid value for '--conf': {answer}" in proc.stderr, proc.stderr
+
+
+def test_a_stream_written_as_the_command_line_reads_it_is_taken(tmp_path):
+    """`motion: true` (as `--motion` reads), `tracking: true`, `classes: person, car` (as `--classes person,car`
+    takes it), `threads: auto` (the default's name) were refused in pydantic's words ("Input should be a valid
+    dictionary or instance of MotionConfig", "classes.list[union[str,int]]: Input should be a valid list; ...").
+    Each is now read as meant; `backend: [onnx, tflite]` is answered with `compare:`, which runs several."""
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        f"streams:\n  - id: door\n    source: {VTEST}\n    motion: true\n    tracking: true\n"
+        "    events: true\n    classes: person, car, 2\n    threads: auto\n"
+        f"  - id: yard\n    source: {VTEST}\n    motion: false\n"
+    )
+    door, yard = load_config(config).streams
+    assert door.motion == StreamConfig(id="x", source="0", motion={}).motion and door.motion is not None
+    assert door.tracking is not None and door.events is not None and door.tracking.labels == ["person"]
+    assert door.classes == ["person", "car", 2] and door.threads is None
+    assert yard.motion is None
+    config.write_text(f"streams:\n  - id: door\n    source: {VTEST}\n    backend: [onnx, tflite]\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert "streams.0.backend: one backend a stream; to run the frames through several side by side, write " in str(
+        caught.value
+    )
+    assert "compare: [onnx, tflite]" in str(caught.value)

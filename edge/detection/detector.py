@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -41,13 +41,6 @@ def class_minimums(labels: Mapping[int, str], classes: Classes, conf: float) -> 
         if class_id is not None:
             wanted[class_id] = conf if score is None else score
     return wanted
-
-
-def classes_from_text(values: Iterable[str]) -> list[str | int]:
-    """`person, car,2` (and `classes=0&classes=2`) -> ["person", "car", 2, 0, 2]: a number is a class id, as
-    Ultralytics' `classes=` takes it."""
-    items = [item.strip() for value in values for item in value.split(",") if item.strip()]
-    return [int(item) if item.isdigit() else item for item in items]
 
 
 @dataclass(frozen=True)
