@@ -85,6 +85,35 @@ def _checked_points(points: list[Point], kind: str) -> list[Point]:
     return points
 
 
+def listed_by_key(items: Any, key: str, what: str) -> Any:
+    """A mapping of name to settings (Frigate writes cameras and zones so) as the list of settings this config
+    takes, each with its name under `key`; anything else as it is."""
+    if not isinstance(items, dict) or not all(isinstance(v, dict | None) for v in items.values()):
+        return items
+    listed = []
+    for name, settings in items.items():
+        given = (settings or {}).get(key, name)
+        if given != name:
+            raise ValueError(f"{name} has {key}: {given}; leave {key} out where the key names the {what}")
+        listed.append({**(settings or {}), key: str(name)})
+    return listed
+
+
+def _points_from_text(value: Any) -> Any:
+    """Frigate's zone coordinates, `545,1077,747,939,...` or a list of `x,y` strings, as [x, y] pairs."""
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        return value
+    try:
+        numbers = [float(part) for part in value.replace(";", ",").split(",") if part.strip()]
+    except ValueError:
+        return value  # pydantic's words on the text as written
+    if len(numbers) % 2:
+        raise ValueError(f"{len(numbers)} numbers: coordinates come in x,y pairs")
+    return [numbers[i : i + 2] for i in range(0, len(numbers), 2)]
+
+
 class ZoneConfig(BaseModel):
     """A polygon: points in pixels, or all in 0..1 of the frame. An object is in it when its bottom centre is."""
 
@@ -92,6 +121,19 @@ class ZoneConfig(BaseModel):
 
     name: str = Field(pattern=NAME)
     polygon: list[Point] = Field(min_length=3)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _frigate_form(cls, zone: Any) -> Any:
+        """Frigate's `coordinates: 0.1,0.2,0.5,0.2,...` (a zone pasted from its config) is the polygon."""
+        if isinstance(zone, dict) and "coordinates" in zone and "polygon" not in zone:
+            zone = {("polygon" if key == "coordinates" else key): value for key, value in zone.items()}
+        return zone
+
+    @field_validator("polygon", mode="before")
+    @classmethod
+    def _pairs(cls, polygon: Any) -> Any:
+        return _points_from_text(polygon)
 
     @field_validator("polygon")
     @classmethod
@@ -283,6 +325,12 @@ class StreamConfig(BaseModel):
             return check_engine_options(blocks)
         except BackendError as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("zones", "lines", mode="before")
+    @classmethod
+    def _by_name(cls, items: Any, info: ValidationInfo) -> Any:
+        """Zones keyed by name, as Frigate writes them (and lines alike)."""
+        return listed_by_key(items, "name", "zone" if info.field_name == "zones" else "line")
 
     @field_validator("zones", "lines")
     @classmethod
@@ -494,15 +542,7 @@ class ServiceConfig(BaseModel):
     @classmethod
     def _streams_by_id(cls, streams: Any) -> Any:
         """`streams:` as a mapping of id to settings, as Frigate's `cameras:` is written, or as a list."""
-        if not isinstance(streams, dict) or not all(isinstance(v, dict | None) for v in streams.values()):
-            return streams
-        listed = []
-        for stream_id, settings in streams.items():
-            given = (settings or {}).get("id", stream_id)
-            if given != stream_id:
-                raise ValueError(f"{stream_id} has id: {given}; leave id out where the key names the stream")
-            listed.append({**(settings or {}), "id": str(stream_id)})
-        return listed
+        return listed_by_key(streams, "id", "stream")
 
     @field_validator("streams")
     @classmethod

@@ -50,12 +50,25 @@ def explain(exc: ValidationError, root: type[BaseModel], data: Any = None) -> st
     return "; ".join(f"{where(e['loc'])}: {_message(e, where(e['loc'][:-1]), root)}" for e in exc.errors())
 
 
+# ... and those of one place (Frigate's zone keys)
+ELSEWHERE_IN = {
+    ("zones", "objects"): (
+        "the labels a zone counts are the stream's (tracking: labels); events: {labels: [...], zones: [name]} keeps "
+        "the events of those labels in that zone"
+    ),
+    ("zones", "inertia"): "events: min_frames is how many frames an object is seen before its event starts",
+}
+
+
 def _message(error: Any, section: str, root: type[BaseModel]) -> str:
     """Pydantic's words, with what to write instead where a user's usual slip is known: for a key the config does
     not know (a typo, another program's name for a setting) the nearest key and the keys that place takes; for a
     name, what a name may hold; for a fraction written as a percentage, the fraction."""
     kind, loc, value = error["type"], error["loc"], error.get("input")
     keys = _keys_at(root, loc[:-1]) if kind == "extra_forbidden" else []
+    place = next((part for part in reversed(loc[:-1]) if isinstance(part, str)), "")
+    if keys and (place, str(loc[-1])) in ELSEWHERE_IN:
+        return f"not a setting: {ELSEWHERE_IN[place, str(loc[-1])]}"
     if keys and str(loc[-1]) in ELSEWHERE:
         return f"not a setting: {ELSEWHERE[str(loc[-1])]}"
     if keys:

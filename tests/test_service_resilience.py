@@ -329,3 +329,32 @@ def test_a_stream_written_as_the_command_line_reads_it_is_taken(tmp_path):
         caught.value
     )
     assert "compare: [onnx, tflite]" in str(caught.value)
+
+
+def test_zones_pasted_from_a_frigate_config_are_read(tmp_path):
+    """Frigate keys zones by name and writes `coordinates: 0.1,0.2,0.5,0.2,...` (or a list of "x,y"): pasted here,
+    that was "zones: Input should be a valid list". Both forms are now this config's zones; Frigate's `objects` on a
+    zone is answered with where the labels are set here, and an odd count of numbers with "x,y pairs"."""
+    config = tmp_path / "streams.yaml"
+    frigate = (
+        f"streams:\n  door:\n    source: {VTEST}\n    tracking: true\n    zones:\n"
+        "      driveway:\n        coordinates: 0.1,0.2,0.5,0.2,0.5,0.9,0.1,0.9\n"
+        "      porch:\n        coordinates:\n          - 545,1077\n          - 747,939\n          - 788,805\n"
+    )
+    config.write_text(frigate)
+    (stream,) = load_config(config).streams
+    assert [(zone.name, zone.polygon) for zone in stream.zones] == [
+        ("driveway", [(0.1, 0.2), (0.5, 0.2), (0.5, 0.9), (0.1, 0.9)]),
+        ("porch", [(545, 1077), (747, 939), (788, 805)]),
+    ]
+    for text, answer in [
+        (
+            frigate.replace("      porch:\n", "      porch:\n        objects: [person]\n"),
+            "zones.1.objects: not a setting: the labels a zone counts are the stream's",
+        ),
+        (frigate.replace("0.1,0.2,0.5,0.2,0.5,0.9,0.1,0.9", "1,2,3"), "3 numbers: coordinates come in x,y pairs"),
+    ]:
+        config.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_config(config)
+        assert answer in str(caught.value), caught.value
