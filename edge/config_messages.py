@@ -63,36 +63,42 @@ ELSEWHERE_IN = {
 def _message(error: Any, section: str, root: type[BaseModel]) -> str:
     """Pydantic's words, with what to write instead where a user's usual slip is known: for a key the config does
     not know (a typo, another program's name for a setting) the nearest key and the keys that place takes; for a
-    name, what a name may hold; for a fraction written as a percentage, the fraction."""
+    name, what a name may hold; for a number written as text or a fraction as a percentage, the number."""
     kind, loc, value = error["type"], error["loc"], error.get("input")
     keys = _keys_at(root, loc[:-1]) if kind == "extra_forbidden" else []
-    place = next((part for part in reversed(loc[:-1]) if isinstance(part, str)), "")
-    if keys and (place, str(loc[-1])) in ELSEWHERE_IN:
-        return f"not a setting: {ELSEWHERE_IN[place, str(loc[-1])]}"
-    if keys and str(loc[-1]) in ELSEWHERE:
-        return f"not a setting: {ELSEWHERE[str(loc[-1])]}"
     if keys:
-        return _unknown_key(str(loc[-1]), keys, section)
+        return _unknown_key_answer(tuple(loc), keys, section)
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == NAME:
-        # Café -> Cafe, not Caf_: the letter without its accent
-        plain = unicodedata.normalize("NFKD", str(value)).encode("ascii", "ignore").decode()
-        example = re.sub(r"[^A-Za-z0-9_-]+", "_", plain).strip("_")[:64] or "porch"
-        return (
-            f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
-            f"metrics), e.g. {example}"
-        )
-    missing_stream = _no_stream(kind, tuple(loc), value)
-    if missing_stream:
-        return missing_stream
-    if kind in ("float_parsing", "int_parsing") and isinstance(value, str):
-        number = number_as_written(value, str(loc[-1]))
-        if number:
-            return number
+        return _not_a_name(value)
+    written = number_as_written(value, str(loc[-1])) if kind in NUMBER_PARSING and isinstance(value, str) else None
     message = str(error["msg"]).removeprefix("Value error, ")
-    limit = error.get("ctx", {}).get("le")
-    if kind == "less_than_equal" and limit == 1:
-        return fraction_as_percentage(value) or message
-    return message
+    if kind == "less_than_equal" and error.get("ctx", {}).get("le") == 1:
+        written = fraction_as_percentage(value)
+    return _no_stream(kind, tuple(loc), value) or written or message
+
+
+NUMBER_PARSING = ("float_parsing", "int_parsing")
+
+
+def _unknown_key_answer(loc: tuple[int | str, ...], keys: list[str], section: str) -> str:
+    """Another program's setting with its place here, or the nearest key and the keys that place takes."""
+    key = str(loc[-1])
+    place = next((part for part in reversed(loc[:-1]) if isinstance(part, str)), "")
+    if (place, key) in ELSEWHERE_IN:
+        return f"not a setting: {ELSEWHERE_IN[place, key]}"
+    if key in ELSEWHERE:
+        return f"not a setting: {ELSEWHERE[key]}"
+    return _unknown_key(key, keys, section)
+
+
+def _not_a_name(value: Any) -> str:
+    # Café -> Cafe, not Caf_: the letter without its accent
+    plain = unicodedata.normalize("NFKD", str(value)).encode("ascii", "ignore").decode()
+    example = re.sub(r"[^A-Za-z0-9_-]+", "_", plain).strip("_")[:64] or "porch"
+    return (
+        f"{value!r} is not a name: use 1 to 64 letters, digits, '-' and '_' (names go into URLs, MQTT topics and "
+        f"metrics), e.g. {example}"
+    )
 
 
 def fraction_as_percentage(value: Any) -> str | None:
