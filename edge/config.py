@@ -216,8 +216,77 @@ def classes_from_text(values: Iterable[str]) -> list[str | int]:
     return [int(item) if item.isdigit() else item for item in items]
 
 
+# Frigate's settings with no place in a stream here: said, rather than passed over
+FRIGATE_MIN_SCORE = 0.5  # Frigate's own default for a label without a filter
+_FRIGATE_UNREAD = "width, height and fps of detect, objects.track and objects.filters.<label>.min_score are read"
+
+
+def frigate_camera(stream: Any) -> Any:
+    """A camera pasted from a Frigate config, as a stream: `ffmpeg.inputs`' detect input is the source (decoded by
+    FFmpeg, as there), `ffmpeg.hwaccel_args` the hardware preset (the same names), `detect`'s width, height and fps
+    the stream's, `objects.track` and each `objects.filters.<label>.min_score` its classes."""
+    if not isinstance(stream, dict):
+        return stream
+    stream = dict(stream)
+    if isinstance(stream.get("ffmpeg"), dict):
+        stream["ffmpeg"] = _frigate_ffmpeg(stream, dict(stream["ffmpeg"]))
+    unread: list[str] = []
+    detect = stream.pop("detect", None)
+    if isinstance(detect, dict):
+        for key, value in detect.items():
+            if key in ("width", "height", "fps"):
+                stream.setdefault(key, value)
+            elif key != "enabled":
+                unread.append(f"detect.{key}")
+    elif detect is not None:
+        stream["detect"] = detect  # refused as not a setting, in the usual words
+    objects = stream.get("objects")
+    if isinstance(objects, dict):
+        stream.pop("objects")
+        stream.setdefault("classes", _frigate_classes(objects, unread))
+    if unread:
+        raise ValueError(f"{', '.join(unread)}: Frigate's, with no place here ({_FRIGATE_UNREAD}); remove them")
+    return stream
+
+
+def _frigate_ffmpeg(stream: dict[str, Any], ffmpeg: dict[str, Any]) -> dict[str, Any]:
+    if "hwaccel_args" in ffmpeg and "hwaccel" not in ffmpeg:
+        ffmpeg["hwaccel"] = ffmpeg.pop("hwaccel_args")
+    inputs = ffmpeg.get("inputs")
+    if not isinstance(inputs, list) or "source" in stream:
+        return ffmpeg  # inputs beside a source: refused as not a setting
+    ffmpeg.pop("inputs")
+    chosen = [i for i in inputs if isinstance(i, dict) and "detect" in (i.get("roles") or ["detect"])]
+    if not chosen or "path" not in chosen[0]:
+        raise ValueError("ffmpeg.inputs: none has the detect role and a path; give the stream's source: instead")
+    stream["source"] = chosen[0]["path"]
+    if chosen[0].get("input_args") and "input_args" not in ffmpeg:
+        ffmpeg["input_args"] = chosen[0]["input_args"]
+    return ffmpeg
+
+
+def _frigate_classes(objects: dict[str, Any], unread: list[str]) -> Any:
+    labels = list(objects.get("track") or [])
+    scores = {}
+    for label, limits in (objects.get("filters") or {}).items():
+        for key, value in (limits or {}).items():
+            if key == "min_score":
+                scores[label] = value
+            else:
+                unread.append(f"objects.filters.{label}.{key}")
+    unread += [f"objects.{key}" for key in objects if key not in ("track", "filters")]
+    if scores:
+        return {label: scores.get(label, FRIGATE_MIN_SCORE) for label in labels or scores} | scores
+    return labels
+
+
 class StreamConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _frigate_form(cls, stream: Any) -> Any:
+        return frigate_camera(stream)
 
     id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     source: str = Field(min_length=1)

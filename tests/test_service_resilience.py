@@ -358,3 +358,40 @@ def test_zones_pasted_from_a_frigate_config_are_read(tmp_path):
         with pytest.raises(ConfigError) as caught:
             load_config(config)
         assert answer in str(caught.value), caught.value
+
+
+def test_a_camera_pasted_from_a_frigate_config_is_a_stream(tmp_path):
+    """A Frigate camera block (`ffmpeg.inputs` with roles, `hwaccel_args`, `detect: {width, height, fps}`,
+    `objects: {track, filters}`) was refused five times over ("streams.front.source: Field required",
+    "ffmpeg.inputs: not a setting", "hwaccel_args: not a setting", ...), though the presets are Frigate's own names.
+    It is now the stream it describes; what has no place here is named in one line."""
+    from edge_inference.edge.stream.ffmpeg import PRESETS
+
+    config = tmp_path / "streams.yaml"
+    frigate = (
+        "streams:\n  front:\n    ffmpeg:\n      hwaccel_args: preset-rpi-64-h264\n      inputs:\n"
+        "        - path: rtsp://127.0.0.1:8554/record\n          roles: [record]\n"
+        "        - path: rtsp://127.0.0.1:8554/sub\n          input_args: preset-rtsp-udp\n          roles: [detect]\n"
+        "    detect: {enabled: true, width: 640, height: 360, fps: 5}\n"
+        "    objects:\n      track: [person, car]\n      filters: {car: {min_score: 0.7}}\n"
+    )
+    config.write_text(frigate)
+    (front,) = load_config(config).streams
+    assert (front.id, front.source, front.width, front.height, front.fps) == (
+        "front",
+        "rtsp://127.0.0.1:8554/sub",
+        640,
+        360,
+        5,
+    )
+    assert front.ffmpeg is not None and front.ffmpeg.hwaccel in PRESETS
+    assert front.ffmpeg.input_args == "preset-rtsp-udp"
+    assert front.classes == {"person": 0.5, "car": 0.7}  # Frigate's default min_score for a label without a filter
+    config.write_text(
+        frigate.replace("fps: 5}", "fps: 5, stationary: {interval: 50}}").replace("0.7}", "0.7, min_area: 9}")
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert "streams.front: detect.stationary, objects.filters.car.min_area: Frigate's, with no place here" in str(
+        caught.value
+    )
