@@ -342,8 +342,7 @@ def file_trouble(path: str) -> str | None:
         return with_path_meant("the file is not there (moved, deleted, or a drive not mounted)", path)
     kinds = stream_kinds(path)
     if kinds and "video" not in kinds:
-        audio = [codec for kind, codec in kinds.items() if kind == "audio"]
-        what = f"sound only ({', '.join(audio)})" if audio else f"only {', '.join(sorted(kinds))} streams"
+        what = f"sound only ({kinds['audio']})" if "audio" in kinds else f"only {', '.join(sorted(kinds))} streams"
         return f"it holds {what}, no picture: give a file with a video track"
     return None
 
@@ -354,7 +353,8 @@ def stream_kinds(path: str) -> dict[str, str]:
     ffprobe = shutil.which("ffprobe")
     if ffprobe is None:
         return {}
-    command = [ffprobe, "-v", "error", "-show_entries", "stream=codec_type,codec_name", "-of", "csv=p=0", path]
+    target = f"./{path}" if path.startswith("-") else path  # never read as one of ffprobe's options
+    command = [ffprobe, "-v", "error", "-show_entries", "stream=codec_type,codec_name", "-of", "csv=p=0", target]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
