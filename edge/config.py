@@ -231,19 +231,14 @@ def frigate_camera(stream: Any) -> Any:
     if isinstance(stream.get("ffmpeg"), dict):
         stream["ffmpeg"] = _frigate_ffmpeg(stream, dict(stream["ffmpeg"]))
     unread: list[str] = []
-    detect = stream.pop("detect", None)
-    if isinstance(detect, dict):
-        for key, value in detect.items():
+    if isinstance(stream.get("detect"), dict):  # anything else is refused as not a setting, in the usual words
+        for key, value in stream.pop("detect").items():
             if key in ("width", "height", "fps"):
                 stream.setdefault(key, value)
             elif key != "enabled":
                 unread.append(f"detect.{key}")
-    elif detect is not None:
-        stream["detect"] = detect  # refused as not a setting, in the usual words
-    objects = stream.get("objects")
-    if isinstance(objects, dict):
-        stream.pop("objects")
-        stream.setdefault("classes", _frigate_classes(objects, unread))
+    if isinstance(stream.get("objects"), dict):
+        stream.setdefault("classes", _frigate_classes(stream.pop("objects"), unread))
     if unread:
         raise ValueError(f"{', '.join(unread)}: Frigate's, with no place here ({_FRIGATE_UNREAD}); remove them")
     return stream
