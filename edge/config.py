@@ -270,8 +270,8 @@ def _frigate_classes(objects: dict[str, Any], unread: list[str]) -> Any:
             else:
                 unread.append(f"objects.filters.{label}.{key}")
     unread += [f"objects.{key}" for key in objects if key not in ("track", "filters")]
-    if scores:
-        return {label: scores.get(label, FRIGATE_MIN_SCORE) for label in labels or scores} | scores
+    if scores:  # a filter on a label that is not tracked filters nothing, as in Frigate
+        return {label: scores.get(label, FRIGATE_MIN_SCORE) for label in labels or scores}
     return labels
 
 

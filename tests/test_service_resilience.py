@@ -387,6 +387,9 @@ def test_a_camera_pasted_from_a_frigate_config_is_a_stream(tmp_path):
     assert front.ffmpeg is not None and front.ffmpeg.hwaccel in PRESETS
     assert front.ffmpeg.input_args == "preset-rtsp-udp"
     assert front.classes == {"person": 0.5, "car": 0.7}  # Frigate's default min_score for a label without a filter
+    config.write_text(frigate.replace("{car: {min_score: 0.7}}", "{car: {min_score: 0.7}, dog: {min_score: 0.4}}"))
+    assert load_config(config).streams[0].classes == {"person": 0.5, "car": 0.7}  # dog is not tracked: not reported
+    config.write_text(frigate)
     config.write_text(
         frigate.replace("fps: 5}", "fps: 5, stationary: {interval: 50}}").replace("0.7}", "0.7, min_area: 9}")
     )
