@@ -75,8 +75,9 @@ def with_path_meant(message: str, value: str | os.PathLike[str]) -> str:
 
 def path_meant(value: str | os.PathLike[str]) -> str:
     """Why a path that does not exist does not, in a clause to add to its message: the file in its folder spelled
-    nearest (`vtst.avi`, `yolox-nano.onnx`, `Cat.JPG`), or the first folder on the way that is not there, with the
-    one nearest to it. Empty when nothing near is found (or the folder cannot be listed)."""
+    nearest (`vtst.avi`, `yolox-nano.onnx`, `Cat.JPG`), the same file one folder down (`models/yolox_nano.onnx`
+    for `models/onnx/yolox_nano.onnx`), or the first folder on the way that is not there, with the one nearest to
+    it. Empty when nothing near is found (or the folder cannot be listed)."""
     path = Path(os.path.expanduser(os.fspath(value)))
     missing = path
     while not missing.parent.exists() and missing.parent != missing:
@@ -85,7 +86,27 @@ def path_meant(value: str | os.PathLike[str]) -> str:
     if missing != path:
         hint = f"there is no folder {missing}"
         return f"{hint} (did you mean {missing.parent / near}?)" if near else hint
-    return f"did you mean {path.parent / near}?" if near else ""
+    if near:
+        return f"did you mean {path.parent / near}?"
+    below = _one_folder_down(path)
+    return f"it is one folder down: did you mean {below}?" if below else ""
+
+
+MAX_FOLDERS_LOOKED_IN = 64  # a folder of many folders (a NAS share of recordings) is not walked for a hint
+
+
+def _one_folder_down(path: Path) -> Path | None:
+    """`path`'s name, or the one nearest to it, in one of the folders beside it: the folder a model or a clip
+    usually sits in (`models/onnx/`, `media/`) left out of the path."""
+    try:
+        folders = sorted(entry.path for entry in os.scandir(path.parent or ".") if entry.is_dir())
+    except OSError:
+        return None
+    for folder in folders[:MAX_FOLDERS_LOOKED_IN]:
+        near = _nearest_entry(Path(folder) / path.name)
+        if near:
+            return Path(folder) / near
+    return None
 
 
 def _nearest_entry(path: Path) -> str | None:

@@ -508,6 +508,33 @@ def test_a_path_typed_slightly_wrong_is_answered_with_the_file_meant(tmp_path):
     assert str(unrelated.value) == f"model file {media / 'detector.onnx'} does not exist"
 
 
+def test_a_file_one_folder_down_and_a_label_file_are_answered_with_the_file_meant(tmp_path):
+    """`-m models/yolox_nano.onnx` for models/onnx/yolox_nano.onnx (the layout most model folders have) and
+    `/srv/vtest.avi` for /srv/media/vtest.avi were "does not exist" with no hint, and a mistyped `--labels` was
+    "cannot read label file ...: No such file or directory", said only after the engine had loaded the model. Both
+    now name the file meant, and the label file is checked before any engine is loaded."""
+    models = tmp_path / "models"
+    for folder in ("onnx", "tflite", "labels"):
+        (models / folder).mkdir(parents=True)
+    (models / "onnx" / "yolox_nano.onnx").write_bytes(b"x")  # not a model: nothing may load it
+    (models / "labels" / "coco_classes_80.txt").write_text("person\n")
+    photo = tmp_path / "media" / "cat_720p.jpg"
+    photo.parent.mkdir()
+    shutil.copy(MEDIA / "cat_720p.jpg", photo)
+    model = models / "onnx" / "yolox_nano.onnx"
+    proc = run_edge("detect", str(photo), "-m", str(models / "yolox_nano.onnx"))
+    assert errors_of(proc) == [
+        f"error: model file {models / 'yolox_nano.onnx'} does not exist; it is one folder down: did you mean {model}?"
+    ]
+    proc = run_edge("detect", str(tmp_path / "cat_720p.jpg"), str(photo), "-m", str(model))
+    down = "it is one folder down: did you mean"
+    assert errors_of(proc)[0] == f"error: {tmp_path / 'cat_720p.jpg'}: no such file; {down} {photo}?"
+    meant = models / "labels" / "coco_classes_80.txt"
+    for typed, hint in (("coco_classes_80.txt", down), ("labels/coco_clases_80.txt", "did you mean")):
+        proc = run_edge("detect", str(photo), "-m", str(model), "--labels", str(models / typed))
+        assert errors_of(proc) == [f"error: label file {models / typed} does not exist; {hint} {meant}?"]
+
+
 @pytest.mark.skipif(not shutil.which("ffmpeg") or not shutil.which("ffprobe"), reason="needs Debian's ffmpeg")
 def test_a_file_with_sound_and_no_picture_is_called_that_not_an_undecodable_video(tmp_path):
     """A doorbell's audio clip, an .m4a or .mp3 named as a source: "the file is missing or not a video FFmpeg can

@@ -20,6 +20,7 @@ from edge_inference.backends.engine import check_engine_options
 from edge_inference.backends.names import backend_named
 from edge_inference.edge.detection.detector import Classes, Detector
 from edge_inference.edge.detection.model_files import (
+    check_label_file,
     locate_model,
     model_for_engine,
     model_reference,
@@ -67,6 +68,7 @@ def check_reference(config: DetectorConfig) -> None:
     backend_named(config.backend, ["auto", *engine_keys()])
     check_engine_options(config.engine_options)
     model_reference(engine_model(config))  # a registry name must also have a file this engine reads
+    check_label_file(config.overrides.labels)
 
 
 def engine_model(config: DetectorConfig) -> str:
@@ -143,6 +145,7 @@ def _open(
     key = config.backend
     sidecar = sidecar_path(path)
     overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
+    check_label_file(overrides.labels)
     size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
     threads = config.threads or engine_threads()
     own = config.engine_options.get(key, {})

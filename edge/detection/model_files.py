@@ -73,6 +73,17 @@ def check_model_file(path: Path) -> None:
         raise EdgeError(f"{path} is {foreign[0]}, which no engine here runs: {foreign[1]}")
 
 
+def check_label_file(labels: str | None) -> None:
+    """A label file (`--labels`, `labels:`, a sidecar's) that is not there, said with the file most likely meant,
+    before an engine is loaded for nothing."""
+    if labels is None:
+        return
+    path = Path(labels).expanduser()
+    if not path.is_file():
+        what = "is a folder, not a label file" if path.is_dir() else "does not exist"
+        raise EdgeError(with_path_meant(f"label file {labels} {what}", path))
+
+
 def _foreign(name: str) -> tuple[str, str] | None:
     """What a file of another framework is, and what to give instead; None for any other name."""
     for suffixes, (what, instead) in FOREIGN_FILES.items():
