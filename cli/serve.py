@@ -109,7 +109,7 @@ def serve(
     server = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     config = with_environment(_config(config_path, source, server, kwargs), settings, flags=server.keys())
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for line in misspelled_variables(os.environ):
+    for line in [*config.notes, *misspelled_variables(os.environ)]:
         click.echo(f"note: {line}", err=True)
     app = create_app(config)  # checks every source, model name and token file before anything starts
     listener = _bind(config.server.host, config.server.port)

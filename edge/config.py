@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -26,6 +27,7 @@ from edge_inference.backends import BackendError, engine_keys
 from edge_inference.backends.engine import check_engine_options
 from edge_inference.backends.names import backend_named
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
+from edge_inference.edge.config_frigate import frigate_camera, from_frigate_file, is_frigate_file, points_from_text
 from edge_inference.edge.config_messages import NAME, OWN_KEYS, explain, load_yaml, unreadable_text, yaml_problem
 from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source, path_meant
 from edge_inference.edge.errors import EdgeError
@@ -99,21 +101,6 @@ def listed_by_key(items: Any, key: str, what: str) -> Any:
     return listed
 
 
-def _points_from_text(value: Any) -> Any:
-    """Frigate's zone coordinates, `545,1077,747,939,...` or a list of `x,y` strings, as [x, y] pairs."""
-    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
-        value = ",".join(value)
-    if not isinstance(value, str):
-        return value
-    try:
-        numbers = [float(part) for part in value.replace(";", ",").split(",") if part.strip()]
-    except ValueError:
-        return value  # pydantic's words on the text as written
-    if len(numbers) % 2:
-        raise ValueError(f"{len(numbers)} numbers: coordinates come in x,y pairs")
-    return [numbers[i : i + 2] for i in range(0, len(numbers), 2)]
-
-
 class ZoneConfig(BaseModel):
     """A polygon: points in pixels, or all in 0..1 of the frame. An object is in it when its bottom centre is."""
 
@@ -133,7 +120,7 @@ class ZoneConfig(BaseModel):
     @field_validator("polygon", mode="before")
     @classmethod
     def _pairs(cls, polygon: Any) -> Any:
-        return _points_from_text(polygon)
+        return points_from_text(polygon)
 
     @field_validator("polygon")
     @classmethod
@@ -214,65 +201,6 @@ def classes_from_text(values: Iterable[str]) -> list[str | int]:
     Ultralytics' `classes=` takes it."""
     items = [item.strip() for value in values for item in value.split(",") if item.strip()]
     return [int(item) if item.isdigit() else item for item in items]
-
-
-# Frigate's settings with no place in a stream here: said, rather than passed over
-FRIGATE_MIN_SCORE = 0.5  # Frigate's own default for a label without a filter
-_FRIGATE_UNREAD = "width, height and fps of detect, objects.track and objects.filters.<label>.min_score are read"
-
-
-def frigate_camera(stream: Any) -> Any:
-    """A camera pasted from a Frigate config, as a stream: `ffmpeg.inputs`' detect input is the source (decoded by
-    FFmpeg, as there), `ffmpeg.hwaccel_args` the hardware preset (the same names), `detect`'s width, height and fps
-    the stream's, `objects.track` and each `objects.filters.<label>.min_score` its classes."""
-    if not isinstance(stream, dict):
-        return stream
-    stream = dict(stream)
-    if isinstance(stream.get("ffmpeg"), dict):
-        stream["ffmpeg"] = _frigate_ffmpeg(stream, dict(stream["ffmpeg"]))
-    unread: list[str] = []
-    if isinstance(stream.get("detect"), dict):  # anything else is refused as not a setting, in the usual words
-        for key, value in stream.pop("detect").items():
-            if key in ("width", "height", "fps"):
-                stream.setdefault(key, value)
-            elif key != "enabled":
-                unread.append(f"detect.{key}")
-    if isinstance(stream.get("objects"), dict):
-        stream.setdefault("classes", _frigate_classes(stream.pop("objects"), unread))
-    if unread:
-        raise ValueError(f"{', '.join(unread)}: Frigate's, with no place here ({_FRIGATE_UNREAD}); remove them")
-    return stream
-
-
-def _frigate_ffmpeg(stream: dict[str, Any], ffmpeg: dict[str, Any]) -> dict[str, Any]:
-    if "hwaccel_args" in ffmpeg and "hwaccel" not in ffmpeg:
-        ffmpeg["hwaccel"] = ffmpeg.pop("hwaccel_args")
-    inputs = ffmpeg.get("inputs")
-    if not isinstance(inputs, list) or "source" in stream:
-        return ffmpeg  # inputs beside a source: refused as not a setting
-    ffmpeg.pop("inputs")
-    chosen = [i for i in inputs if isinstance(i, dict) and "detect" in (i.get("roles") or ["detect"])]
-    if not chosen or "path" not in chosen[0]:
-        raise ValueError("ffmpeg.inputs: none has the detect role and a path; give the stream's source: instead")
-    stream["source"] = chosen[0]["path"]
-    if chosen[0].get("input_args") and "input_args" not in ffmpeg:
-        ffmpeg["input_args"] = chosen[0]["input_args"]
-    return ffmpeg
-
-
-def _frigate_classes(objects: dict[str, Any], unread: list[str]) -> Any:
-    labels = list(objects.get("track") or [])
-    scores = {}
-    for label, limits in (objects.get("filters") or {}).items():
-        for key, value in (limits or {}).items():
-            if key == "min_score":
-                scores[label] = value
-            else:
-                unread.append(f"objects.filters.{label}.{key}")
-    unread += [f"objects.{key}" for key in objects if key not in ("track", "filters")]
-    if scores:  # a filter on a label that is not tracked filters nothing, as in Frigate
-        return {label: scores.get(label, FRIGATE_MIN_SCORE) for label in labels or scores}
-    return labels
 
 
 class StreamConfig(BaseModel):
@@ -591,6 +519,12 @@ class ServiceConfig(BaseModel):
     storage: StorageConfig = StorageConfig()
     mqtt: MqttConfig | None = None
     webhooks: list[WebhookConfig] = Field(default_factory=list)
+    # What reading the file said beside it (a Frigate file: what was read as what, what was left out)
+    _notes: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        return self._notes
 
     @field_validator("mqtt", mode="before")
     @classmethod
@@ -647,15 +581,25 @@ def load_config(path: Path | str) -> ServiceConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
     data = {key: value for key, value in data.items() if not str(key).startswith(OWN_KEYS)}
+    frigate, notes = is_frigate_file(data), list[str]()
     try:
+        if frigate:
+            data, notes = from_frigate_file(data)
         data = filled_from_environment(data)
     except EnvironmentReferenceError as exc:
         raise ConfigError(f"config {path}: {exc}") from None
+    except ValueError as exc:  # a Frigate file's part that cannot be read here, named with its place
+        raise ConfigError(f"config {path} is invalid: {exc}") from None
     try:
         config = ServiceConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"config {path} is invalid: {explain(exc, ServiceConfig, data)}") from None
-    return anchored_paths(config, Path(os.path.abspath(path)).parent)
+        problems = explain(exc, ServiceConfig, data)
+        if frigate:  # the file's own words: its cameras are the streams here
+            problems = re.sub(r"(^|; )streams\.", r"\1cameras.", problems)
+        raise ConfigError(f"config {path} is invalid: {problems}") from None
+    config = anchored_paths(config, Path(os.path.abspath(path)).parent)
+    config._notes = notes
+    return config
 
 
 def anchored_paths(config: ServiceConfig, folder: Path) -> ServiceConfig:

@@ -21,6 +21,7 @@ EDGE_SHARED_MODULES = {
     "config_messages.py",
     "config_paths.py",
     "config_env.py",
+    "config_frigate.py",
     "errors.py",
     "secrets.py",
     "settings.py",
