@@ -39,15 +39,28 @@ ELSEWHERE = {
 
 def explain(exc: ValidationError, root: type[BaseModel], data: Any = None) -> str:
     """One line: where (as the file writes it) and what to do, for each problem."""
-    streams = data.get("streams") if isinstance(data, dict) else None
-    ids = list(streams) if isinstance(streams, dict) else None  # streams by id: `streams.porch`, not `streams.0`
 
     def where(loc: tuple[int | str, ...]) -> str:
-        if ids and len(loc) > 1 and loc[0] == "streams" and isinstance(loc[1], int) and loc[1] < len(ids):
-            loc = ("streams", ids[loc[1]], *loc[2:])
-        return ".".join(map(str, loc)) or "file"
+        return ".".join(map(str, as_written(loc, data))) or "file"
 
     return "; ".join(f"{where(e['loc'])}: {_message(e, where(e['loc'][:-1]), root)}" for e in exc.errors())
+
+
+def as_written(loc: tuple[int | str, ...], data: Any) -> list[int | str]:
+    """A place in the validated lists as the file writes it: an entry of a mapping by name (Frigate's form, streams
+    and zones keyed by id: `streams.porch.zones.driveway`, not `streams.0.zones.1`)."""
+    written: list[int | str] = []
+    node = data
+    for part in loc:
+        if isinstance(part, int) and isinstance(node, dict) and 0 <= part < len(node):
+            part = list(node)[part]
+            written.append(part)
+            node = node[part]
+            continue
+        written.append(part)
+        inside = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        node = node[part] if inside else node.get(part) if isinstance(node, dict) else None
+    return written
 
 
 # ... and those of one place (Frigate's zone keys)

@@ -334,7 +334,8 @@ def test_a_stream_written_as_the_command_line_reads_it_is_taken(tmp_path):
 def test_zones_pasted_from_a_frigate_config_are_read(tmp_path):
     """Frigate keys zones by name and writes `coordinates: 0.1,0.2,0.5,0.2,...` (or a list of "x,y"): pasted here,
     that was "zones: Input should be a valid list". Both forms are now this config's zones; Frigate's `objects` on a
-    zone is answered with where the labels are set here, and an odd count of numbers with "x,y pairs"."""
+    zone is answered with where the labels are set here, at the zone's name (it was `zones.1`, the zone's place in
+    a list the file does not have), and an odd count of numbers with "x,y pairs"."""
     config = tmp_path / "streams.yaml"
     frigate = (
         f"streams:\n  door:\n    source: {VTEST}\n    tracking: true\n    zones:\n"
@@ -350,7 +351,7 @@ def test_zones_pasted_from_a_frigate_config_are_read(tmp_path):
     for text, answer in [
         (
             frigate.replace("      porch:\n", "      porch:\n        objects: [person]\n"),
-            "zones.1.objects: not a setting: the labels a zone counts are the stream's",
+            "streams.door.zones.porch.objects: not a setting: the labels a zone counts are the stream's",
         ),
         (frigate.replace("0.1,0.2,0.5,0.2,0.5,0.9,0.1,0.9", "1,2,3"), "3 numbers: coordinates come in x,y pairs"),
     ]:
