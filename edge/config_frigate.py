@@ -18,8 +18,8 @@ def _words(text: str) -> frozenset[str]:
 # A Frigate camera's keys with no place in a stream; its other blocks are read below
 CAMERA_ONLY = _words(
     "audio audio_transcription best_image_timeout birdseye enabled_in_config face_recognition friendly_name genai "
-    "live lpr mqtt notifications onvif profiles record review semantic_search snapshots timestamp_style type ui "
-    "webui_url"
+    "live lpr mqtt notifications onvif profiles record review semantic_search snapshots timestamp_style triggers type "
+    "ui webui_url"
 )
 # Frigate's top-level blocks with no place here (cameras, detectors, model, mqtt and the camera defaults are read)
 FILE_ONLY = _words(
@@ -39,7 +39,7 @@ LEFT_OUT = {
     ),
     "zone": _words("objects inertia loitering_time friendly_name distances speed_threshold filters enabled_in_config"),
     "filter": _words("min_area max_area min_ratio max_ratio threshold mask raw_mask"),
-    "mqtt": _words("tls_client_cert tls_client_key tls_insecure"),
+    "mqtt": _words("tls_client_cert tls_client_key tls_insecure qos"),
 }
 MQTT_NAMES = {"stats_interval": "stats_interval_s", "tls_ca_certs": "ca_file"}
 
@@ -103,13 +103,19 @@ def from_frigate_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if isinstance(data.get("mqtt"), dict):
         data["mqtt"] = _mqtt(data["mqtt"], left_out)
     streams = {}
-    for name, camera in data.pop("cameras").items():
+    cameras = data.pop("cameras")
+    for name, camera in cameras.items():
         if not isinstance(camera, dict | None):  # refused as a stream, in the usual words
             streams[str(name)] = camera
             continue
         stream = _camera(_merged(defaults, camera or {}), restreams, f"cameras.{name}", left_out, notes)
         if stream is not None:
             streams[str(name)] = {**engine, **stream}
+    if not streams and cameras:
+        raise ValueError(
+            f"cameras: none of {', '.join(map(str, cameras))} detects (each is enabled: false, or has detect: "
+            "enabled: false, on the camera or in the global detect block); set detect: enabled: true to run them here"
+        )
     data["streams"] = streams
     notes.insert(0, f"read as a Frigate config: {len(streams)} camera(s) as streams ({', '.join(streams) or 'none'})")
     if left_out:

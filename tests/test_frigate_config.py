@@ -18,6 +18,7 @@ mqtt:
   user: "{{FRIGATE_MQTT_USER}}"
   password: "{{FRIGATE_MQTT_PASSWORD}}"
   stats_interval: 60
+  qos: 1
 detectors:
   cpu1:
     type: cpu
@@ -95,7 +96,14 @@ def test_a_whole_frigate_config_is_read_as_its_cameras_detector_and_model(tmp_pa
     assert "cameras.garage left out: it is disabled" in notes
     assert "model /cpu_model.tflite is Frigate's built-in file: the registry's ssd-mobilenet-v2 runs instead" in notes
     left_out = next(note for note in config.notes if note.startswith("left out, not done here: "))
-    for key in ("record", "snapshots", "go2rtc", "cameras.front.onvif", "cameras.front.motion.contour_area"):
+    for key in (
+        "record",
+        "snapshots",
+        "go2rtc",
+        "mqtt.qos",
+        "cameras.front.onvif",
+        "cameras.front.motion.contour_area",
+    ):
         assert key in left_out.split(": ", 1)[1].split(", "), (key, left_out)
     assert (
         "cameras.front.zones.porch.objects" in left_out and "cameras.back.objects.filters.person.threshold" in left_out
@@ -104,19 +112,21 @@ def test_a_whole_frigate_config_is_read_as_its_cameras_detector_and_model(tmp_pa
 
 
 def test_a_frigate_config_that_cannot_run_here_says_what_to_change(tmp_path, monkeypatch):
-    """A detector with no engine here, a Frigate+ model, a camera's own typo and a password left unset: each is one
-    line naming the camera or block as the Frigate file writes it."""
+    """A detector with no engine here, a Frigate+ model, a camera's own typo, detection switched off on every camera
+    (Frigate 0.16's default for a new file) and a password left unset: each is one line naming the camera or block
+    as the Frigate file writes it."""
     path = tmp_path / "config.yml"
     monkeypatch.setenv("FRIGATE_MQTT_USER", "u")
     monkeypatch.setenv("FRIGATE_MQTT_PASSWORD", "p")
     for change, answer in [
         (("type: cpu", "type: deepstack"), "detectors.cpu1: Frigate's deepstack detector has no engine here"),
-        (("stats_interval: 60", "stats_interval: 60\nmodel: {path: 'plus://abc123'}"), "a Frigate+ model"),
+        (("  qos: 1", "  qos: 1\nmodel: {path: 'plus://abc123'}"), "a Frigate+ model"),
         (
             ("    onvif:", "    detekt: {fps: 5}\n    onvif:"),
             "cameras.front.detekt: not a setting; cameras.front takes: id, source",
         ),
         (('"0,0,0.3,0,0.3,0.2"', '"0,0,1"'), "cameras.front.motion.mask: 3 numbers"),
+        (("detect: {width", "detect: {enabled: false, width"), "cameras: none of front, back, garage detects"),
         (("cameras:", "cameras:"), "${FRIGATE_RTSP_PASSWORD} is not set in edge's environment"),
     ]:
         if "RTSP" in answer:
