@@ -581,7 +581,8 @@ def load_config(path: Path | str) -> ServiceConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
     data = {key: value for key, value in data.items() if not str(key).startswith(OWN_KEYS)}
-    frigate, notes = is_frigate_file(data), list[str]()
+    notes: list[str] = []
+    frigate = is_frigate_file(data)
     try:
         if frigate:
             data, notes = from_frigate_file(data)
@@ -593,10 +594,8 @@ def load_config(path: Path | str) -> ServiceConfig:
     try:
         config = ServiceConfig.model_validate(data)
     except ValidationError as exc:
-        problems = explain(exc, ServiceConfig, data)
-        if frigate:  # the file's own words: its cameras are the streams here
-            problems = re.sub(r"(^|; )streams\.", r"\1cameras.", problems)
-        raise ConfigError(f"config {path} is invalid: {problems}") from None
+        renamed = {"streams": "cameras"} if frigate else None  # the file's own words: its cameras are the streams
+        raise ConfigError(f"config {path} is invalid: {explain(exc, ServiceConfig, data, renamed)}") from None
     config = anchored_paths(config, Path(os.path.abspath(path)).parent)
     config._notes = notes
     return config

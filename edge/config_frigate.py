@@ -65,13 +65,14 @@ DEFAULT_MODELS = {  # what Frigate runs on these detectors when its config names
     "edgetpu": "/edgetpu_model.tflite",
     "openvino": "/openvino-model/ssdlite_mobilenet_v2.xml",
 }
-# Frigate's input presets with no twin here: restreams are read from the camera, so they are plain RTSP
-INPUT_PRESETS = {
+# Frigate's presets by the name of their twin here (edge/stream/ffmpeg.py): restreams are read from the camera, so
+# they are plain RTSP
+INPUT_PRESET_HERE = {
     "preset-rtsp-restream": "preset-rtsp-generic",
     "preset-rtsp-restream-low-latency": "preset-rtsp-generic",
     "preset-rtsp-blue-iris": "preset-rtsp-generic",
 }
-HWACCEL_PRESETS = {"preset-nvidia-h264": "preset-nvidia", "preset-nvidia-h265": "preset-nvidia"}
+HWACCEL_PRESET_HERE = {"preset-nvidia-h264": "preset-nvidia", "preset-nvidia-h265": "preset-nvidia"}
 FRIGATE_ENV = re.compile(r"(?<!\$)\{(FRIGATE_[A-Za-z0-9_]+)\}")  # Frigate's `{FRIGATE_RTSP_PASSWORD}`
 RESTREAM = re.compile(r"rtsp://(?:127\.0\.0\.1|localhost):8554/([^/?#]+)")  # go2rtc inside Frigate's container
 FRIGATE_MIN_SCORE = 0.5  # Frigate's own default for a label without a filter
@@ -266,14 +267,14 @@ def _ffmpeg(ffmpeg: dict[str, Any], restreams: dict[str, str], where: str, notes
         ffmpeg.pop("hwaccel_args")
         notes.append(f"{where}.ffmpeg.hwaccel_args auto: decoded in software here; name a preset to decode on the GPU")
     elif isinstance(hwaccel, str):
-        ffmpeg["hwaccel_args"] = HWACCEL_PRESETS.get(hwaccel, hwaccel)
+        ffmpeg["hwaccel_args"] = HWACCEL_PRESET_HERE.get(hwaccel, hwaccel)
     inputs = [dict(i) if isinstance(i, dict) else i for i in ffmpeg.get("inputs") or []]
     for item in (i for i in inputs if isinstance(i, dict)):
         if isinstance(item.get("input_args"), str):
-            item["input_args"] = INPUT_PRESETS.get(item["input_args"], item["input_args"])
+            item["input_args"] = INPUT_PRESET_HERE.get(item["input_args"], item["input_args"])
         _restreamed(item, restreams, where, notes)
     if isinstance(ffmpeg.get("input_args"), str):
-        ffmpeg["input_args"] = INPUT_PRESETS.get(ffmpeg["input_args"], ffmpeg["input_args"])
+        ffmpeg["input_args"] = INPUT_PRESET_HERE.get(ffmpeg["input_args"], ffmpeg["input_args"])
     if inputs:
         ffmpeg["inputs"] = inputs
     return ffmpeg

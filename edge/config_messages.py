@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import yaml
@@ -37,11 +38,17 @@ ELSEWHERE = {
 }
 
 
-def explain(exc: ValidationError, root: type[BaseModel], data: Any = None) -> str:
-    """One line: where (as the file writes it) and what to do, for each problem."""
+def explain(
+    exc: ValidationError, root: type[BaseModel], data: Any = None, renamed: Mapping[str, str] | None = None
+) -> str:
+    """One line: where (as the file writes it) and what to do, for each problem. `renamed`: top-level keys the file
+    writes under another name (a Frigate file's `cameras` are the `streams` validated)."""
 
     def where(loc: tuple[int | str, ...]) -> str:
-        return ".".join(map(str, as_written(loc, data))) or "file"
+        written = as_written(loc, data)
+        if written and renamed and written[0] in renamed:
+            written[0] = renamed[str(written[0])]
+        return ".".join(map(str, written)) or "file"
 
     return "; ".join(f"{where(e['loc'])}: {_message(e, where(e['loc'][:-1]), root)}" for e in exc.errors())
 
