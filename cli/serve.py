@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import socket
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import click
 
 from edge_inference.cli.app import cli
+from edge_inference.cli.listening import bind
 from edge_inference.cli.options import classes_flag, engine_option_flag
 from edge_inference.edge.config import (
     LOOPBACK,
@@ -22,7 +21,6 @@ from edge_inference.edge.config import (
     load_config,
     single_stream_config,
 )
-from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings, misspelled_variables
 from edge_inference.models.registry import DEFAULT_MODEL
 
@@ -95,8 +93,21 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @click.option("--host", default=None, help=f"Bind address [default: {LOOPBACK}]; other interfaces are your choice.")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="[default: 8080]")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Do not serve: open each source once, load each engine and run it on that frame, ask the broker, look at "
+    "the data folder and the port, then exit (1 if something would stop the service). A service running on the "
+    "same config is left alone.",
+)
 def serve(
-    config_path: Path | None, source: str | None, host: str | None, port: int | None, log_level: str, **kwargs: Any
+    config_path: Path | None,
+    source: str | None,
+    host: str | None,
+    port: int | None,
+    log_level: str,
+    check: bool,
+    **kwargs: Any,
 ) -> None:
     """Run detection on live sources and serve detections, video and metrics over HTTP."""
     from edge_inference.service.access import is_loopback
@@ -108,11 +119,16 @@ def serve(
         config_path = settings.config  # EDGE_CONFIG; --source or --config given on the command line win
     server = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     config = with_environment(_config(config_path, source, server, kwargs), settings, flags=server.keys())
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = max(logging.WARNING, logging.getLevelName(log_level.upper())) if check else log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for line in [*config.notes, *misspelled_variables(os.environ)]:
         click.echo(f"note: {line}", err=True)
+    if check:
+        from edge_inference.cli.serve_check import report  # engines, events: loaded for the check alone
+
+        raise SystemExit(report(config, settings))
     app = create_app(config)  # checks every source, model name and token file before anything starts
-    listener = _bind(config.server.host, config.server.port)
+    listener = bind(config.server.host, config.server.port)
     access = app.state.access
     if access.token is None and not is_loopback(config.server.host):
         click.echo(
@@ -157,35 +173,3 @@ def _config(
     if hwaccel := stream.pop("ffmpeg_hwaccel", None):
         stream["ffmpeg"] = {"hwaccel": None if hwaccel == "software" else hwaccel}
     return single_stream_config(stream, server)
-
-
-def _bind_advice(exc: OSError, host: str) -> str:
-    """What to change: the port in use, an address this machine does not have, a name that does not resolve."""
-    address = "--host (or server.host in the config, or EDGE_HOST)"
-    if isinstance(exc, socket.gaierror):
-        return f"{host} is not a name this machine can resolve: give {address} an IP address, 0.0.0.0 for all of them"
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return (
-            f"{host} is not an address of this machine (ip -brief address lists them): give {address} one of its own, "
-            "0.0.0.0 to listen on all of them or 127.0.0.1 for this machine alone"
-        )
-    if exc.errno == errno.EACCES:
-        return "ports below 1024 need root: choose one above 1023 with --port (8080 is the default)"
-    return "choose another port with --port (or server.port in the config, or EDGE_PORT), or stop the program using it"
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """The listening socket, made before anything is announced: a port in use is one clear error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only for sockets that say TCP, and
-    # without it Nagle and delayed ACKs add about 40 ms to every keep-alive answer.
-    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as exc:
-        listener.close()
-        raise EdgeError(f"cannot listen on {host}:{port}: {exc.strerror}; {_bind_advice(exc, host)}") from None
-    listener.listen(2048)
-    listener.set_inheritable(True)
-    return listener

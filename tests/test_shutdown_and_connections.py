@@ -209,9 +209,9 @@ def test_accepted_connections_have_nagle_off():
     """The listening socket edge serve makes must say TCP, or asyncio leaves Nagle on and every answer waits ~40 ms."""
     import asyncio
 
-    from edge_inference.cli.serve import _bind
+    from edge_inference.cli.listening import bind
 
-    listener = _bind("127.0.0.1", 0)
+    listener = bind("127.0.0.1", 0)
     options = []
 
     async def scenario() -> None:

@@ -458,16 +458,21 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
     return results
 
 
-def auto_choice(model: str, settings: Settings | None = None, *, measure: bool = True, wait: bool = True) -> AutoChoice:
+def auto_choice(
+    model: str, settings: Settings | None = None, *, measure: bool = True, wait: bool = True, stored_only: bool = False
+) -> AutoChoice:
     """The engine `--backend auto` runs `model` on, measured once per model, engines and machine; by the engines'
     ranking when `measure` is off (a device the user named: only the ranking knows which engine has it). With
     `wait` off, a measurement still to make runs in the background and the ranking's choice comes back at once,
-    marked `pending` (the service: frames now, the measured pick once known)."""
+    marked `pending` (the service: frames now, the measured pick once known). With `stored_only`, nothing is
+    measured: the stored pick, or the ranking's while none is stored (`edge serve --check`)."""
     settings = settings or get_settings()
     found = candidates(model, settings)
     if not measure or len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
         return _by_rule(model, settings, found)
     key = cache_key(found)
+    if stored_only and key not in read_cache(settings):
+        return _by_rule(model, settings, found, "not measured on this machine yet (the service times the engines)")
     if not wait and key not in read_cache(settings) and key not in _FAILED:
         _measure_in_background(key, model, settings)
         meanwhile = "the engines are being timed in the background; until then"

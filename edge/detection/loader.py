@@ -82,12 +82,15 @@ def engine_model(config: DetectorConfig) -> str:
     return model
 
 
-def resolve_auto(config: DetectorConfig, settings: Settings, wait: bool = True) -> tuple[DetectorConfig, AutoChoice]:
+def resolve_auto(
+    config: DetectorConfig, settings: Settings, wait: bool = True, stored_only: bool = False
+) -> tuple[DetectorConfig, AutoChoice]:
     """`--backend auto` made concrete (engine, device, that engine's file of the model), and the choice with the
-    note saying why (its `reason`, rewritten for the user)."""
+    note saying why (its `reason`, rewritten for the user). `stored_only`: measure nothing (see `auto_choice`)."""
     from edge_inference.edge.detection.autoselect import auto_choice  # it loads detectors itself to time them
 
-    choice = auto_choice(config.model, settings, measure=config.device == "auto", wait=wait)
+    measure = config.device == "auto"
+    choice = auto_choice(config.model, settings, measure=measure, wait=wait, stored_only=stored_only)
     # a family name means each engine's own file of it: say which one runs
     which = f" ({choice.model})" if choice.model != config.model else ""
     if config.device == "auto":

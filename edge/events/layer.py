@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig, StreamConfig
+from edge_inference.edge.config import ServiceConfig, StreamConfig
 from edge_inference.edge.events.builder import EventBuilder, EventChange
 from edge_inference.edge.events.homeassistant import discovery_messages, removals
-from edge_inference.edge.events.mqtt import MqttLink, default_device_id, parse_broker
+from edge_inference.edge.events.mqtt import MqttLink, configured_broker, default_device_id
 from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
 from edge_inference.edge.events.storage import StorageWatch, open_store
@@ -35,13 +35,10 @@ def data_dir(config: ServiceConfig, settings: Settings) -> Path:
 
 def mqtt_link(config: ServiceConfig, settings: Settings) -> MqttLink | None:
     """EDGE_MQTT_URL, or the config's mqtt.url; None when neither names a broker."""
-    url = settings.mqtt_url or (config.mqtt.url if config.mqtt else None)
-    if url is None:
-        if config.mqtt is not None:
-            raise ConfigError("mqtt: no broker: set mqtt.url, or EDGE_MQTT_URL (mqtt://user:pass@host:1883)")
+    found = configured_broker(config, settings)
+    if found is None:
         return None
-    mqtt_config = config.mqtt or MqttConfig()
-    broker = parse_broker(url.get_secret_value(), mqtt_config)
+    mqtt_config, broker = found
     return MqttLink(mqtt_config, broker, mqtt_config.device_id or default_device_id())
 
 

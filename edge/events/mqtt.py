@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from edge_inference.edge.config import ConfigError, MqttConfig, label_key
+from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig, label_key
 from edge_inference.edge.errors import connection_failure, needs_events_extra
 from edge_inference.edge.events.store import Message
 from edge_inference.edge.secrets import mask_url, password_encoding_advice
+from edge_inference.edge.settings import Settings
 
 log = logging.getLogger("edge.mqtt")
 PUBACK_TIMEOUT_S = 10.0
@@ -78,6 +79,17 @@ def parse_broker(url: str, config: MqttConfig) -> Broker:
     return Broker(parts.hostname, port, tls, username, password)
 
 
+def configured_broker(config: ServiceConfig, settings: Settings) -> tuple[MqttConfig, Broker] | None:
+    """EDGE_MQTT_URL, or the config's mqtt.url, with the mqtt block; None when neither names a broker."""
+    url = settings.mqtt_url or (config.mqtt.url if config.mqtt else None)
+    if url is None:
+        if config.mqtt is not None:
+            raise ConfigError("mqtt: no broker: set mqtt.url, or EDGE_MQTT_URL (mqtt://user:pass@host:1883)")
+        return None
+    mqtt_config = config.mqtt or MqttConfig()
+    return mqtt_config, parse_broker(url.get_secret_value(), mqtt_config)
+
+
 def default_device_id() -> str:
     name = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
     return name[:64] or "edge"
@@ -102,13 +114,61 @@ class Topics:
         return self.stream(stream_id, slug(label), *parts)
 
 
+def paho_client(config: MqttConfig, broker: Broker, client_id: str) -> Any:
+    """A paho client for the broker, with its user and TLS; not connected."""
+    try:
+        import paho.mqtt.client as mqtt
+    except ImportError as exc:
+        raise needs_events_extra("MQTT", exc) from None
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True)
+    if broker.username:
+        client.username_pw_set(broker.username, broker.password)
+    if broker.tls:
+        client.tls_set(ca_certs=str(config.ca_file) if config.ca_file else None, cert_reqs=ssl.CERT_REQUIRED)
+    return client
+
+
+def why_unreachable(error: OSError, broker: Broker, timeout_s: float) -> str:
+    host, port = broker.host, broker.port
+    if isinstance(error, ssl.SSLError):
+        return f"TLS with {host}:{port} failed ({error.reason or error}): check mqtts:// and its port, or ca_file"
+    return connection_failure(error, host, port, timeout_s, "the broker runs")
+
+
+def ask_broker(config: MqttConfig, broker: Broker, timeout_s: float = 5.0) -> tuple[bool, str | None]:
+    """(whether it answered, why it did not take this device's user: None when it did). Under a client id of its own,
+    with no last will and nothing published: a service running beside the asker keeps its connection (a broker drops
+    the older of two clients of one id) and its availability."""
+    client = paho_client(config, broker, f"edge-inference-check-{uuid.uuid4().hex[:8]}")
+    client.connect_timeout = timeout_s
+    answered, reasons = threading.Event(), []
+
+    def connected(_client: object, _userdata: object, _flags: object, reason: object, _props: object) -> None:
+        reasons.append(reason)
+        answered.set()
+
+    client.on_connect = connected
+    try:
+        client.connect(broker.host, broker.port, keepalive=60)
+    except OSError as exc:
+        return False, why_unreachable(exc, broker, timeout_s)
+    client.loop_start()
+    try:
+        if not answered.wait(timeout_s):
+            return (
+                False,
+                f"{broker.host}:{broker.port} took the connection but gave no MQTT answer within {timeout_s:g} s",
+            )
+        if getattr(reasons[0], "is_failure", False):
+            return True, f"it refused the connection: {reasons[0]} (check the user and password)"
+        return True, None
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
 class MqttLink:
     def __init__(self, config: MqttConfig, broker: Broker, device_id: str) -> None:
-        try:
-            import paho.mqtt.client as mqtt
-        except ImportError as exc:
-            raise needs_events_extra("MQTT", exc) from None
-
         self.config = config
         self.broker = broker
         self.topics = Topics(config.topic_prefix, device_id)
@@ -124,17 +184,11 @@ class MqttLink:
         self._stopping = False
         self._refused = False
         self._in_flight: dict[int, Any] = {}  # outbox seq -> paho's handle, until the broker acknowledges it
-        self._client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            # this process's own: two with one id (a copied config, two Pis both called raspberrypi) would have the
-            # broker drop each as the other connects, again and again
-            client_id=config.client_id or f"edge-inference-{device_id}-{self.instance[:6]}",
-            clean_session=True,
+        # this process's own: two with one id (a copied config, two Pis both called raspberrypi) would have the
+        # broker drop each as the other connects, again and again
+        self._client = paho_client(
+            config, broker, config.client_id or f"edge-inference-{device_id}-{self.instance[:6]}"
         )
-        if broker.username:
-            self._client.username_pw_set(broker.username, broker.password)
-        if broker.tls:
-            self._client.tls_set(ca_certs=str(config.ca_file) if config.ca_file else None, cert_reqs=ssl.CERT_REQUIRED)
         self._client.will_set(self.topics.availability, b"offline", qos=1, retain=True)
         # paho's cap is 120 s: back within 5 s of the broker's return (issue: 30 s was seen)
         self._client.reconnect_delay_set(min_delay=1, max_delay=RECONNECT_MAX_S)
@@ -198,11 +252,7 @@ class MqttLink:
         error = sys.exc_info()[1]
         if not isinstance(error, OSError):
             return
-        host, port = self.broker.host, self.broker.port
-        if isinstance(error, ssl.SSLError):
-            why = f"TLS with {host}:{port} failed ({error.reason or error}): check mqtts:// and its port, or ca_file"
-        else:
-            why = connection_failure(error, host, port, self._client.connect_timeout, "the broker runs")
+        why = why_unreachable(error, self.broker, self._client.connect_timeout)
         self._note(f"MQTT broker {self.broker.description} cannot be reached: {why}; events wait in the outbox")
 
     def _claim(self, reply: bool) -> bytes:

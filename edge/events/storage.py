@@ -13,14 +13,16 @@ Detection is the job and events are a service on top of it, so none of these sto
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from edge_inference.edge.config import ConfigError, StorageConfig
-from edge_inference.edge.events.store import DamagedDatabase, EventStore, FolderInUse
+from edge_inference.edge.events.store import LOCK_FILE, DamagedDatabase, EventStore, FolderInUse
 
 log = logging.getLogger("edge.events")
 DISK_CHECK_S = 10.0
@@ -49,6 +51,49 @@ def open_store(folder: Path, config: StorageConfig) -> OpenedStore:
         return OpenedStore(EventStore(folder, config), None, notice)
     except (OSError, DamagedDatabase) as exc:
         return _unwritable(folder, exc, config)
+
+
+def folder_holder(folder: Path) -> str | None:
+    """Who holds the data folder now (the lock file's words), read from the kernel's lock table without taking the
+    lock: taking it even for a moment could leave a service starting then with no events stored."""
+    lock = folder / LOCK_FILE
+    try:
+        held = lock.stat().st_ino in _flocked_inodes(Path("/proc/locks").read_text())
+        return (lock.read_text("utf-8", "replace").strip() or "another process") if held else None
+    except OSError:
+        return None
+
+
+def _flocked_inodes(table: str) -> set[int]:
+    """Inodes under a granted flock: `1: FLOCK  ADVISORY  WRITE 29923 fe:00:2146601 0 EOF` (waiters, `->`, left
+    out)."""
+    inodes = set()
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rpartition(":")[2].isdigit():
+            inodes.add(int(fields[5].rpartition(":")[2]))
+    return inodes
+
+
+def storage_outlook(folder: Path, config: StorageConfig) -> tuple[Literal["ok", "warning", "problem"], str]:
+    """What the service would find for events kept in `folder`, looked at without writing: ok, a warning (it would
+    start, keeping no events), or a problem (it would not start)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the service makes the folders missing under it
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"events cannot be stored: {existing} cannot be written"
+        fix = "make it writable or set storage.data_dir / EDGE_DATA_DIR"
+        if config.required:
+            return "problem", f"{problem}: {fix} (storage.required is true: the service would not start)"
+        return "warning", f"{problem}: {fix}; detection would go on, events reaching live listeners and MQTT only"
+    holder = folder_holder(folder)
+    if holder is None:
+        return "ok", f"events are kept in {folder}"
+    return "warning", (
+        f"events are kept in {folder}, which {holder} holds now: fine if that is the service this check is for; "
+        "a second service beside it would store no events (give it a storage.data_dir of its own)"
+    )
 
 
 def _in_use(folder: Path, exc: FolderInUse, config: StorageConfig) -> OpenedStore:

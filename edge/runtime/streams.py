@@ -85,6 +85,23 @@ def check_cameras_read_once(streams: list[StreamConfig]) -> None:
         owners[device] = stream.id
 
 
+def label_problem(stream: StreamConfig, detector: Detector) -> str | None:
+    """The labels the stream's config names that its model does not detect, with the model's own; None if all are."""
+    model_labels = list(detector.spec.labels.values())
+    unknown = [
+        f"{setting} names {', '.join(names)}"
+        for setting, labels in stream.named_labels.items()
+        if (names := unknown_labels(labels, model_labels))
+    ]
+    if not unknown:
+        return None
+    return f"stream {stream.id}: {'; '.join(unknown)}, which {stream.model} does not detect: " + (
+        f"use its labels ({labels_listed(model_labels)})"
+        if model_labels
+        else "it has no label names (give it a label file)"
+    )
+
+
 class StreamManager:
     def __init__(self, config: ServiceConfig, settings: Settings | None = None) -> None:
         self.config = config
@@ -181,20 +198,10 @@ class StreamManager:
     def _check_labels(self, stream: StreamConfig, detector: Detector) -> None:
         """Labels the config names that the model does not detect: a typo that would keep events from ever firing,
         said once in the log and kept in /health's problems (degraded) until a model that has them loads."""
-        model_labels = list(detector.spec.labels.values())
-        unknown = [
-            f"{setting} names {', '.join(names)}"
-            for setting, labels in stream.named_labels.items()
-            if (names := unknown_labels(labels, model_labels))
-        ]
-        if not unknown:
+        problem = label_problem(stream, detector)
+        if problem is None:
             self.label_problems.pop(stream.id, None)
             return
-        problem = f"stream {stream.id}: {'; '.join(unknown)}, which {stream.model} does not detect: " + (
-            f"use its labels ({labels_listed(model_labels)})"
-            if model_labels
-            else "it has no label names (give it a label file)"
-        )
         if self.label_problems.get(stream.id) != problem:
             log.warning("%s", problem)
         self.label_problems[stream.id] = problem

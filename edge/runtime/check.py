@@ -1,0 +1,206 @@
+"""`edge serve --check`: what starting the service would meet, found without serving it and without disturbing a
+service that already runs on the same config: each source opened and read once, each stream's engine loaded and run
+on that frame, the broker asked to take this device's user, webhooks' hosts reached, the data folder looked at (not
+locked). `auto` runs its stored pick; nothing is measured."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import SplitResult, urlsplit
+
+import numpy as np
+
+from edge_inference.backends import BackendError
+from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.loader import check_reference, load_detector, resolve_auto
+from edge_inference.edge.detection.model_files import model_for_engine
+from edge_inference.edge.errors import EdgeError, connection_failure
+from edge_inference.edge.events.layer import data_dir
+from edge_inference.edge.events.mqtt import ask_broker, configured_broker
+from edge_inference.edge.events.storage import storage_outlook
+from edge_inference.edge.runtime.streams import check_cameras_read_once, detector_config, label_problem, source_for
+from edge_inference.edge.settings import Settings
+from edge_inference.edge.stream.capture import stall_timeout
+from edge_inference.models.errors import ModelError
+
+Level = Literal["ok", "warning", "problem"]
+FAILURES = (EdgeError, ModelError, BackendError)
+WEBHOOK_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    subject: str  # "stream door", "mqtt", "storage"
+    text: str
+    level: Level = "ok"
+
+
+def check_service(config: ServiceConfig, settings: Settings) -> list[Finding]:
+    """Everything `edge serve` would meet with this config, in the order it meets it."""
+    findings: list[Finding] = []
+    try:
+        check_cameras_read_once(config.streams)
+    except ConfigError as exc:
+        findings.append(Finding("streams", str(exc), "problem"))
+    frames = first_frames(config.streams)
+    said: set[str] = set()  # engine notes (auto's reasons) said once, not on every stream of that model
+    for stream in config.streams:
+        frame = frames[stream.id]
+        findings.append(frame if isinstance(frame, Finding) else _frame_read(stream, frame))
+        for member in detector_streams(stream):
+            findings.extend(engine_findings(member, frame if isinstance(frame, np.ndarray) else None, settings, said))
+    return findings + destination_findings(config, settings)
+
+
+def _frame_read(stream: StreamConfig, frame: np.ndarray) -> Finding:
+    height, width = frame.shape[:2]
+    return Finding(f"stream {stream.id}", f"{stream.source}: opened, a {width}x{height} frame read")
+
+
+def first_frames(streams: list[StreamConfig]) -> dict[str, np.ndarray | Finding]:
+    """Each stream's first frame, or why there is none; all sources opened at once, each within the time the
+    service gives an open and a read (a camera that never answers costs its own wait, not everyone's)."""
+    results: dict[str, np.ndarray | Finding] = {}
+    lock = threading.Lock()
+
+    def read(stream: StreamConfig) -> None:
+        got = _first_frame(stream)
+        with lock:
+            results.setdefault(stream.id, got)
+
+    started = time.monotonic()
+    threads = [(s, threading.Thread(target=read, args=(s,), name=f"check-{s.id}", daemon=True)) for s in streams]
+    for _, thread in threads:
+        thread.start()
+    for stream, thread in threads:
+        limit = stall_timeout(stream.stall_timeout_s, stream.fps) * 4  # the service's open (3 stalls) and a read
+        thread.join(max(0.0, started + limit - time.monotonic()))
+        with lock:  # a source that never returns is left to its thread, as the service leaves it
+            late = f"{stream.source}: no frame within {limit:g} s (the service would keep reopening it)"
+            results.setdefault(stream.id, Finding(f"stream {stream.id}", late, "problem"))
+    return results
+
+
+def _first_frame(stream: StreamConfig) -> np.ndarray | Finding:
+    subject = f"stream {stream.id}"
+    try:
+        source = source_for(stream)
+    except FAILURES as exc:
+        return Finding(subject, str(exc), "problem")
+    try:
+        source.open()
+        frame = source.read()
+    except FAILURES as exc:
+        return Finding(subject, str(exc), "problem")
+    finally:
+        source.close()
+    if frame is None:
+        return Finding(subject, f"{source.description}: opened, but it has no frame to read", "problem")
+    return frame
+
+
+def detector_streams(stream: StreamConfig) -> Iterator[StreamConfig]:
+    """The stream itself, or each engine it compares as the service runs it (`door-onnx`, `door-openvino`)."""
+    if not stream.compare:
+        yield stream
+        return
+    for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
+        backend, _, device = item.partition(":")
+        model, _ = model_for_engine(stream.model, backend)
+        yield stream.model_copy(
+            update={
+                "id": member_id,
+                "model": model or stream.model,
+                "backend": backend,
+                "device": device or stream.device,
+            }
+        )
+
+
+def engine_findings(
+    stream: StreamConfig, frame: np.ndarray | None, settings: Settings, said: set[str]
+) -> list[Finding]:
+    """The stream's engine loaded as the service loads it, run on the stream's first frame (a blank one without)."""
+    subject = f"stream {stream.id}"
+    config = detector_config(stream)
+    try:
+        check_reference(config)
+        note = None
+        if config.backend == "auto":
+            config, choice = resolve_auto(config, settings, stored_only=True)
+            note = choice.reason
+        detector = load_detector(config, settings)
+    except FAILURES as exc:
+        return [Finding(subject, str(exc), "problem")]
+    try:
+        found = _ran(detector, frame)
+    except FAILURES as exc:
+        return [
+            Finding(subject, f"{detector.backend.key} loaded {config.model}, but running it failed: {exc}", "problem")
+        ]
+    finally:
+        detector.close()
+    backend = detector.backend
+    notes = [n for n in (note, *backend.notes) if n and n not in said]
+    said.update(notes)
+    text = f"{stream.model} on {backend.key} ({backend.device}): {found}" + "".join(f"; {n}" for n in notes)
+    findings = [Finding(subject, text)]
+    if (labels := label_problem(stream, detector)) is not None:
+        findings.append(Finding(subject, labels.removeprefix(f"{subject}: "), "warning"))
+    return findings
+
+
+def _ran(detector: Detector, frame: np.ndarray | None) -> str:
+    if frame is None:
+        detector.warmup()
+        return "loaded and run on a blank frame"
+    result = detector.detect(frame)
+    counts = Counter(d.label for d in result.detections)
+    seen = ", ".join(f"{n} {label}" for label, n in counts.most_common()) or "nothing"
+    return f"{seen} on the first frame ({result.timings.inference_ms:.0f} ms inference)"
+
+
+def destination_findings(config: ServiceConfig, settings: Settings) -> list[Finding]:
+    """Where events would go: the data folder (where a stream keeps events), the broker, each webhook's host."""
+    findings = []
+    if any(s.events and not s.compare for s in config.streams):
+        level, text = storage_outlook(data_dir(config, settings), config.storage)
+        findings.append(Finding("storage", text, level))
+    try:
+        found = configured_broker(config, settings)
+        if found is not None:
+            findings.append(_broker_answer(found[1].description, *ask_broker(*found)))
+    except FAILURES as exc:
+        findings.append(Finding("mqtt", str(exc), "problem"))
+    for index, webhook in enumerate(config.webhooks):
+        findings.append(_webhook_reached(index, urlsplit(webhook.url.get_secret_value())))
+    return findings
+
+
+def _broker_answer(broker: str, answered: bool, why: str | None) -> Finding:
+    """A broker that is down may come back (a warning: events wait); one that refuses this user never will."""
+    if why is None:
+        return Finding("mqtt", f"{broker} takes this device's user")
+    if answered:
+        return Finding("mqtt", f"{broker}: {why}; no event would reach it", "problem")
+    return Finding("mqtt", f"{broker}: {why}; events would wait in the outbox", "warning")
+
+
+def _webhook_reached(index: int, parts: SplitResult) -> Finding:
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((host, port), timeout=WEBHOOK_TIMEOUT_S).close()
+    except ValueError:
+        return Finding(f"webhook {index}", f"{host}: its port is not a number", "problem")
+    except OSError as exc:
+        why = connection_failure(exc, host, port, WEBHOOK_TIMEOUT_S, "the receiver runs")
+        return Finding(f"webhook {index}", f"{why}; events would wait in the outbox", "warning")
+    return Finding(f"webhook {index}", f"{host}:{port} answers")
