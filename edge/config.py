@@ -585,7 +585,8 @@ def load_config(path: Path | str) -> ServiceConfig:
     frigate = is_frigate_file(data)
     try:
         if frigate:
-            data, notes = from_frigate_file(data)
+            stream_keys = frozenset(StreamConfig.model_fields)
+            data, notes = from_frigate_file(data, frozenset(ServiceConfig.model_fields), stream_keys)
         data = filled_from_environment(data)
     except EnvironmentReferenceError as exc:
         raise ConfigError(f"config {path}: {exc}") from None

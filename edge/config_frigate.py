@@ -7,6 +7,7 @@ birdseye, ...) is left out and named in notes printed at start; a key that neith
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -28,6 +29,8 @@ FILE_ONLY = _words(
     "semantic_search snapshots telemetry timestamp_style tls ui version"
 )
 CAMERA_DEFAULTS = ("detect", "ffmpeg", "objects", "motion")  # global blocks Frigate copies into every camera
+CAMERA_READ = _words("name enabled zones") | set(CAMERA_DEFAULTS)  # a Frigate camera's keys read as a stream's
+FILE_READ = _words("cameras detectors model mqtt") | set(CAMERA_DEFAULTS)  # Frigate's top-level keys read here
 # Keys of the blocks read that have no place here, by block
 LEFT_OUT = {
     "ffmpeg": _words("global_args output_args retry_interval path apple_compatibility gpu"),
@@ -90,9 +93,17 @@ def is_frigate_file(data: dict[str, Any]) -> bool:
     )
 
 
-def from_frigate_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def from_frigate_file(
+    data: dict[str, Any], own_keys: frozenset[str] = frozenset(), own_stream_keys: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], list[str]]:
     """A whole Frigate config as this service's, and the notes saying what was read as what and what was left
-    out. Errors are ValueErrors naming their place (`cameras.door.motion.mask: ...`)."""
+    out. Errors are ValueErrors naming their place (`cameras.door.motion.mask: ...`). `own_keys` and
+    `own_stream_keys`: this config's top-level and stream settings, which a Frigate file may also hold; a key that
+    is neither Frigate's nor one of them is refused in Frigate's terms (`detekt`: did you mean detect?)."""
+    _refuse_unknown(data, FILE_READ | FILE_ONLY, own_keys, "", "a Frigate config")
+    for name, camera in (data.get("cameras") or {}).items():
+        if isinstance(camera, dict):
+            _refuse_unknown(camera, CAMERA_READ | CAMERA_ONLY, own_stream_keys, f"cameras.{name}.", "a Frigate camera")
     data = _environment_braces(dict(data))
     notes: list[str] = []
     defaults = {key: data.pop(key) for key in CAMERA_DEFAULTS if isinstance(data.get(key), dict)}
@@ -122,6 +133,20 @@ def from_frigate_file(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if left_out:
         notes.append(f"left out, not done here: {', '.join(left_out)}")
     return data, notes
+
+
+def _refuse_unknown(block: dict[str, Any], frigate: frozenset[str], own: frozenset[str], where: str, what: str) -> None:
+    """Keys neither Frigate nor this config has, each with the Frigate key it is nearest to where there is one."""
+    if not own:
+        return  # called without this config's keys: the schema answers unknown keys in its own words
+    unknown = [str(key) for key in block if key not in frigate and key not in own]
+    problems = []
+    for key in unknown:
+        near = difflib.get_close_matches(key, sorted(frigate), n=1, cutoff=0.75)
+        meant = f" (did you mean {near[0]}?)" if near else f"; {what} takes: {', '.join(sorted(frigate))}"
+        problems.append(f"{where}{key}: not a setting of {what}{meant}")
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def _environment_braces(data: Any) -> Any:

@@ -112,9 +112,10 @@ def test_a_whole_frigate_config_is_read_as_its_cameras_detector_and_model(tmp_pa
 
 
 def test_a_frigate_config_that_cannot_run_here_says_what_to_change(tmp_path, monkeypatch):
-    """A detector with no engine here, a Frigate+ model, a camera's own typo, detection switched off on every camera
-    (Frigate 0.16's default for a new file) and a password left unset: each is one line naming the camera or block
-    as the Frigate file writes it."""
+    """A detector with no engine here, a Frigate+ model, a typo in a camera or at the top (answered with Frigate's
+    key, not with this config's, which the user did not write), detection switched off on every camera (Frigate
+    0.16's default for a new file) and a password left unset: each is one line naming the camera or block as the
+    Frigate file writes it."""
     path = tmp_path / "config.yml"
     monkeypatch.setenv("FRIGATE_MQTT_USER", "u")
     monkeypatch.setenv("FRIGATE_MQTT_PASSWORD", "p")
@@ -123,8 +124,10 @@ def test_a_frigate_config_that_cannot_run_here_says_what_to_change(tmp_path, mon
         (("  qos: 1", "  qos: 1\nmodel: {path: 'plus://abc123'}"), "a Frigate+ model"),
         (
             ("    onvif:", "    detekt: {fps: 5}\n    onvif:"),
-            "cameras.front.detekt: not a setting; cameras.front takes: id, source",
+            "cameras.front.detekt: not a setting of a Frigate camera (did you mean detect?)",
         ),
+        (("snapshots:", "snapshot:"), "snapshot: not a setting of a Frigate config (did you mean snapshots?)"),
+        (("    onvif:", "    pan: 5\n    onvif:"), "cameras.front.pan: not a setting of a Frigate camera; a Frigate"),
         (('"0,0,0.3,0,0.3,0.2"', '"0,0,1"'), "cameras.front.motion.mask: 3 numbers"),
         (("detect: {width", "detect: {enabled: false, width"), "cameras: none of front, back, garage detects"),
         (("cameras:", "cameras:"), "${FRIGATE_RTSP_PASSWORD} is not set in edge's environment"),
