@@ -251,6 +251,16 @@ class StreamConfig(BaseModel):
     motion: MotionConfig | None = None
     # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
     ffmpeg: FFmpegConfig | None = None
+    # For a model of one's own, what its file does not say (as `edge detect --labels/--color`, or the model's
+    # sidecar, which these win over): a label file (one name a line, or `id name`) and the input's colour order
+    labels: Path | None = None
+    color: Literal["RGB", "BGR"] | None = None
+
+    @field_validator("color", mode="before")
+    @classmethod
+    def _color_any_case(cls, value: Any) -> Any:
+        """`bgr`, as Frigate's `input_pixel_format` writes it."""
+        return value.strip().upper() if isinstance(value, str) else value
 
     @field_validator("id", "source", mode="before")
     @classmethod
@@ -609,6 +619,7 @@ def anchored_paths(config: ServiceConfig, folder: Path) -> ServiceConfig:
             update={
                 "source": anchored_source(stream.source, folder),
                 "model": anchored_model(stream.model, folder),
+                "labels": anchored_path(stream.labels, folder),
             }
         )
         for stream in config.streams

@@ -63,6 +63,7 @@ BUILT_IN_MODELS = {
     "/edgetpu_model.tflite": "ssd-mobilenet-v2",
     "/openvino-model/ssdlite_mobilenet_v2.xml": "ssd-mobilenet-v2",
 }
+BUILT_IN_LABELS = ("/labelmap.txt", "/labelmap/coco-80.txt", "/labelmap/coco.txt", "/openvino-model/coco_91cl_bkgr.txt")
 DEFAULT_MODELS = {  # what Frigate runs on these detectors when its config names no model
     "cpu": "/cpu_model.tflite",
     "edgetpu": "/edgetpu_model.tflite",
@@ -215,15 +216,31 @@ def _model(model: Any, kind: str | None, notes: list[str]) -> dict[str, Any]:
             f"model.path {path}: a Frigate+ model, which Frigate downloads with its API key; give the model file "
             "(Frigate keeps it in /config/model_cache/) or leave model out"
         )
-    read = [key for key in ("labelmap_path", "labelmap") if key in model]
-    if read:
-        notes.append(
-            f"model.{read[0]} is not read: put the labels in the model's sidecar ({path}.yaml, labels: file.txt)"
-        )
+    if "labelmap" in model:
+        notes.append("model.labelmap is not read: give the names it changes in a label file (model.labelmap_path)")
     if path in BUILT_IN_MODELS:
         notes.append(f"model {path} is Frigate's built-in file: the registry's {BUILT_IN_MODELS[path]} runs instead")
-        return {"model": BUILT_IN_MODELS[path]}
-    return {"model": path}
+        return {"model": BUILT_IN_MODELS[path]}  # with its own labels, which Frigate's built-in label map lists
+    return {"model": path, **_model_input(model, notes)}
+
+
+def _model_input(model: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """What Frigate is told of a model of one's own that its file does not say: its labels and colour order. The
+    input's size, layout and type and the decoder are read from the file here."""
+    given: dict[str, Any] = {}
+    labels = model.get("labelmap_path")
+    if isinstance(labels, str) and labels not in BUILT_IN_LABELS:
+        given["labels"] = labels
+    elif labels in BUILT_IN_LABELS:
+        notes.append(f"model.labelmap_path {labels} is Frigate's built-in COCO list: the model's own labels are used")
+    pixels = str(model.get("input_pixel_format", "rgb")).lower()
+    if pixels == "yuv":
+        raise ValueError(
+            "model.input_pixel_format yuv: a model that takes YUV frames cannot run here; export it for rgb or bgr"
+        )
+    if pixels == "bgr":
+        given["color"] = "BGR"
+    return given
 
 
 def _mqtt(mqtt: dict[str, Any], left_out: list[str]) -> dict[str, Any]:

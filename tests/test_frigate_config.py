@@ -3,14 +3,16 @@ asks for that is not done here named, not refused."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 
 import pytest
 
 from edge_inference.edge.config import ConfigError, load_config
-from tests.conftest import VTEST
-from tests.server import running_server
+from tests.conftest import MODELS, VTEST
+from tests.helpers import run_edge
+from tests.server import free_port, running_server
 
 FRIGATE = f"""
 mqtt:
@@ -161,3 +163,39 @@ def test_edge_serve_runs_a_frigate_camera_on_the_cpu_detector_and_says_what_it_l
     assert notes[0] == "note: read as a Frigate config: 1 camera(s) as streams (front)"
     assert "note: detector cpu1 (cpu) runs as backend tflite, device auto" in notes
     assert any(note.startswith("note: left out, not done here: go2rtc, record, snapshots, ") for note in notes)
+
+
+def test_a_frigate_model_of_ones_own_runs_with_its_label_map_and_colour_order(tmp_path):
+    """Frigate's `model:` for a model of one's own names its label map (`0  person` lines) and colour order, which
+    the file does not say; they were dropped with a note, so a custom model's classes came out as COCO's names. They
+    are now the streams' `labels:` and `color:`: the check runs the engine on the camera's first frame and reports
+    the label map's names. A YUV model is refused, and Frigate's built-in COCO list leaves the model's own labels."""
+    labels = tmp_path / "labelmap.txt"
+    labels.write_text("0  pedestrian\n1  bicycle\n2  vehicle\n")
+    frigate = f"""
+detectors:
+  ov: {{type: onnx}}
+model:
+  path: {MODELS / "onnx/yolox_nano.onnx"}
+  labelmap_path: {labels}
+  input_pixel_format: bgr
+  model_type: yolox
+cameras:
+  front:
+    ffmpeg: {{inputs: [{{path: {VTEST}, roles: [detect]}}]}}
+    objects: {{track: [pedestrian, vehicle]}}
+"""
+    path = tmp_path / "config.yml"
+    path.write_text(frigate)
+    (front,) = load_config(path).streams
+    assert (str(front.labels), front.color, front.backend) == (str(labels), "BGR", "onnx")
+    checked = run_edge("serve", "--config", str(path), "--check", "--port", str(free_port()))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert re.search(r"stream front: \S+yolox_nano.onnx on onnx .*: \d+ pedestrian, \d+ vehicle", checked.stdout)
+    path.write_text(frigate.replace("input_pixel_format: bgr", "input_pixel_format: yuv"))
+    with pytest.raises(ConfigError, match=r"model\.input_pixel_format yuv: a model that takes YUV frames"):
+        load_config(path)
+    path.write_text(frigate.replace(str(labels), "/labelmap/coco-80.txt"))
+    config = load_config(path)
+    assert config.streams[0].labels is None
+    assert any("Frigate's built-in COCO list: the model's own labels are used" in note for note in config.notes)

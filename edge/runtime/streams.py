@@ -24,6 +24,7 @@ from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.stream.sources import FrameSource, camera_device, open_source
 from edge_inference.edge.stream.tracking import StreamTracker, labels_listed, unknown_labels
+from edge_inference.models.overrides import SpecOverrides
 
 log = logging.getLogger("edge.streams")
 DEFAULT_TRACKING_FPS = 15.0  # the tracker counts frames; a stream without a configured fps is assumed this fast
@@ -41,6 +42,7 @@ def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
         allow_fallback=stream.fallback,
         buffers=buffers,
         engine_options=stream.engine_options,
+        overrides=SpecOverrides(labels=str(stream.labels) if stream.labels else None, color=stream.color),
         # a camera's engine waits between frames, and a file's lanes run one thread each: nothing to spin for
         back_to_back=False,
     )
