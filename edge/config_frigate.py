@@ -101,10 +101,7 @@ def from_frigate_file(
     out. Errors are ValueErrors naming their place (`cameras.door.motion.mask: ...`). `own_keys` and
     `own_stream_keys`: this config's top-level and stream settings, which a Frigate file may also hold; a key that
     is neither Frigate's nor one of them is refused in Frigate's terms (`detekt`: did you mean detect?)."""
-    _refuse_unknown(data, FILE_READ | FILE_ONLY, own_keys, "", "a Frigate config")
-    for name, camera in (data.get("cameras") or {}).items():
-        if isinstance(camera, dict):
-            _refuse_unknown(camera, CAMERA_READ | CAMERA_ONLY, own_stream_keys, f"cameras.{name}.", "a Frigate camera")
+    _refuse_unknown_keys(data, own_keys, own_stream_keys)
     data = _environment_braces(dict(data))
     notes: list[str] = []
     defaults = {key: data.pop(key) for key in CAMERA_DEFAULTS if isinstance(data.get(key), dict)}
@@ -115,15 +112,8 @@ def from_frigate_file(
         data.pop(key)
     if isinstance(data.get("mqtt"), dict):
         data["mqtt"] = _mqtt(data["mqtt"], left_out)
-    streams = {}
     cameras = data.pop("cameras")
-    for name, camera in cameras.items():
-        if not isinstance(camera, dict | None):  # refused as a stream, in the usual words
-            streams[str(name)] = camera
-            continue
-        stream = _camera(_merged(defaults, camera or {}), restreams, f"cameras.{name}", left_out, notes)
-        if stream is not None:
-            streams[str(name)] = {**engine, **stream}
+    streams = _streams(cameras, defaults, engine, restreams, left_out, notes)
     if not streams and cameras:
         raise ValueError(
             f"cameras: none of {', '.join(map(str, cameras))} detects (each is enabled: false, or has detect: "
@@ -136,18 +126,47 @@ def from_frigate_file(
     return data, notes
 
 
-def _refuse_unknown(block: dict[str, Any], frigate: frozenset[str], own: frozenset[str], where: str, what: str) -> None:
-    """Keys neither Frigate nor this config has, each with the Frigate key it is nearest to where there is one."""
-    if not own:
+def _streams(
+    cameras: dict[str, Any],
+    defaults: dict[str, Any],
+    engine: dict[str, Any],
+    restreams: dict[str, str],
+    left_out: list[str],
+    notes: list[str],
+) -> dict[str, Any]:
+    """Each camera Frigate detects on as a stream, with the global blocks under its own and the file's engine."""
+    streams = {}
+    for name, camera in cameras.items():
+        if not isinstance(camera, dict | None):  # refused as a stream, in the usual words
+            streams[str(name)] = camera
+            continue
+        stream = _camera(_merged(defaults, camera or {}), restreams, f"cameras.{name}", left_out, notes)
+        if stream is not None:
+            streams[str(name)] = {**engine, **stream}
+    return streams
+
+
+def _refuse_unknown_keys(data: dict[str, Any], own_keys: frozenset[str], own_stream_keys: frozenset[str]) -> None:
+    """Keys neither Frigate nor this config has, at the top and in each camera, all in one error."""
+    if not own_keys:
         return  # called without this config's keys: the schema answers unknown keys in its own words
-    unknown = [str(key) for key in block if key not in frigate and key not in own]
+    problems = _unknown(data, FILE_READ | FILE_ONLY, own_keys, "", "a Frigate config")
+    for name, camera in (data.get("cameras") or {}).items():
+        if isinstance(camera, dict):
+            frigate = CAMERA_READ | CAMERA_ONLY
+            problems += _unknown(camera, frigate, own_stream_keys, f"cameras.{name}.", "a Frigate camera")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _unknown(block: dict[str, Any], frigate: frozenset[str], own: frozenset[str], where: str, what: str) -> list[str]:
+    """Each key neither Frigate nor this config has, with the Frigate key it is nearest to where there is one."""
     problems = []
-    for key in unknown:
+    for key in (str(key) for key in block if key not in frigate and key not in own):
         near = difflib.get_close_matches(key, sorted(frigate), n=1, cutoff=0.75)
         meant = f" (did you mean {near[0]}?)" if near else f"; {what} takes: {', '.join(sorted(frigate))}"
         problems.append(f"{where}{key}: not a setting of {what}{meant}")
-    if problems:
-        raise ValueError("; ".join(problems))
+    return problems
 
 
 def _environment_braces(data: Any) -> Any:
