@@ -48,6 +48,12 @@ def _first_of(text: str, characters: str, start: int = 0) -> int:
     return min([i for i in (text.find(c, start) for c in characters) if i >= 0], default=len(text))
 
 
+# What follows a user info's '@': an IPv4 address, a bracketed IPv6 one, or a name with a dot or a port
+_HOST = re.compile(
+    r"(?:(?:\d{1,3}\.){3}\d{1,3}|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9-]+(?=:))(?::\d+)?"
+)
+
+
 def authority_end(rest: str) -> int:
     """Where the authority of `rest` (a URL after its '://') ends: at the first '/', '?' or '#', unless a password
     holds one of them unencoded (`admin:p#ss@cam/`, which FFmpeg cannot use either, yet it must never reach a log):
@@ -58,6 +64,10 @@ def authority_end(rest: str) -> int:
     at = rest.find("@", end)
     if "@" in authority and at >= 0 and "/" not in rest[end:at]:
         return _first_of(rest, "/?#", at)  # `admin:p@ss#word@cam`: the '#' is the password's, as the last '@' says
+    after_at = rest[at + 1 : _first_of(rest, "/?#", at + 1)]
+    if "@" in authority and at >= 0 and "=" not in rest[end:at] and _HOST.fullmatch(after_at):
+        # `admin:p@ss/word@192.168.1.5/live`: a host after the second '@' (not a query's `mail=a@b.com`)
+        return _first_of(rest, "/?#", at)
     if "@" in authority or authority.startswith("[") or not colon or after.isdigit() or at < 0:
         return end  # a user info already, an IPv6 host, no password, a port, or no '@' after: as parsed
     return _first_of(rest, "/?#", at)

@@ -7,7 +7,14 @@ import httpx
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from edge_inference.edge.secrets import install_log_masking, is_secret_key, mask_in, mask_text, mask_url
+from edge_inference.edge.secrets import (
+    install_log_masking,
+    is_secret_key,
+    mask_in,
+    mask_text,
+    mask_url,
+    password_encoding_advice,
+)
 from tests.conftest import VTEST
 from tests.server import running_server
 from tests.test_watchdogs import wait_for
@@ -35,11 +42,13 @@ def test_user_info_and_secret_query_keys_are_masked():
 def test_a_password_typed_with_a_character_that_ends_the_address_is_masked_whole():
     # '/', '?' and '#' end a URL's authority: a parser stops there, before the '@', and saw no password at all
     # "p@ss#word": an '@' before the '#' made the parser's user info "admin:p", and "ss#word" reached the log
-    for password in ("p#ss", "p/ss", "p?ss", "/?#", "p#s@s", "p@ss#word", "p@ss?w"):
+    # "p@ss/word": the parser's host was "ss", so "ss/word" reached the log and the error named a host "ss"
+    for password in ("p#ss", "p/ss", "p?ss", "/?#", "p#s@s", "p@ss#word", "p@ss?w", "p@ss/word", "p@s/s/w"):
         url = f"rtsp://admin:{password}@192.168.1.5:554/live?fps=5"
         assert mask_url(url) == "rtsp://admin:***@192.168.1.5:554/live?fps=5"
         assert mask_text(f"stream {url} stalled") == "stream rtsp://admin:***@192.168.1.5:554/live?fps=5 stalled"
         assert mask_in(f"401 for admin:{password}@192.168.1.5", url) == "401 for admin:***@192.168.1.5"
+        assert password_encoding_advice(url).startswith("its password holds "), password  # and says how to write it
     # where nothing before the path is a password, an '@' in the path or after a port is left alone
     for untouched in ("rtsp://cam:8554/a@b", "rtsp://cam/a@b#x", "rtsp://[::1]:554/x@y"):
         assert mask_url(untouched) == untouched
