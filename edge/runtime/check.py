@@ -97,8 +97,8 @@ def _first_frame(stream: StreamConfig) -> np.ndarray | Finding:
     try:
         source.open()
         frame = source.read()
-    except FAILURES as exc:
-        return Finding(subject, str(exc), "problem")
+    except Exception as exc:  # noqa: BLE001 - any read failure is the source's, as the service's capture loop has it
+        return Finding(subject, _said(exc), "problem")
     finally:
         source.close()
     if frame is None:
@@ -137,14 +137,13 @@ def engine_findings(
             config, choice = resolve_auto(config, settings, stored_only=True)
             note = choice.reason
         detector = load_detector(config, settings)
-    except FAILURES as exc:
-        return [Finding(subject, str(exc), "problem")]
+    except Exception as exc:  # noqa: BLE001 - an engine's own exception types too: the other streams still checked
+        return [Finding(subject, _said(exc), "problem")]
     try:
         found = _ran(detector, frame)
-    except FAILURES as exc:
-        return [
-            Finding(subject, f"{detector.backend.key} loaded {config.model}, but running it failed: {exc}", "problem")
-        ]
+    except Exception as exc:  # noqa: BLE001 - as above
+        failed = f"{detector.backend.key} loaded {config.model}, but running it failed: {_said(exc)}"
+        return [Finding(subject, failed, "problem")]
     finally:
         detector.close()
     backend = detector.backend
@@ -155,6 +154,10 @@ def engine_findings(
     if (labels := label_problem(stream, detector)) is not None:
         findings.append(Finding(subject, labels.removeprefix(f"{subject}: "), "warning"))
     return findings
+
+
+def _said(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, FAILURES) else f"{type(exc).__name__}: {exc}"
 
 
 def _ran(detector: Detector, frame: np.ndarray | None) -> str:
