@@ -83,7 +83,7 @@ def detector_options(func: F) -> F:
         ),
         click.option("--color", type=click.Choice(["RGB", "BGR"]), help="Channel order the model expects."),
         click.option("--resize", type=click.Choice(["letterbox", "stretch"]), help="Resize mode."),
-        click.option("--labels", type=click.Path(dir_okay=False), help="Label file: one name per line, or 'id name'."),
+        labels_flag(),
     ]
     for option in reversed(options):
         func = option(func)
@@ -93,6 +93,13 @@ def detector_options(func: F) -> F:
 def home_expanded(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     """`~/out` quoted, or passed by a script: no shell expanded it, and nothing after this would."""
     return None if value is None else value.expanduser()
+
+
+def labels_flag() -> Callable[[F], F]:
+    flag: Callable[[F], F] = click.option(
+        "--labels", type=click.Path(dir_okay=False), help="Label file: one name per line, or 'id name'."
+    )
+    return flag
 
 
 def classes_flag() -> Callable[[F], F]:

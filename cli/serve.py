@@ -12,7 +12,7 @@ import click
 
 from edge_inference.cli.app import cli
 from edge_inference.cli.listening import bind
-from edge_inference.cli.options import classes_flag, engine_option_flag
+from edge_inference.cli.options import classes_flag, engine_option_flag, labels_flag
 from edge_inference.edge.config import (
     LOOPBACK,
     MAX_THREADS,
@@ -58,11 +58,7 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @click.option("--device", "-d", default="auto", show_default=True)
 @click.option("--fallback", is_flag=True, help="Run on the CPU if the device is unavailable, and say so.")
 @click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS))
-@click.option(
-    "--labels",
-    type=click.Path(dir_okay=False),
-    help="Label file for a model of your own: one name a line, or 'id name'.",
-)
+@labels_flag()
 @engine_option_flag()
 @click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)
 @click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True)

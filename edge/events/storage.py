@@ -27,6 +27,8 @@ from edge_inference.edge.events.store import LOCK_FILE, DamagedDatabase, EventSt
 log = logging.getLogger("edge.events")
 DISK_CHECK_S = 10.0
 MB = 1024 * 1024
+Level = Literal["ok", "warning", "problem"]  # a finding of `edge serve --check`
+WRITABLE_FIX = "make the folder writable or set storage.data_dir / EDGE_DATA_DIR"
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,13 @@ def _flocked_inodes(table: str) -> set[int]:
     inodes = set()
     for line in table.splitlines():
         fields = line.split()
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rpartition(":")[2].isdigit():
-            inodes.add(int(fields[5].rpartition(":")[2]))
+        inode = fields[5].rpartition(":")[2] if len(fields) >= 6 and fields[1] == "FLOCK" else ""
+        if inode.isdigit():
+            inodes.add(int(inode))
     return inodes
 
 
-def storage_outlook(folder: Path, config: StorageConfig) -> tuple[Literal["ok", "warning", "problem"], str]:
+def storage_outlook(folder: Path, config: StorageConfig) -> tuple[Level, str]:
     """What the service would find for events kept in `folder`, looked at without writing: ok, a warning (it would
     start, keeping no events), or a problem (it would not start)."""
     existing = folder
@@ -83,7 +86,7 @@ def storage_outlook(folder: Path, config: StorageConfig) -> tuple[Literal["ok", 
         existing = existing.parent  # the service makes the folders missing under it
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         problem = f"events cannot be stored: {existing} cannot be written"
-        fix = "make it writable or set storage.data_dir / EDGE_DATA_DIR"
+        fix = WRITABLE_FIX
         if config.required:
             return "problem", f"{problem}: {fix} (storage.required is true: the service would not start)"
         return "warning", f"{problem}: {fix}; detection would go on, events reaching live listeners and MQTT only"
@@ -104,7 +107,7 @@ def _in_use(folder: Path, exc: FolderInUse, config: StorageConfig) -> OpenedStor
 
 def _unwritable(folder: Path, exc: Exception, config: StorageConfig) -> OpenedStore:
     problem = f"events are not stored: cannot write to {folder} ({exc.__cause__ or exc})"
-    return _not_stored(problem, "make the folder writable or set storage.data_dir / EDGE_DATA_DIR", config)
+    return _not_stored(problem, WRITABLE_FIX, config)
 
 
 def _not_stored(problem: str, fix: str, config: StorageConfig) -> OpenedStore:

@@ -9,28 +9,30 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 from urllib.parse import SplitResult, urlsplit
 
 import numpy as np
 
 from edge_inference.backends import BackendError
-from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, compare_member_ids
+from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import check_reference, load_detector, resolve_auto
-from edge_inference.edge.detection.model_files import model_for_engine
 from edge_inference.edge.errors import EdgeError, connection_failure
 from edge_inference.edge.events.layer import data_dir
 from edge_inference.edge.events.mqtt import ask_broker, configured_broker
-from edge_inference.edge.events.storage import storage_outlook
-from edge_inference.edge.runtime.streams import check_cameras_read_once, detector_config, label_problem, source_for
+from edge_inference.edge.events.storage import Level, storage_outlook
+from edge_inference.edge.runtime.streams import (
+    check_cameras_read_once,
+    compare_members,
+    detector_config,
+    label_problem,
+    source_for,
+)
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.capture import stall_timeout
 from edge_inference.models.errors import ModelError
 
-Level = Literal["ok", "warning", "problem"]
 FAILURES = (EdgeError, ModelError, BackendError)
 WEBHOOK_TIMEOUT_S = 5.0
 
@@ -106,22 +108,10 @@ def _first_frame(stream: StreamConfig) -> np.ndarray | Finding:
     return frame
 
 
-def detector_streams(stream: StreamConfig) -> Iterator[StreamConfig]:
-    """The stream itself, or each engine it compares as the service runs it (`door-onnx`, `door-openvino`)."""
-    if not stream.compare:
-        yield stream
-        return
-    for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
-        backend, _, device = item.partition(":")
-        model, _ = model_for_engine(stream.model, backend)
-        yield stream.model_copy(
-            update={
-                "id": member_id,
-                "model": model or stream.model,
-                "backend": backend,
-                "device": device or stream.device,
-            }
-        )
+def detector_streams(stream: StreamConfig) -> list[StreamConfig]:
+    """The stream itself, or each engine it compares as the service runs it (`door-onnx`, `door-openvino`); where an
+    engine has no file of the model, the stream's model, which the engine's check then answers for."""
+    return [member for member, _ in compare_members(stream)] if stream.compare else [stream]
 
 
 def engine_findings(

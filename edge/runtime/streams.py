@@ -87,6 +87,19 @@ def check_cameras_read_once(streams: list[StreamConfig]) -> None:
         owners[device] = stream.id
 
 
+def compare_members(stream: StreamConfig) -> list[tuple[StreamConfig, str | None]]:
+    """Each engine a stream compares, as a stream of its own (`door-onnx`, `door-openvino`) on that engine's file of
+    the model, with why there is none (the stream's model is kept then)."""
+    members = []
+    for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
+        backend, _, device = item.partition(":")  # the config has checked the engine's name
+        model, reason = model_for_engine(stream.model, backend)
+        update = {"id": member_id, "model": model or stream.model, "backend": backend, "compare": []}
+        member = stream.model_copy(update={**update, "device": device or stream.device})
+        members.append((member, None if model else reason))
+    return members
+
+
 def label_problem(stream: StreamConfig, detector: Detector) -> str | None:
     """The labels the stream's config names that its model does not detect, with the model's own; None if all are."""
     model_labels = list(detector.spec.labels.values())
@@ -148,27 +161,16 @@ class StreamManager:
 
     def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
         members = []
-        for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
-            backend, _, device = item.partition(":")  # the config has checked the engine's name
-            model, reason = model_for_engine(stream.model, backend)
-            if model is None:
+        for member, reason in compare_members(stream):
+            if reason is not None:
                 raise ConfigError(f"stream {stream.id}: {reason}")
-            member = stream.model_copy(
-                update={
-                    "id": member_id,
-                    "model": model,
-                    "backend": backend,
-                    "device": device or stream.device,
-                    "compare": [],
-                }
-            )
             check_reference(detector_config(member))
             pipeline = StreamPipeline(
                 member.id,
                 None,
                 self._loader(member),
                 mode="live",
-                names=StreamNames(model, backend, source.description),
+                names=StreamNames(member.model, member.backend, source.description),
                 inference_timeout_s=stream.inference_timeout_s,
                 tracker=tracker_for(member),
             )
