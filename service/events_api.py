@@ -13,9 +13,11 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
 
-from edge_inference.edge.events.recorder import EventRecorder
+from edge_inference.edge.events.recorder import EventRecorder, RecordedChange, missed_changes
 from edge_inference.edge.events.store import EventQuery, EventStore
+from edge_inference.edge.stream.publish import Subscription
 from edge_inference.service.api import EVENT_STREAM, manager_of, media
 from edge_inference.service.errors import invalid, quoted
 from edge_inference.service.schemas import EventOut, EventPage
@@ -105,19 +107,67 @@ def list_events(
 @router.get(
     "/events/stream",
     summary="Server-Sent Events: one 'event' per event start, update and end, as they are stored",
+    description="Each stored change carries an `id:`. A client that reconnects with it in `Last-Event-ID` (browsers' "
+    "EventSource does this by itself) is first sent what it missed, even across a restart of the service: each event "
+    "that changed meanwhile as it is now, its start where that came after, then its update or end. A client too slow "
+    "for the changes is sent the ones it could not take the same way.",
     response_class=EventSourceResponse,
     responses=media(EVENT_STREAM, '`event: event`, `data:` {"type": "start"|"update"|"end", "event": an EventOut}'),
 )
 async def event_changes(request: Request) -> EventSourceResponse:
     recorder = _recorder(request)
-    subscription = recorder.changes.subscribe(256)
+    store = manager_of(request).events.store
+    resume = _position(request.headers.get("last-event-id"))
+    told = resume if resume is not None or store is None else store.position  # before subscribing: none in between
+    subscription = recorder.changes.subscribe(256)  # before the replay: a change stored from now on is in either
 
     async def generate() -> AsyncIterator[dict[str, str]]:
-        while batch := await subscription.batch():  # [] once the service stops
-            for change in batch:
-                yield {"event": "event", "data": json.dumps(change)}
+        async for change in change_feed(subscription, store, told, replay=resume is not None):
+            yield _sse_change(change)
 
     return ClosingEventSourceResponse(generate(), ping=15, on_close=lambda: recorder.changes.unsubscribe(subscription))
+
+
+async def change_feed(
+    subscription: Subscription[RecordedChange], store: EventStore | None, told: float | None, replay: bool
+) -> AsyncIterator[RecordedChange]:
+    """The changes after position `told` from the store (with `replay`), then the live ones, each once and in
+    order; what the subscription drops while its client is slow is taken from the store the same way. Ends with
+    the service."""
+
+    async def missed() -> list[RecordedChange]:
+        return [] if store is None or told is None else await run_in_threadpool(missed_changes, store, told)
+
+    dropped = 0
+    pending = await missed() if replay else []
+    while True:
+        for change in pending:
+            if change.position is not None and told is not None and change.position <= told:
+                continue  # told already, in the replay
+            told = change.position or told
+            yield change
+        pending = await subscription.batch()
+        if not pending:  # the service is stopping
+            return
+        if subscription.dropped != dropped:  # it fell behind: what it could not take is in the store
+            dropped = subscription.dropped
+            pending = [*await missed(), *pending]
+
+
+def _position(text: str | None) -> float | None:
+    """A Last-Event-ID this service gave; anything else (another server's id, none) resumes nothing."""
+    try:
+        position = float(text) if text else None
+    except ValueError:
+        return None
+    return position if position is not None and math.isfinite(position) and position >= 0 else None
+
+
+def _sse_change(change: RecordedChange) -> dict[str, str]:
+    message = {"event": "event", "data": json.dumps(change.payload)}
+    if change.position is not None:  # a change not stored (a full disk) has no place to resume from
+        message["id"] = repr(change.position)
+    return message
 
 
 @router.get("/events/{event_id}", response_model=EventOut, summary="One event", responses={404: {}, 503: {}})

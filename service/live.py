@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pydantic import TypeAdapter
 from sse_starlette.event import ServerSentEvent
 
+from edge_inference.edge.events.recorder import RecordedChange
 from edge_inference.edge.runtime.compare import CompareSnapshot
 from edge_inference.edge.runtime.snapshots import compare_snapshots
 from edge_inference.edge.runtime.streams import StreamManager
@@ -52,7 +53,7 @@ class LiveChannel:
         self.manager, self.cache, self.options = manager, cache, options
         self.streams = {sid: (p, p.results.subscribe(buffer)) for sid, p in manager.pipelines.items()}
         recorder = manager.events.recorder
-        self.changes: Subscription[dict[str, object]] | None = recorder.changes.subscribe(256) if recorder else None
+        self.changes: Subscription[RecordedChange] | None = recorder.changes.subscribe(256) if recorder else None
         self._sent_frame: dict[str, float] = {}
         self._sent_thumb: dict[str, float] = {}
         self._sent_compare = float("-inf")
@@ -96,7 +97,8 @@ class LiveChannel:
             height = self.options.thumb_height
             parts += await asyncio.to_thread(lambda: [_thumb_event(self.cache, r, height) for r in thumbs])
         if self.changes is not None:
-            parts += [ServerSentEvent(data=json.dumps(c), event="change").encode() for c in self.changes.drain()]
+            changes = self.changes.drain()
+            parts += [ServerSentEvent(data=json.dumps(c.payload), event="change").encode() for c in changes]
         if self.manager.groups and now - self._sent_compare >= COMPARE_EVERY_S:
             self._sent_compare = now
             figures = await asyncio.to_thread(compare_snapshots, self.manager)

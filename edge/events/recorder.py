@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from edge_inference.edge.events.builder import EventChange, Snapshot
 from edge_inference.edge.events.storage import DISK_CHECK_S, StorageWatch
@@ -37,9 +38,35 @@ def change_payload(change: EventChange, has_snapshot: bool) -> dict[str, object]
     return {"type": change.kind, "event": change.event.to_dict() | {"has_snapshot": has_snapshot}}
 
 
+@dataclass(frozen=True)
+class RecordedChange:
+    """A change as told live: its payload, and its position in the store (None where it could not be stored)."""
+
+    payload: dict[str, object]
+    position: float | None
+
+
 def snapshot_jpeg(snapshot: Snapshot, label: str) -> bytes:
     box = Detection(-1, label, snapshot.score, snapshot.box)
     return render_jpeg(snapshot.image, [box], height=SNAPSHOT_HEIGHT, quality=SNAPSHOT_QUALITY, boxes=True)
+
+
+REPLAY_PAGE = 500
+
+
+def missed_changes(store: EventStore, after: float) -> list[RecordedChange]:
+    """What a client that last saw the change at position `after` has missed, each event as it is now: its start
+    (where that came after), then its update or end; oldest first. Several updates in between are one."""
+    missed: list[RecordedChange] = []
+    while rows := store.changed_since(after, REPLAY_PAGE):
+        for stored, first, last in rows:
+            ended = stored.event.end is not None
+            if first > after:
+                missed.append(RecordedChange({"type": "start", "event": stored.to_dict() | {"end": None}}, first))
+            if last > first or (first <= after) or ended:
+                missed.append(RecordedChange({"type": "end" if ended else "update", "event": stored.to_dict()}, last))
+        after = rows[-1][2]
+    return sorted(missed, key=lambda change: change.position or 0.0)
 
 
 class EventRecorder:
@@ -47,7 +74,7 @@ class EventRecorder:
         self.store = store
         self.destinations = destinations
         self.watch = watch
-        self.changes: Broadcaster[dict[str, object]] = Broadcaster()  # live, for the API
+        self.changes: Broadcaster[RecordedChange] = Broadcaster()  # live, for the API
         self.listeners: list[Callable[[EventChange, bytes | None], None]] = []  # after each change is stored
         self.on_stored: list[Callable[[], None]] = []  # wake the outbox senders
         self.unstored: list[Callable[[bytes], None]] = []  # a change that could not be stored, sent directly
@@ -126,7 +153,8 @@ class EventRecorder:
             self._has_snapshot.discard(event.id)
         payload = change_payload(change, has_snapshot)
         body = json.dumps(payload).encode()
-        if self._store_row(change, snapshot, body):
+        position = self._store_row(change, snapshot, body)
+        if position is not None:
             self.recorded += 1
             if self.watch.failed_writes == failures:  # snapshot and row both written: storing works (again)
                 self.watch.succeeded()
@@ -136,7 +164,7 @@ class EventRecorder:
             self.lost += 1
             for send in self.unstored:
                 send(body)
-        self.changes.publish(payload)
+        self.changes.publish(RecordedChange(payload, position))
         for listener in self.listeners:
             listener(change, jpeg)
 
@@ -157,13 +185,13 @@ class EventRecorder:
         except (OSError, sqlite3.Error):
             return False
 
-    def _store_row(self, change: EventChange, snapshot: tuple[str, int] | None, body: bytes) -> bool:
+    def _store_row(self, change: EventChange, snapshot: tuple[str, int] | None, body: bytes) -> float | None:
+        """The change's position in the store; None where it could not be stored."""
         if self.store is None:
-            return False
+            return None
         messages = [(sink, topic, body, False) for sink, topic in self.destinations]
         try:
-            self.store.record(change.event, snapshot, messages)
+            return self.store.record(change.event, snapshot, messages)
         except (OSError, sqlite3.Error) as exc:
             self.watch.failed(f"storing the {change.kind} of event {change.event.id}", exc)
-            return False
-        return True
+            return None

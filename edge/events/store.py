@@ -11,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import socket
 import sqlite3
@@ -28,7 +29,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id TEXT PRIMARY KEY, stream TEXT NOT NULL, label TEXT NOT NULL, track_id INTEGER NOT NULL,
     start REAL NOT NULL, "end" REAL, best_score REAL NOT NULL, zones TEXT NOT NULL, lines TEXT NOT NULL,
-    frames INTEGER NOT NULL, snapshot TEXT, snapshot_bytes INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL
+    frames INTEGER NOT NULL, snapshot TEXT, snapshot_bytes INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL,
+    first_recorded REAL
 );
 CREATE INDEX IF NOT EXISTS events_start ON events (start);
 CREATE INDEX IF NOT EXISTS events_stream_start ON events (stream, start);
@@ -39,6 +41,14 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_sink ON outbox (sink, seq);
 CREATE TABLE IF NOT EXISTS outbox_dropped (sink TEXT PRIMARY KEY, count INTEGER NOT NULL);
 """
+# Each stored change's position: the time it was recorded, made strictly increasing in this folder. An event's row
+# keeps the position of its last change (`updated`) and of its start (`first_recorded`), so a client that was away
+# (an SSE reconnect's Last-Event-ID) is told what changed since, across restarts. A database from before has no
+# `first_recorded`: it is added, and its old rows count their start as their frame's time.
+COLUMNS = (
+    'id, stream, label, track_id, start, "end", best_score, zones, lines, frames, snapshot, snapshot_bytes,'
+    " updated, COALESCE(first_recorded, start)"
+)
 
 
 def default_data_dir() -> Path:
@@ -151,6 +161,12 @@ class EventStore:
             report = " ".join(" ".join(str(p).split()) for p in problems)  # SQLite's report, on one line
             raise DamagedDatabase(report.replace("*** in database main *** ", "")[:300])
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(events)")}
+        if "first_recorded" not in columns:
+            self._db.execute("ALTER TABLE events ADD COLUMN first_recorded REAL")
+        self._db.execute("CREATE INDEX IF NOT EXISTS events_updated ON events (updated)")
+        (newest,) = self._db.execute("SELECT MAX(updated) FROM events").fetchone()
+        self._position = float(newest) if newest is not None else 0.0
 
     def close(self) -> None:
         with self._lock:
@@ -174,21 +190,23 @@ class EventStore:
         temporary.replace(self.snapshots / name)
         return name
 
-    def record(self, event: Event, snapshot: tuple[str, int] | None, messages: list[Outgoing]) -> None:
-        """The event's row and the messages announcing it (sink, topic, payload, retain), in one transaction."""
-        now = time.time()
+    def record(self, event: Event, snapshot: tuple[str, int] | None, messages: list[Outgoing]) -> float:
+        """The event's row and the messages announcing it (sink, topic, payload, retain), in one transaction.
+        Returns the change's position (COLUMNS)."""
         with self._lock:
+            # after the newest one, even if the wall clock went back (a Pi's NTP correction)
+            now = max(time.time(), math.nextafter(self._position, math.inf))
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(
                     'INSERT INTO events (id, stream, label, track_id, start, "end", best_score, zones, lines, frames,'
-                    " snapshot, snapshot_bytes, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+                    " snapshot, snapshot_bytes, updated, first_recorded) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
                     ' ON CONFLICT(id) DO UPDATE SET "end"=excluded."end", best_score=excluded.best_score,'
                     " zones=excluded.zones, lines=excluded.lines, frames=excluded.frames, updated=excluded.updated,"
                     " snapshot=COALESCE(excluded.snapshot, snapshot),"
                     " snapshot_bytes=CASE WHEN excluded.snapshot IS NULL THEN snapshot_bytes"
                     " ELSE excluded.snapshot_bytes END",
-                    _row(event, snapshot, now),
+                    _row(event, snapshot, now),  # first_recorded: kept from the start's insert
                 )
                 self._db.executemany(
                     "INSERT INTO outbox (sink, topic, payload, retain, created) VALUES (?,?,?,?,?)",
@@ -199,7 +217,9 @@ class EventStore:
                 if self._db.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
                     self._db.execute("ROLLBACK")
                 raise
+            self._position = now
         self._bound_outbox({sink for sink, *_ in messages})
+        return now
 
     def _bound_outbox(self, sinks: set[str]) -> None:
         """Past max_outbox undelivered messages for a destination, the oldest go, counted and logged."""
@@ -265,21 +285,37 @@ class EventStore:
             where.append("(start < ? OR (start = ? AND id < ?))")
             params.extend([query.cursor[0], query.cursor[0], query.cursor[1]])
         # only the fixed clauses above are joined; every value is a parameter
-        sql = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY start DESC, id DESC LIMIT ?"  # noqa: S608
+        sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY start DESC, id DESC LIMIT ?"  # noqa: S608
         with self._lock:
             rows = self._db.execute(sql, [*params, query.limit]).fetchall()
         return [_stored(row) for row in rows]
 
     def get(self, event_id: str) -> StoredEvent | None:
         with self._lock:
-            row = self._db.execute("SELECT * FROM events WHERE id=?", (event_id,)).fetchone()
+            row = self._db.execute(f"SELECT {COLUMNS} FROM events WHERE id=?", (event_id,)).fetchone()  # noqa: S608
         return None if row is None else _stored(row)
 
     def unfinished(self) -> list[tuple[Event, float]]:
         """Events a previous run left open (it was killed), with when each was last updated."""
         with self._lock:
-            rows = self._db.execute('SELECT * FROM events WHERE "end" IS NULL ORDER BY start').fetchall()
-        return [(_stored(row).event, float(row[-1])) for row in rows]
+            rows = self._db.execute(f'SELECT {COLUMNS} FROM events WHERE "end" IS NULL ORDER BY start').fetchall()  # noqa: S608
+        return [(_stored(row).event, float(row[12])) for row in rows]
+
+    @property
+    def position(self) -> float:
+        """The newest change's position (0 with none stored)."""
+        with self._lock:
+            return self._position
+
+    def changed_since(self, position: float, limit: int) -> list[tuple[StoredEvent, float, float]]:
+        """Events changed after `position`, oldest change first, with the positions of their start and of their
+        last change."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {COLUMNS} FROM events WHERE updated > ? ORDER BY updated LIMIT ?",  # noqa: S608
+                (position, limit),
+            ).fetchall()
+        return [(_stored(row), float(row[13]), float(row[12])) for row in rows]
 
     def snapshot_path(self, event_id: str) -> Path | None:
         with self._lock:
@@ -349,11 +385,11 @@ def _row(event: Event, snapshot: tuple[str, int] | None, now: float) -> tuple[ob
     name, size = snapshot if snapshot else (None, 0)
     zones, lines = json.dumps(event.zones), json.dumps(event.lines)
     return (event.id, event.stream, event.label, event.track_id, event.start, event.end, event.best_score, zones,
-            lines, event.frames, name, size, now)  # fmt: skip
+            lines, event.frames, name, size, now, now)  # fmt: skip
 
 
 def _stored(row: tuple[object, ...]) -> StoredEvent:
-    (event_id, stream, label, track_id, start, end, best, zones, lines, frames, snapshot, _size, _updated) = row
+    (event_id, stream, label, track_id, start, end, best, zones, lines, frames, snapshot, _size, *_positions) = row
     event = Event(
         id=str(event_id),
         stream=str(stream),
