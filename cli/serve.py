@@ -12,7 +12,7 @@ import click
 
 from edge_inference.cli.app import cli
 from edge_inference.cli.listening import bind
-from edge_inference.cli.options import classes_flag, engine_option_flag, labels_flag
+from edge_inference.cli.options import FRACTION, classes_flag, engine_option_flag, labels_flag
 from edge_inference.edge.config import (
     LOOPBACK,
     MAX_THREADS,
@@ -60,8 +60,8 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS))
 @labels_flag()
 @engine_option_flag()
-@click.option("--conf", type=click.FloatRange(0, 1), default=0.25, show_default=True)
-@click.option("--iou", type=click.FloatRange(0, 1), default=0.45, show_default=True)
+@click.option("--conf", type=FRACTION, default=0.25, show_default=True)
+@click.option("--iou", type=FRACTION, default=0.45, show_default=True)
 @classes_flag()
 @click.option("--id", "stream_id", default="main", show_default=True, help="Stream id in the API.")
 @click.option(

@@ -278,7 +278,7 @@ def test_a_number_written_as_people_write_it_is_answered_with_the_number_to_writ
     """`conf: 50%`, `iou: 0,45` (a decimal comma, as a German or French user writes it), `recheck_s: 30s`,
     `max_snapshot_mb: 1GB`, `fps: 5 fps`: YAML reads each as text, and each was "Input should be a valid number,
     unable to parse string as a number". The answer now is the number to write, in the setting's own unit; the
-    command line's `--conf 0,5` and `--conf 50` get the same answers."""
+    command line's `--conf 0,5` and `--conf 50` get the same answers, in `edge detect` and `edge serve`."""
     config = tmp_path / "streams.yaml"
     config.write_text(
         "storage: {max_snapshot_mb: 1GB, max_age_days: 2 weeks}\n"
@@ -302,8 +302,9 @@ def test_a_number_written_as_people_write_it_is_answered_with_the_number_to_writ
         ("0,5", "'0,5' has a decimal comma: write 0.5"),
         ("50", "50 is more than 1: it is a fraction of 1, so 50% is 0.5"),
     ]:
-        proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "--conf", typed)
-        assert proc.returncode == 2 and f"Invalid value for '--conf': {answer}" in proc.stderr, proc.stderr
+        for command in (["detect", str(MEDIA / "cat_720p.jpg")], ["serve", "--source", str(VTEST), "--check"]):
+            proc = run_edge(*command, "--conf", typed)
+            assert proc.returncode == 2 and f"Invalid value for '--conf': {answer}" in proc.stderr, proc.stderr
 
 
 def test_a_stream_written_as_the_command_line_reads_it_is_taken(tmp_path):
