@@ -12,6 +12,7 @@ from edge_inference import __version__
 from edge_inference.backends import BackendError
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_text
+from edge_inference.edge.settings import misspelled_variables
 from edge_inference.models.errors import ModelError
 
 USER_ERRORS = (EdgeError, ModelError, BackendError)
@@ -54,3 +55,5 @@ class FriendlyGroup(click.Group):
 @click.version_option(__version__, prog_name="edge")
 def cli() -> None:
     """Real-time object detection on edge devices: detect, serve, compare backends."""
+    for line in misspelled_variables(os.environ):  # every command reads some EDGE_* (a model mirror, a cache)
+        click.echo(f"note: {line}", err=True)

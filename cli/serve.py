@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from edge_inference.edge.config import (
     load_config,
     single_stream_config,
 )
-from edge_inference.edge.settings import Settings, get_settings, misspelled_variables
+from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.registry import DEFAULT_MODEL
 
 
@@ -122,7 +121,7 @@ def serve(
     config = with_environment(_config(config_path, source, server, kwargs), settings, flags=server.keys())
     level = max(logging.WARNING, logging.getLevelName(log_level.upper())) if check else log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for line in [*config.notes, *misspelled_variables(os.environ)]:
+    for line in config.notes:
         click.echo(f"note: {line}", err=True)
     if check:
         from edge_inference.cli.serve_check import report  # engines, events: loaded for the check alone

@@ -432,6 +432,9 @@ def test_an_edge_variable_spelled_nearly_right_is_named_with_the_one_meant():
         for match in re.findall(r"\bEDGE_[A-Z][A-Z_]*[A-Z]\b", path.read_text())
     }
     assert named <= set(every_known), named - set(every_known)
+    # said by every command, not only `edge serve`: `edge detect` and `edge models` read the mirror and cache too
+    proc = run_edge("models", "list", env={"EDGE_MODEL_MIROR": "/models"})
+    assert "note: EDGE_MODEL_MIROR is not read by edge: did you mean EDGE_MODEL_MIRROR?" in proc.stderr, proc.stderr
 
 
 def test_a_stream_address_typed_slightly_wrong_is_read_or_answered_with_the_one_meant():
