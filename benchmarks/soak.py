@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import statistics
 import tempfile
 import threading
@@ -91,10 +92,16 @@ def client_churn(base: str, stop: threading.Event, failures: list[str]) -> None:
             stop.wait(0.2)
 
 
-def slope_per_day(samples: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, MiB), in MiB a day."""
+def slope_per_day(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares slope of (seconds, MiB) in MiB a day, and its standard error: RSS moves a few MiB from sample
+    to sample (frames and JPEGs in flight), so a short run's slope says little without it."""
     times, values = zip(*samples, strict=True)
-    return statistics.linear_regression(times, values).slope * 86400
+    fit = statistics.linear_regression(times, values)
+    residuals = [v - (fit.slope * t + fit.intercept) for t, v in samples]
+    mean_time = statistics.fmean(times)
+    spread = sum((t - mean_time) ** 2 for t in times)
+    error = math.sqrt(sum(r * r for r in residuals) / (len(samples) - 2) / spread) if spread else math.inf
+    return fit.slope * 86400, error * 86400
 
 
 def main() -> None:
@@ -141,12 +148,15 @@ def report(samples: list[tuple[float, float, int, int, int]], warmup_s: float, f
     if len(settled) < 3:
         print("too few samples after the warm-up: run longer")
         return
-    per_day = slope_per_day([(s[0], s[1]) for s in settled])
+    per_day, error = slope_per_day([(s[0], s[1]) for s in settled])
     first, last = settled[0], settled[-1]
     status = "met" if per_day <= TARGET_MIB_PER_DAY else "MISSED"
+    quarter = max(1, len(settled) // 4)
+    early, late = (statistics.fmean(s[1] for s in part) for part in (settled[:quarter], settled[-quarter:]))
     print(
-        f"RSS after warm-up {first[1]:.1f} -> {last[1]:.1f} MiB (peak {max(s[1] for s in settled):.1f}), "
-        f"slope {per_day:+.1f} MiB/day (target <= {TARGET_MIB_PER_DAY:g}: {status})"
+        f"RSS after warm-up {first[1]:.1f} -> {last[1]:.1f} MiB (peak {max(s[1] for s in settled):.1f}; mean of the "
+        f"first quarter {early:.1f}, of the last {late:.1f}), slope {per_day:+.1f} MiB/day, +-{2 * error:.1f} "
+        f"(2 standard errors) (target <= {TARGET_MIB_PER_DAY:g}: {status})"
     )
     print(
         f"descriptors {first[2]} -> {last[2]}, threads {first[3]} -> {last[3]}, "
