@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 from websockets.sync.client import connect
@@ -343,6 +344,37 @@ def test_the_page_shows_a_lost_connection_and_comes_back(tmp_path, browser):
         second.wait_until("/health/ready", timeout=180)
         _wait(page, "document.querySelector('#connection').textContent === 'live'", 90)
         _wait(page, f"document.querySelector('.tile[data-stream=\"cam1\"] .frame').textContent !== {frame!r}", 90)
+        page.close()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_events_that_ended_while_the_page_was_cut_off_are_shown_ended(tmp_path, browser):
+    """The service restarts under an open page: the events going on when it stopped ended then, while the page had no
+    connection. The page said "going on" until some later change happened to refresh its list; on a camera where
+    nothing else happens, for good. It now asks again once its connection is back."""
+    from tests.test_events_api import events_config
+
+    config = events_config(tmp_path)
+    first = Server(["--config", config], tmp_path / "log-1")
+    second = None
+    going_on = "[...document.querySelectorAll('#event-list .event')].some((e) => e.textContent.includes('going on'))"
+    try:
+        first.wait_until("/health/ready", timeout=180)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(first.base + "/")
+        _wait(page, going_on, 180)
+        first.stop()  # the events going on end as it stops
+        _wait(page, "document.querySelector('#connection').textContent.startsWith('connection lost')", 60)
+        quiet = tmp_path / "quiet.yaml"  # the same camera and data folder, now showing nobody: no change will come
+        quiet.write_text(Path(config).read_text().replace(str(VTEST), str(MEDIA / "cat_720p.jpg")))
+        second = Server(["--config", str(quiet)], tmp_path / "log-2", port=first.port)
+        second.wait_until("/health/ready", timeout=180)
+        _wait(page, "document.querySelector('#connection').textContent === 'live'", 90)
+        _wait(page, f"!({going_on})", 60)
+        assert " s · best" in page.inner_text("#event-list")  # ended: each shows how long it lasted
         page.close()
     finally:
         first.stop()

@@ -35,11 +35,18 @@ function addTile(summary) {
 }
 
 // -- the live channel ----------------------------------------------------------------------------------------------
+let liveLost = false;
 function connectLive() {
   const badge = document.getElementById("connection");
   live = new EventSource("api/v1/live?thumb_fps=2&thumb_height=240");
-  live.onopen = () => { badge.className = "badge ok"; text(badge, "live"); };
+  live.onopen = () => {
+    badge.className = "badge ok";
+    text(badge, "live");
+    if (liveLost && eventsShown) scheduleEventsRefresh(); // events that started or ended while it was away
+    liveLost = false;
+  };
   live.onerror = () => {
+    liveLost = true;
     badge.className = "badge bad";
     text(badge, "connection lost: reconnecting…");
     if (live.readyState === EventSource.CLOSED) setTimeout(connectLive, 2000); // the browser gave up: try again
