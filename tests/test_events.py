@@ -277,13 +277,13 @@ def test_a_webhook_that_cannot_take_events_is_said_in_health_until_it_can(tmp_pa
     ("<urlopen error [Errno 111] Connection refused>"), `/stats` `last_error: null` and health ok while the outbox
     grew. Now it is said as a camera's or a broker's failed connection, and health is degraded until it takes them."""
     port = free_port()
-    url = f"http://127.0.0.1:{port}/api/webhook/edge"
+    url = f"http://127.0.0.1:{port}/api/webhook/edge-s3cret-id"  # Home Assistant: the id is as good as a password
     message = Message(1, "webhook:0", "", json.dumps({"event": {"id": "a"}}).encode(), False)
     hook = Webhook(0, WebhookConfig.model_validate({"url": url}))
     assert hook.deliver([message]) == 0 and hook.failing
     assert hook.last_error == (
-        f"webhook {url} cannot take events: nothing listens at 127.0.0.1:{port}: check the address and port, and that "
-        "the receiver runs; they wait in the outbox and are sent again"
+        f"webhook 0 (http://127.0.0.1:{port}/…) cannot take events: nothing listens at 127.0.0.1:{port}: check the "
+        "address and port, and that the receiver runs; they wait in the outbox and are sent again"
     )
     server = ThreadingHTTPServer(("127.0.0.1", port), _Hooks)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -311,6 +311,7 @@ def test_a_webhook_that_cannot_take_events_is_said_in_health_until_it_can(tmp_pa
             health = client.get("/health/ready").json()
         assert health["status"] == "degraded"
         assert "cannot take events" in client.get("/api/v1/stats").json()["events"]["last_error"]
+        assert "s3cret" not in client.get("/api/v1/stats").text + client.get("/health/ready").text
 
 
 def test_a_delivery_that_outlives_the_stop_does_not_write_to_the_closed_store(tmp_path):

@@ -16,16 +16,32 @@ from urllib.parse import urlsplit
 from edge_inference.edge.config import WebhookConfig
 from edge_inference.edge.errors import connection_failure
 from edge_inference.edge.events.store import Message
-from edge_inference.edge.secrets import mask_url
 
 log = logging.getLogger("edge.webhooks")
 RETRYABLE_4XX = (408, 429)  # request timeout, too many requests: the receiver asks to try again
+
+
+def shown_address(index: int, url: str) -> str:
+    """`webhook 0 (http://ha.local:8123/…)`: the receiver's host, never its path or query. There the secret often is:
+    a Home Assistant webhook id, which anyone who knows it can trigger (HA: treat it like a password), a Slack or
+    Discord token, an ntfy topic."""
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    host = f"[{host}]" if ":" in host else host
+    port = f":{parts.port}" if _has_port(parts.netloc) else ""
+    rest = "/…" if parts.path.strip("/") or parts.query else ""
+    return f"webhook {index} ({parts.scheme}://{host}{port}{rest})"
+
+
+def _has_port(netloc: str) -> bool:
+    return netloc.rpartition("@")[2].rpartition("]")[2].rpartition(":")[2].isdigit()
 
 
 class Webhook:
     def __init__(self, index: int, config: WebhookConfig) -> None:
         self.sink = f"webhook:{index}"
         self.url = config.url.get_secret_value()
+        self.shown = shown_address(index, self.url)
         self.timeout_s = config.timeout_s
         self.last_error: str | None = None
         self.failing = False  # the last message could not be delivered and waits for the next try
@@ -67,7 +83,7 @@ class Webhook:
 
     def _say(self, what: str) -> None:
         """One log line per change of trouble, not one per message."""
-        error = f"webhook {mask_url(self.url)} {what}"
+        error = f"{self.shown} {what}"
         if error != self.last_error:
             log.warning("%s", error)
         self.last_error = error
