@@ -32,6 +32,8 @@ from edge_inference.edge.settings import Settings
 COOKIE = "edge_token"
 LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1", "[::1]"]
 OPEN_PATHS = {"/health/live"}
+FORM_KEY_PATHS = ("/v1/vision/",)  # the token may come as the form's `api_key` instead (service/deepstack.py)
+FORM_KEY_NEEDED = "edge_form_key_needed"
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 SIGN_IN_PAGE = """<!doctype html><meta charset="utf-8"><title>edge-inference: token needed</title>
 <body style="font: 16px system-ui; margin: 2rem; max-width: 40rem">
@@ -121,6 +123,15 @@ class AccessPolicy:
         return not (self.metrics_public and path in ("/metrics", "/api/v1/metrics"))
 
 
+def _left_to_the_form(scope: Scope, websocket: bool) -> bool:
+    """DeepStack's clients (Blue Iris, Home Assistant's deepstack_object) send the key as a form field, which only
+    the route reads: marked, it refuses the request unless the token is there."""
+    if websocket or not scope["path"].startswith(FORM_KEY_PATHS):
+        return False
+    scope.setdefault("state", {})[FORM_KEY_NEEDED] = True
+    return True
+
+
 def _origin_allowed(origin: str, headers: Headers, policy: AccessPolicy) -> bool:
     if origin in policy.cors_origins or "*" in policy.cors_origins:
         return True
@@ -159,6 +170,9 @@ class AccessMiddleware:
                 await self._swap_for_cookie(scope, send, given, query)
                 return
             if not any(self.policy.accepts(c) for c in self._candidates(headers, given) if c is not None):
+                if _left_to_the_form(scope, websocket):
+                    await self.app(scope, receive, send)
+                    return
                 await self._refuse(
                     scope,
                     send,

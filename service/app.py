@@ -19,7 +19,7 @@ from edge_inference import __version__
 from edge_inference.edge.config import ServiceConfig
 from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.settings import Settings, get_settings
-from edge_inference.service import api, errors, events_api
+from edge_inference.service import api, deepstack, errors, events_api
 from edge_inference.service.access import AccessMiddleware, AccessPolicy
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.limits import ClientSlots, UploadGate
@@ -92,6 +92,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     # a plain GET there is answered with how to connect, not "nothing at" (errors.py)
     app.state.websocket_paths = [API_PREFIX + r.path for r in api.router.routes if isinstance(r, APIWebSocketRoute)]
     app.include_router(events_api.router, prefix=API_PREFIX)
+    app.include_router(deepstack.router)  # at DeepStack's own addresses, which its clients build themselves
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)
     app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)

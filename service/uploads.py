@@ -51,12 +51,18 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 def file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:
     """The one file field of a multipart body; runs in a worker thread (parsing is CPU work), on its own loop.
     Several files are refused: one of them was answered and the others dropped without a word."""
+    data, name, _fields = file_and_fields(body, headers, limit)
+    return data, name
+
+
+def file_and_fields(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str, dict[str, str]]:
+    """`file_part`, with the form's text fields (DeepStack's `min_confidence`, `api_key`)."""
     from starlette.formparsers import MultiPartParser
 
     async def replay() -> AsyncGenerator[bytes, None]:
         yield body
 
-    async def parse() -> tuple[bytes, str]:
+    async def parse() -> tuple[bytes, str, dict[str, str]]:
         try:
             form = await MultiPartParser(headers, replay(), max_part_size=limit).parse()
         except Exception as exc:  # noqa: BLE001 - malformed multipart bodies come in many shapes
@@ -69,7 +75,8 @@ def file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:
                     400, f"{len(files)} files in one request ({names}): send one image a request, each in its own POST"
                 )
             if files:
-                return await files[0].read(), (files[0].filename or "upload")[:200]
+                fields = {key: value for key, value in form.multi_items() if isinstance(value, str)}
+                return await files[0].read(), (files[0].filename or "upload")[:200], fields
         finally:
             await form.close()
         raise HTTPException(

@@ -1,0 +1,167 @@
+"""DeepStack's detection API (`POST /v1/vision/detection`), as Blue Iris, Agent DVR and Home Assistant's
+deepstack_object integration (through the deepstack-python client) call it, and as CodeProject.AI Server answers it:
+a form with the `image` file, `min_confidence` and `api_key`; `{"success": true, "predictions": [{"label",
+"confidence", "x_min", "y_min", "x_max", "y_max"}]}`. `/v1/vision/custom/<name>` runs the stream called <name>.
+A failure is `{"success": false, "error": ...}` with the status `/api/v1/detect` gives it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from edge_inference.service.access import FORM_KEY_NEEDED, AccessPolicy
+from edge_inference.service.api import STOPPING, manager_of
+from edge_inference.service.errors import quoted
+from edge_inference.service.limits import UploadGate
+from edge_inference.service.upload_options import UploadAsks
+from edge_inference.service.uploads import UploadDetectors, file_and_fields, read_body
+
+router = APIRouter(tags=["DeepStack / CodeProject.AI"])
+
+
+class Prediction(BaseModel):
+    label: str
+    confidence: float
+    x_min: int
+    y_min: int
+    x_max: int
+    y_max: int
+
+
+class Answer(BaseModel):
+    success: bool
+    predictions: list[Prediction] = []
+    count: int = 0
+    inferenceMs: int = 0  # CodeProject.AI's names
+    processMs: int = 0
+    error: str | None = None
+    code: int | None = None
+
+
+DEFAULT_MIN_CONFIDENCE = 0.45  # DeepStack's own default
+FORM = {
+    "multipart/form-data": {
+        "schema": {
+            "type": "object",
+            "required": ["image"],
+            "properties": {
+                "image": {"type": "string", "format": "binary"},
+                "min_confidence": {"type": "number", "default": DEFAULT_MIN_CONFIDENCE},
+                "api_key": {"type": "string", "description": "the service's token, where it has one"},
+            },
+        }
+    }
+}
+ANSWERS: dict[int | str, dict[str, Any]] = {
+    200: {"model": Answer, "description": "the detections, DeepStack's way"},
+    400: {"description": "no image, or min_confidence not a fraction"},
+    401: {"description": "the service has a token and api_key is not it"},
+    404: {"description": "no stream of that name (custom)"},
+    413: {"description": "body or pixel count over the limit"},
+    415: {"description": "not an image"},
+    503: {"description": "busy, or the stream's model is not loaded"},
+}
+
+
+@router.post(
+    "/v1/vision/detection",
+    summary="DeepStack's object detection, on the first stream's model",
+    openapi_extra={"requestBody": {"content": FORM}},
+    response_model=None,
+    responses=ANSWERS,
+)
+async def detection(request: Request) -> JSONResponse:
+    return await _answer(request, None)
+
+
+@router.post(
+    "/v1/vision/custom/{name}",
+    summary="DeepStack's custom-model detection: the model of the stream called `name`",
+    openapi_extra={"requestBody": {"content": FORM}},
+    response_model=None,
+    responses=ANSWERS,
+)
+async def custom(request: Request, name: str) -> JSONResponse:
+    return await _answer(request, name)
+
+
+def failure(status: int, error: str) -> JSONResponse:
+    return JSONResponse({"success": False, "error": error, "code": status}, status_code=status)
+
+
+async def _answer(request: Request, stream: str | None) -> JSONResponse:
+    try:
+        return JSONResponse(await _detect(request, stream))
+    except HTTPException as exc:
+        return failure(exc.status_code, str(exc.detail))
+
+
+async def _detect(request: Request, stream: str | None) -> dict[str, Any]:
+    pipelines = manager_of(request).pipelines
+    stream_id = stream or next(iter(pipelines))
+    if stream_id not in pipelines:
+        raise HTTPException(
+            404, f"no model {quoted(stream_id)} here: custom/<name> names a stream ({', '.join(pipelines)})"
+        )
+    server = request.app.state.config.server
+    uploads: UploadDetectors = request.app.state.uploads
+    gate: UploadGate = request.app.state.upload_gate
+    limit = int(server.max_upload_mb * 1_000_000)
+    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+        raise HTTPException(400, "send a form with the image as its `image` file, as DeepStack takes it")
+    checked = not request.scope.get("state", {}).get(FORM_KEY_NEEDED)
+
+    def run(body: bytes) -> dict[str, Any]:
+        data, name, fields = file_and_fields(body, request.headers, limit)
+        policy: AccessPolicy = request.app.state.access
+        if not checked and not policy.accepts(fields.get("api_key")):
+            raise HTTPException(
+                401, "api_key is not this service's token (server.token, EDGE_TOKEN, or the one printed)"
+            )
+        asks = UploadAsks(conf=_min_confidence(fields.get("min_confidence")))
+        return uploads.detect(stream_id, data, name, int(server.max_upload_megapixels * 1_000_000), asks)
+
+    async with gate.slot():  # the uploads' bound: beyond it, 503 with Retry-After
+        try:
+            body = await read_body(request, limit, server.send_timeout_s)
+            record = await asyncio.to_thread(run, body)
+        except asyncio.CancelledError:
+            if not request.app.state.shutdown.is_set():
+                raise
+            raise HTTPException(503, STOPPING) from None
+    return _predictions(record)
+
+
+def _min_confidence(text: str | None) -> float:
+    if not text:
+        return DEFAULT_MIN_CONFIDENCE
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise HTTPException(400, f"min_confidence {text[:40]!r} is not a fraction of 1 (0.45 is DeepStack's default)")
+    return value
+
+
+def _predictions(record: dict[str, Any]) -> dict[str, Any]:
+    timings = record["timings_ms"]
+    predictions = [
+        {
+            "label": d["label"],
+            "confidence": round(float(d["score"]), 4),
+            **dict(zip(("x_min", "y_min", "x_max", "y_max"), (round(v) for v in d["box"]), strict=True)),
+        }
+        for d in record["detections"]
+    ]
+    return {
+        "success": True,
+        "predictions": predictions,
+        "count": len(predictions),
+        "inferenceMs": round(timings["inference"]),
+        "processMs": round(sum(v for k, v in timings.items() if k in ("preprocess", "inference", "postprocess"))),
+    }
