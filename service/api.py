@@ -28,14 +28,14 @@ from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
 from edge_inference.edge.tools.backends_report import BackendReport, backends_report
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.errors import quoted
-from edge_inference.service.limits import ClientSlots, UploadGate, busy
+from edge_inference.service.limits import ClientSlots, busy
 from edge_inference.service.live import LiveChannel, LiveOptions
 from edge_inference.service.query_names import ALSO_READ
 from edge_inference.service.schemas import DetectResponse, Health, LatestDetections, ServiceSetup
 from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
 from edge_inference.service.upload_options import ALSO_READ_BY_UPLOADS, QUERY_PARAMETERS, upload_asks
 from edge_inference.service.upload_text import image_bytes, refuse_url_parameter
-from edge_inference.service.uploads import UploadDetectors, file_part, read_body
+from edge_inference.service.uploads import UploadDetectors, file_part, run_upload
 
 router = APIRouter()
 BOUNDARY = "frame"
@@ -302,7 +302,6 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
     pipeline_of(request, stream_id)
     server = request.app.state.config.server
     uploads: UploadDetectors = request.app.state.uploads
-    gate: UploadGate = request.app.state.upload_gate
     limit = int(server.max_upload_mb * 1_000_000)
     max_pixels = int(server.max_upload_megapixels * 1_000_000)
     kind = request.headers.get("content-type", "").lower()
@@ -314,18 +313,9 @@ async def detect(request: Request, stream: str | None = None) -> dict[str, Any]:
         data, name = file_part(body, request.headers, limit) if multipart else (image_bytes(body, kind), "upload")
         return uploads.detect(stream_id, data, name, max_pixels, asks)
 
-    async with gate.slot():  # bounded: beyond the workers and the queue, 503 with Retry-After at once
-        try:
-            body = await read_body(request, limit, server.send_timeout_s)
-            return await asyncio.to_thread(run, body)  # decoding and inference never run on the event loop
-        except asyncio.CancelledError:
-            if not request.app.state.shutdown.is_set():
-                raise
-            # uvicorn cancels what still runs once server.shutdown_timeout_s is up: an answer, not a 500
-            raise HTTPException(503, STOPPING, headers={"Retry-After": "10"}) from None
+    return await run_upload(request, limit, run)
 
 
-STOPPING = "the service is stopping: send the image again once it is back"
 LIVE_SLOT = "(dashboards)"  # live channels count against max_clients_per_stream as one more "stream"
 
 

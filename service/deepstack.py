@@ -6,7 +6,6 @@ A failure is `{"success": false, "error": ...}` with the status `/api/v1/detect`
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -14,11 +13,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from edge_inference.service.access import FORM_KEY_NEEDED, AccessPolicy
-from edge_inference.service.api import STOPPING, manager_of
+from edge_inference.service.api import manager_of
 from edge_inference.service.errors import quoted
-from edge_inference.service.limits import UploadGate
 from edge_inference.service.upload_options import UploadAsks
-from edge_inference.service.uploads import UploadDetectors, file_and_fields, read_body
+from edge_inference.service.uploads import UploadDetectors, file_and_fields, run_upload
 
 router = APIRouter(tags=["DeepStack / CodeProject.AI"])
 
@@ -109,7 +107,6 @@ async def _detect(request: Request, stream: str | None) -> dict[str, Any]:
         )
     server = request.app.state.config.server
     uploads: UploadDetectors = request.app.state.uploads
-    gate: UploadGate = request.app.state.upload_gate
     limit = int(server.max_upload_mb * 1_000_000)
     if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         raise HTTPException(400, "send a form with the image as its `image` file, as DeepStack takes it")
@@ -125,15 +122,7 @@ async def _detect(request: Request, stream: str | None) -> dict[str, Any]:
         asks = UploadAsks(conf=_min_confidence(fields.get("min_confidence")))
         return uploads.detect(stream_id, data, name, int(server.max_upload_megapixels * 1_000_000), asks)
 
-    async with gate.slot():  # the uploads' bound: beyond it, 503 with Retry-After
-        try:
-            body = await read_body(request, limit, server.send_timeout_s)
-            record = await asyncio.to_thread(run, body)
-        except asyncio.CancelledError:
-            if not request.app.state.shutdown.is_set():
-                raise
-            raise HTTPException(503, STOPPING) from None
-    return _predictions(record)
+    return _predictions(await run_upload(request, limit, run))
 
 
 def _min_confidence(text: str | None) -> float:

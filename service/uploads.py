@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from fastapi import HTTPException, Request
@@ -22,10 +22,28 @@ from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record
 from edge_inference.edge.runtime.streams import StreamManager, detector_config
 from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
-from edge_inference.service.limits import busy
+from edge_inference.service.limits import UploadGate, busy
 from edge_inference.service.upload_options import UploadAsks
 
 RETRY_LOAD_AFTER_S = 10.0
+
+
+STOPPING = "the service is stopping: send the image again once it is back"
+
+
+async def run_upload(request: Request, limit: int, work: Callable[[bytes], dict[str, Any]]) -> dict[str, Any]:
+    """The body read within `limit` bytes, then `work` on it in a worker thread (decoding and inference never run on
+    the event loop), within the upload gate: beyond its workers and queue, 503 with Retry-After at once."""
+    gate: UploadGate = request.app.state.upload_gate
+    async with gate.slot():
+        try:
+            body = await read_body(request, limit, request.app.state.config.server.send_timeout_s)
+            return await asyncio.to_thread(work, body)
+        except asyncio.CancelledError:
+            if not request.app.state.shutdown.is_set():
+                raise
+            # uvicorn cancels what still runs once server.shutdown_timeout_s is up: an answer, not a 500
+            raise HTTPException(503, STOPPING, headers={"Retry-After": "10"}) from None
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
