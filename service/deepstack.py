@@ -1,7 +1,8 @@
 """DeepStack's detection API (`POST /v1/vision/detection`), as Blue Iris, Agent DVR and Home Assistant's
 deepstack_object integration (through the deepstack-python client) call it, and as CodeProject.AI Server answers it:
 a form with the `image` file, `min_confidence` and `api_key`; `{"success": true, "predictions": [{"label",
-"confidence", "x_min", "y_min", "x_max", "y_max"}]}`. `/v1/vision/custom/<name>` runs the stream called <name>.
+"confidence", "x_min", "y_min", "x_max", "y_max"}]}`. `/v1/vision/custom/<name>` runs the stream called <name>;
+`custom/list` lists them.
 A failure is `{"success": false, "error": ...}` with the status `/api/v1/detect` gives it."""
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ class Prediction(BaseModel):
     y_max: int
 
 
+class ModelList(BaseModel):
+    success: bool
+    models: list[str]
+
+
 class Answer(BaseModel):
     success: bool
     predictions: list[Prediction] = []
@@ -41,6 +47,7 @@ class Answer(BaseModel):
 
 
 DEFAULT_MIN_CONFIDENCE = 0.45  # DeepStack's own default
+WRONG_KEY = "api_key is not this service's token (server.token, EDGE_TOKEN, or the one printed)"
 FORM = {
     "multipart/form-data": {
         "schema": {
@@ -74,6 +81,28 @@ ANSWERS: dict[int | str, dict[str, Any]] = {
 )
 async def detection(request: Request) -> JSONResponse:
     return await _answer(request, None)
+
+
+@router.get("/v1/vision/custom/list", include_in_schema=False)  # the same, for a browser or curl
+@router.post(
+    "/v1/vision/custom/list",
+    summary="CodeProject.AI's list of custom models (Blue Iris asks for it): the streams, by name",
+    response_model=None,
+    responses={200: {"model": ModelList, "description": "the names custom/<name> takes"}, 401: ANSWERS[401]},
+)
+async def custom_list(request: Request) -> JSONResponse:
+    if request.scope.get("state", {}).get(FORM_KEY_NEEDED):
+        policy: AccessPolicy = request.app.state.access
+        kind = request.headers.get("content-type", "")
+        form = (
+            await request.form()
+            if kind.startswith(("multipart/form-data", "application/x-www-form-urlencoded"))
+            else {}
+        )
+        key = form.get("api_key")
+        if not policy.accepts(key if isinstance(key, str) else None):
+            return failure(401, WRONG_KEY)
+    return JSONResponse({"success": True, "models": list(manager_of(request).pipelines)})
 
 
 @router.post(
@@ -116,9 +145,7 @@ async def _detect(request: Request, stream: str | None) -> dict[str, Any]:
         data, name, fields = file_and_fields(body, request.headers, limit)
         policy: AccessPolicy = request.app.state.access
         if not checked and not policy.accepts(fields.get("api_key")):
-            raise HTTPException(
-                401, "api_key is not this service's token (server.token, EDGE_TOKEN, or the one printed)"
-            )
+            raise HTTPException(401, WRONG_KEY)
         asks = UploadAsks(conf=_min_confidence(fields.get("min_confidence")))
         return uploads.detect(stream_id, data, name, int(server.max_upload_megapixels * 1_000_000), asks)
 

@@ -53,5 +53,8 @@ def test_a_deepstack_client_gets_the_detections_of_the_api_with_its_key_as_the_t
             f"{server.base}/v1/vision/custom/ipcam-general", files={"image": image}, data={"api_key": TOKEN}
         )
         assert "custom/<name> names a stream (yard)" in unknown.json()["error"]
+        listed = httpx.post(f"{server.base}/v1/vision/custom/list", data={"api_key": TOKEN})
+        assert listed.json() == {"success": True, "models": ["yard"]}  # as Blue Iris asks CodeProject.AI for them
+        assert httpx.post(f"{server.base}/v1/vision/custom/list", data={"api_key": "wrong"}).status_code == 401
         # the key is a token as good as the others: without it, nothing else on the service opens
         assert httpx.get(f"{server.base}/api/v1/streams").status_code == 401
