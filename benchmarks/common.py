@@ -17,6 +17,9 @@ SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve
 MODELS = SHARED / "models"
 MEDIA = SHARED / "media"
 VTEST = MEDIA / "vtest.avi"
+# A registry name (`yolox-nano`) in any benchmark, and in the services they start, is read from the shared models,
+# never downloaded: these machines reach no model host.
+os.environ.setdefault("EDGE_MODEL_MIRROR", str(MODELS))
 
 
 def read_frames(path: Path, count: int, step: int = 1) -> list[np.ndarray]:

@@ -9,14 +9,13 @@ pipeline's processed and dropped fps from /api/v1/compare, and times API request
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-from benchmarks.common import MODELS, VTEST, machine, pct
+from benchmarks.common import VTEST, machine, pct
 from tests.server import running_server
 
 ENDPOINTS = ("/api/v1/streams", "/api/v1/stats", "/api/v1/compare", "/api/v1/streams/main-onnx/detections/latest")
@@ -61,7 +60,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20)
     args = parser.parse_args()
-    os.environ.setdefault("EDGE_MODEL_MIRROR", str(MODELS))
     print(f"# cost of live comparison, yolox-nano on ONNX Runtime CPU and OpenVINO CPU\n# {machine()}")
     run(True, args.seconds)
     run(False, args.seconds)

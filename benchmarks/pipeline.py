@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import selectors
 import socket
 import statistics
@@ -199,7 +198,6 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    os.environ.setdefault("EDGE_MODEL_MIRROR", str(MODELS))
     print(f"# pipeline and service, vtest.avi 768x576, yolox-nano on ONNX Runtime CPU\n# {machine()}")
     for threads, note in ((None, "engine default: both cores"), (1, "one engine thread, one core for the rest")):
         infer_a = inference_only_fps(args.frames, threads)

@@ -26,6 +26,7 @@ from edge_inference.edge.detection.autoselect import (
     fastest,
     live_check,
 )
+from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.settings import Settings
 from tests.conftest import MODELS, REPO
 from tests.fake_devices import usb_device, write
@@ -141,6 +142,32 @@ def test_a_different_machine_or_engine_set_measures_again(settings: Settings, tm
     usb_device(root, "2-1", "18d1", "9302", "5000")  # a Coral USB Accelerator plugged in
     monkeypatch.setenv("EDGE_SYSROOT", str(root))
     assert cache_key(found) != before
+
+
+def test_the_same_cpu_name_with_other_vector_instructions_measures_again(
+    settings: Settings, tmp_path: Path, monkeypatch
+):
+    """A cloud VM keeps its model name on hosts with and without AVX-512 (int8 LiteRT ran 4x slower without it,
+    and the engines' order changed): a pick measured on one is not taken for the other, and benchmark output names
+    the instructions. A Pi's `Features` line counts the same way (a Pi 5's A76 has the dot product a Pi 4's lacks)."""
+    found = candidates("yolox-nano", settings)
+    machines = {
+        "avx2": "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2\n",
+        "avx512": "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2 avx512f avx512bw avx512_vnni\n",
+        "pi4": "processor\t: 0\nFeatures\t: fp asimd evtstrm crc32 cpuid\nModel\t\t: Raspberry Pi 4 Model B\n",
+        "pi5": "processor\t: 0\nFeatures\t: fp asimd crc32 atomics asimdrdm lrcpc dcpop asimddp\n"
+        "Model\t\t: Raspberry Pi 4 Model B\n",  # the same card's name, a newer core: only the flags differ
+    }
+    keys, described = {}, {}
+    for name, cpuinfo in machines.items():
+        write(tmp_path / name, "/proc/cpuinfo", cpuinfo)
+        monkeypatch.setenv("EDGE_SYSROOT", str(tmp_path / name))
+        keys[name], described[name] = cache_key(found), describe_machine()
+    assert len(set(keys.values())) == len(machines)
+    assert described["avx2"].startswith("AMD EPYC (avx2), ")
+    assert described["avx512"].startswith("AMD EPYC (avx2 avx512f avx512_vnni), ")
+    assert described["pi4"].startswith("Raspberry Pi 4 Model B, ")  # none of the instructions engines look for
+    assert described["pi5"].startswith("Raspberry Pi 4 Model B (asimddp), ")
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):

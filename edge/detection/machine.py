@@ -1,21 +1,46 @@
-"""One line describing the machine, for benchmark output."""
+"""One line describing the machine: for benchmark output, and (less its Python) the machine `auto` measured on."""
 
 from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
+
+from edge_inference.backends.hardware import read_text, under
+
+# The vector instructions engines choose their kernels by. A cloud VM keeps its model name ("AMD EPYC") on hosts
+# with and without AVX-512, and int8 LiteRT ran 4x slower on one without it, reordering the engines (BENCHMARKS.md);
+# a Pi 5's Cortex-A76 has the dot product (asimddp) that a Pi 4's A72 lacks.
+KERNEL_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_int8",
+    "asimddp",
+    "i8mm",
+    "sve",
+)
+
+
+def cpu_model_and_flags() -> tuple[str, list[str]]:
+    """The CPU's model name (x86 `model name`, a Pi's `Model`) and which of KERNEL_FLAGS it has, from
+    /proc/cpuinfo under the system root (EDGE_SYSROOT: a fake machine in tests)."""
+    model, flags = "", set()
+    for line in read_text(under("/proc/cpuinfo")).splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model") and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return model or platform.processor() or platform.machine(), [f for f in KERNEL_FLAGS if f in flags]
 
 
 def describe_machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "Model")):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu, flags = cpu_model_and_flags()
+    if flags:
+        cpu = f"{cpu} ({' '.join(flags)})"
     memory = ""
     try:
         import psutil
