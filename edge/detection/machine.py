@@ -26,7 +26,7 @@ KERNEL_FLAGS = (
 def cpu_model_and_flags() -> tuple[str, list[str]]:
     """The CPU's model name (x86 `model name`, a Pi's `Model`) and which of KERNEL_FLAGS it has, from
     /proc/cpuinfo under the system root (EDGE_SYSROOT: a fake machine in tests)."""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     for line in read_text(under("/proc/cpuinfo")).splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
