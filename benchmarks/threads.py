@@ -1,10 +1,11 @@
 """Default engine threads vs every hand-picked setting, per engine, on 1 and 4 streams: fps and CPU per frame.
 
-    python -m benchmarks.threads [--seconds 8] [--engines onnx,openvino,tflite]
+    python -m benchmarks.threads [--seconds 8] [--engines onnx,openvino,tflite] [--cases "1 camera,4 files"]
 
 Four cases: a detect loop over vtest.avi frames (pre-processing, inference, decoding: `edge detect`, a library
 user's loop); the service with one camera (vtest.avi as a live source at its own 10 fps: the fps are the camera's,
-CPU per frame tells the settings apart); the service with one file (file mode, unpaced: a frame in each lane);
+CPU per frame tells the settings apart, the median inference is its latency; measured once the camera's engine
+threads were judged, `CameraThreads`); the service with one file (file mode, unpaced: a frame in each lane);
 the service with four vtest.avi files on one shared engine. Each setting runs with the default (the thread budget of
 edge/detection/threads.py; ONNX Runtime's threads spin-waiting during an inference in the detect loop and not at
 all in the service; OpenVINO with a CPU stream per lane) and with each hand-picked count; ONNX Runtime also with
@@ -48,6 +49,7 @@ class Setting:
 class Figure:
     fps: float
     cpu_ms: float
+    inference_ms: float | None = None  # the service's median inference (a camera's latency)
 
 
 def settings_for(backend: str, cores: int) -> list[Setting]:
@@ -75,7 +77,7 @@ def one_stream(model: str, backend: str, setting: Setting, frames: list, seconds
 def service(model: str, backend: str, setting: Setting, seconds: float, streams: int, live: bool) -> Figure:
     options = setting.options
     result = run_service(model, backend, seconds, streams, True, 1, setting.threads, options, live=live)
-    return Figure(float(result["fps"]), float(result["cpu_ms"]))  # type: ignore[arg-type]
+    return Figure(float(result["fps"]), float(result["cpu_ms"]), float(result["inference_ms"]))  # type: ignore[arg-type]
 
 
 CASES = {  # name -> (streams, live); None: the detect loop
@@ -95,6 +97,8 @@ def plan_of(backend: str, shape: tuple[int, bool] | None, setting: Setting, core
         streams, live = shape
         plan = plan_engine(streams * (1 if live else cores), 1, cores, setting.threads)  # a file: a lane per core
         threads, lanes, back_to_back = plan.threads, plan.lanes, False
+        if live and streams == 1 and setting.threads is None:
+            return 0, 1, "fitted to the camera"  # a lone camera's default moves to one thread where one keeps up
     spins = "-"  # one thread has no others to hand work to: nothing spins
     if backend == "onnx" and threads > 1:
         spins = spinning(str(setting.options.get("onnx", {}).get("spinning", "auto")), back_to_back)
@@ -111,7 +115,8 @@ def verdict(name: str, results: dict[str, Figure], same: list[str]) -> None:
     status = "met" if ratio <= 1.15 and fps_share >= 0.95 else "MISSED"
     print(f"{name}")
     for key, figure in results.items():
-        print(f"    {key:<10} fps {figure.fps:7.2f}   CPU ms/frame {figure.cpu_ms:7.2f}")
+        latency = "" if figure.inference_ms is None else f"   inference ms {figure.inference_ms:6.1f}"
+        print(f"    {key:<10} fps {figure.fps:7.2f}   CPU ms/frame {figure.cpu_ms:7.2f}{latency}")
     if same:
         print(f"    the default's own plan, not run again: {', '.join(same)}")
     print(
@@ -124,17 +129,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--cases", default=",".join(CASES), help=f"some of: {', '.join(CASES)}")
     args = parser.parse_args()
+    cases = {name: CASES[name] for name in args.cases.split(",")}
     cores = usable_cores()
     frames = read_frames(VTEST, 60)
     print(f"# default threads vs hand-picked: fps and CPU ms per frame; {args.seconds:g} s each, alternated twice")
     print(f"# {machine()}; usable cores {cores}")
     for backend in args.engines.split(","):
         model = ENGINES[backend]
-        runs: dict[str, dict[str, list[Figure]]] = {case: {} for case in CASES}
-        same: dict[str, list[str]] = {case: [] for case in CASES}  # settings that are the default's own plan
+        runs: dict[str, dict[str, list[Figure]]] = {case: {} for case in cases}
+        same: dict[str, list[str]] = {case: [] for case in cases}  # settings that are the default's own plan
         for _ in range(2):
-            for case, shape in CASES.items():
+            for case, shape in cases.items():
                 default_plan = plan_of(backend, shape, Setting("default", None, {}), cores)
                 for setting in settings_for(backend, cores):
                     if setting.name != "default" and plan_of(backend, shape, setting, cores) == default_plan:
@@ -147,7 +154,7 @@ def main() -> int:
                         else service(model, backend, setting, args.seconds, *shape)
                     )
                     runs[case].setdefault(setting.name, []).append(figure)
-        for case in CASES:
+        for case in cases:
             verdict(f"{backend} {case}", {k: best(v) for k, v in runs[case].items()}, same[case])
     print("# each figure: the run of the two with more fps (the camera's: less CPU); t<N> is `threads: N` per stream")
     return 0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import threading
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -12,7 +15,7 @@ import pytest
 
 from edge_inference.backends import Backend, BackendError, BackendOptions, open_backend
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
-from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine
+from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine, lone_engine_threads
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.memory import (
     RESERVE_BYTES,
@@ -22,7 +25,16 @@ from edge_inference.edge.detection.memory import (
     shared_lanes_fitting,
 )
 from edge_inference.edge.detection.scheduler import InferenceScheduler
-from edge_inference.edge.detection.threads import EnginePlan, cgroup_cpu_limit, plan_engine, usable_cores
+from edge_inference.edge.detection.threads import (
+    FIRST_LOOK_S,
+    SETTLED_INFERENCES,
+    CameraThreads,
+    EnginePlan,
+    camera_threads,
+    cgroup_cpu_limit,
+    plan_engine,
+    usable_cores,
+)
 from edge_inference.edge.runtime.snapshots import service_stats
 from edge_inference.edge.runtime.streams import StreamManager, detector_config
 from tests.conftest import MEDIA, MODELS, VTEST
@@ -235,6 +247,85 @@ def test_a_file_gets_a_lane_per_core_and_a_camera_one_frame_at_a_time():
             assert len(alive) == plan.lanes, (name, alive)
         finally:
             manager.stop()
+
+
+def test_a_lone_camera_moves_its_engine_to_one_thread_where_one_keeps_up(caplog: pytest.LogCaptureFixture):
+    """A camera at 2 frames a second: even with no speed-up from its threads, one thread would take at most the
+    budget's threads times an inference, far inside 0.7 of the frame interval, so the engine moves to one thread
+    (2 threads cost 1.16x the CPU per frame of one at the same fps, BENCHMARKS.md). The new engine is loaded beside
+    the old one and swapped in: the stream never stops, nothing is counted as a restart or an error, and the old
+    engine is closed. A stream given `threads:` keeps them."""
+    cores = usable_cores()
+    if cores < 2:
+        pytest.skip("one usable core: the budget already gives a lone camera's engine one thread")
+    photo = str(MEDIA / "kite_and_cold.jpg")
+    camera = StreamConfig(id="cam", source=photo, model=str(YOLOX), backend="onnx", mode="live", fps=2, loop=True)
+    manager = StreamManager(ServiceConfig(streams=[camera]))
+    pipeline = manager.pipelines["cam"]
+    caplog.set_level("INFO", logger="edge.pipeline")
+    manager.start()
+    try:
+        wait_for(lambda: pipeline.stats.frames_processed >= 1, "the camera's first result")
+        first = describe_engine(manager.detectors.engines()[0])
+        assert (first.threads, first.lanes) == (cores, 1)  # the budget's plan, as before
+        on_one = wait_for(
+            lambda: [e for e in manager.detectors.engines() if describe_engine(e).threads == 1],
+            "the engine on one thread",
+            timeout=FIRST_LOOK_S + SETTLED_INFERENCES / 2 + 120,
+        )
+        done = pipeline.stats.frames_processed
+        wait_for(lambda: pipeline.stats.frames_processed >= done + 3, "results from the engine on one thread")
+        wait_for(lambda: manager.detectors.engines() == on_one, "the engine on the budget's threads closed")
+        assert on_one[0].closed is False and "person" in _labels(pipeline)
+        assert (pipeline.stats.restarts, pipeline.stats.errors, pipeline.state) == (0, 0, "running")
+        moved = [r.getMessage() for r in caplog.records if "its engine now runs on 1 thread" in r.getMessage()]
+        assert len(moved) == 1, moved
+        interval_ms = re.search(r"ms an inference, a frame every (\d+) ms", moved[0])
+        assert interval_ms and 400 <= int(interval_ms.group(1)) <= 600, moved  # the camera's 2 frames a second
+    finally:
+        manager.stop()
+    pinned = StreamManager(ServiceConfig(streams=[camera.model_copy(update={"threads": cores})]))
+    assert pinned.pipelines["cam"].camera_threads is None
+
+
+def test_a_cameras_threads_follow_what_keeps_up_and_do_not_flip_back_and_forth():
+    """One thread where the budget's threads, with no speed-up at all, still fit 0.7 of the frame interval; the
+    plan's threads again where one thread takes over 0.9 of it; in between, as it is (a band, so a passing load does
+    not flip it)."""
+    assert camera_threads(planned=2, threads=2, inference_s=0.026, interval_s=0.100) == 1  # 52 ms at most: fits 70
+    assert camera_threads(planned=2, threads=2, inference_s=0.040, interval_s=0.100) == 2  # 80 ms > 70: too close
+    assert camera_threads(planned=4, threads=4, inference_s=0.030, interval_s=0.200) == 1  # 4 cores, 5 fps
+    assert camera_threads(planned=4, threads=4, inference_s=0.050, interval_s=0.200) == 4  # 200 ms > 140
+    assert camera_threads(planned=2, threads=1, inference_s=0.085, interval_s=0.100) == 1  # still keeps up
+    assert camera_threads(planned=2, threads=1, inference_s=0.095, interval_s=0.100) == 2  # no longer
+    assert camera_threads(planned=1, threads=1, inference_s=0.500, interval_s=0.100) == 1  # nothing to go back to
+    engine_threads: dict[str, int | None] = {"threads": 2}
+    fit = CameraThreads(lambda: 2, lambda buffers, threads: None, lambda d: engine_threads["threads"])  # type: ignore[arg-type,return-value]
+    detector = object()
+    assert fit.wanted(detector, 0.02, SETTLED_INFERENCES, 10.0, now=100.0) == 0  # first look: the rate is read first
+    assert fit.wanted(detector, 0.02, SETTLED_INFERENCES - 1, 10.0, now=100.0 + FIRST_LOOK_S) == 0  # not settled
+    assert fit.wanted(detector, 0.02, SETTLED_INFERENCES, 10.0, now=100.0 + FIRST_LOOK_S) == 1
+    engine_threads["threads"] = None  # another stream came to share the engine: it is not this camera's to change
+    assert fit.wanted(detector, 0.02, SETTLED_INFERENCES, 10.0, now=1000.0) == 0
+
+
+def test_only_a_cpu_engine_that_one_camera_has_to_itself_is_given_other_threads():
+    """An accelerator's engine has no CPU threads to save (and a second load of an Edge TPU or Hailo model fails
+    while the first holds the device); an engine another stream shares is not one camera's to change."""
+    pool = DetectorPool()
+    handle = pool.acquire("cam", "onnx", YOLOX, BackendOptions(threads=2))
+    try:
+        assert lone_engine_threads(SimpleNamespace(backend=handle)) == 2  # type: ignore[arg-type]
+        for device in ("CUDAExecutionProvider:0", "TensorrtExecutionProvider:0"):
+            on_gpu = dataclasses.replace(handle, device=device)
+            assert lone_engine_threads(SimpleNamespace(backend=on_gpu)) is None, device  # type: ignore[arg-type]
+        on_tpu = dataclasses.replace(handle, key="edgetpu", device="edgetpu:usb")
+        assert lone_engine_threads(SimpleNamespace(backend=on_tpu)) is None  # type: ignore[arg-type]
+        second = pool.acquire("door", "onnx", YOLOX, BackendOptions(threads=2))
+        assert lone_engine_threads(SimpleNamespace(backend=handle)) is None  # type: ignore[arg-type]
+        second.close()
+    finally:
+        handle.close()
 
 
 def test_container_cpu_quota_caps_the_cores(tmp_path: Path):

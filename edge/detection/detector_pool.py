@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_inference.backends import Backend, BackendOptions, open_backend
+from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.memory import (
     MIB,
     RESERVE_BYTES,
@@ -296,6 +297,20 @@ class DetectorPool:
     def engines(self) -> list[SharedEngine]:
         with self._lock:
             return list(self._all)
+
+
+CPU_ENGINES = ("onnx", "openvino", "tflite")  # engines whose `threads` are CPU threads, where they run on the CPU
+
+
+def lone_engine_threads(detector: Detector) -> int | None:
+    """The CPU threads of the engine under `detector`, where it is a pool's, runs on the CPU and no other stream
+    shares it; else None (an accelerator's engine has no threads to save, and loading it twice can fail)."""
+    backend, shared = detector.backend, getattr(detector.backend, "shared", None)
+    device = backend.device.upper()
+    on_cpu = backend.key in CPU_ENGINES and "CPU" in device and not any(x in device for x in ("GPU", "NPU", "CUDA"))
+    if not on_cpu or not isinstance(shared, SharedEngine) or len(shared.streams) != 1:
+        return None
+    return shared.threads
 
 
 def _blank_input(backend: Backend) -> np.ndarray | None:

@@ -133,6 +133,8 @@ class DetectorKeeper:
         keeper gave up on this detector while it ran (then it is closed here, and the caller's loop must end).
         Raises what the engine raised."""
         with self._lock:
+            if generation != self.generation:
+                return None  # given up on or replaced after its frame was taken: the new detector takes the next
             token, started = next(self._tokens), time.monotonic()
             self._started[token] = started
             self._held[generation] = self._held.get(generation, 0) + 1
@@ -197,6 +199,29 @@ class DetectorKeeper:
         if not busy:  # an inference in progress closes it itself when it returns (`infer`)
             detector.close()
         return True
+
+    def replace(self, detector: Detector) -> bool:
+        """Put `detector`, loaded and warmed up beside the one in place (the same model on other threads), in its
+        place without a pause: the old one is closed once no inference holds it. False, and `detector` closed,
+        when there is no detector in place to replace (given up on meanwhile, or stopping)."""
+        with self._lock:
+            old, busy = self.detector, self.generation in self._held
+            replaced = old is not None and not self._stop.is_set()
+            if replaced:
+                self._retire()
+                self.detector = detector
+                self._recent_s.clear()
+        if old is None or not replaced:
+            detector.close()
+            return False
+        if not busy:  # an inference in progress closes it itself when it returns (`infer`)
+            old.close()
+        return True
+
+    @property
+    def recent_inferences(self) -> int:
+        """Inferences timed on the detector in place (the warm-up's included), up to 32."""
+        return len(self._recent_s)
 
     def release(self) -> None:
         """At stop: close the detector, unless an inference still holds it (its thread closes it when it returns)."""

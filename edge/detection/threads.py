@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edge_inference.edge.detection.detector import Detector
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -67,3 +72,59 @@ def plan_engine(requests: int, engines: int, cores: int | None = None, threads: 
         return EnginePlan(threads, max(1, min(requests, share // threads)))
     lanes = max(1, min(requests, share))
     return EnginePlan(max(1, share // lanes), lanes)
+
+
+# A lone camera's engine on one thread, where one keeps up: at a camera's pace the engine waits between frames,
+# and a second thread only shortens each inference, for 1.16x the CPU per frame (ONNX Runtime and OpenVINO on
+# 2 cores, BENCHMARKS.md). One thread is taken where it would finish within 0.7 of the camera's frame interval even
+# if the threads gave no speed-up at all (one thread then takes at most `threads` times as long): each detection is
+# still out well before the next frame comes. Back to the plan's threads where one thread takes over 0.9 of it; as
+# the first bound is a worst case, one thread measured after it cannot read over 0.9, so it does not flip back.
+FITS_SHARE = 0.7
+TOO_SLOW_SHARE = 0.9
+
+
+def camera_threads(planned: int, threads: int, inference_s: float, interval_s: float) -> int:
+    """The threads a lone camera's engine should run on, now on `threads` (the plan gave it `planned`), its median
+    inference taking `inference_s` with frames `interval_s` apart."""
+    if threads > 1 and threads * inference_s <= FITS_SHARE * interval_s:
+        return 1
+    if threads == 1 and planned > 1 and inference_s > TOO_SLOW_SHARE * interval_s:
+        return planned
+    return threads
+
+
+SETTLED_INFERENCES = 16  # timed on the engine in place before its threads are judged
+FIRST_LOOK_S = 10.0  # after the stream's start: the camera's rate is read over this long
+LOOK_EVERY_S = 10.0  # the camera's rate or the machine's load may change: judged again this often
+AFTER_CHANGE_S = 60.0  # and not sooner than this after a change, so a passing load does not flip it back and forth
+
+
+@dataclass
+class CameraThreads:
+    """A lone camera's engine threads, judged now and then by its stream with `camera_threads`. The service gives
+    one to each live stream whose threads are the budget's; a stream with `threads:` keeps what it was given."""
+
+    planned: Callable[[], int]  # the thread budget's threads for the stream's engine
+    load: Callable[[int, int], Detector]  # (buffers, threads): the stream's detector on an engine of those threads
+    engine_threads: Callable[[Detector], int | None]  # its engine's threads; None where other streams share it
+    busy: bool = False  # a detector on other threads is loading
+    next_look: float = 0.0  # monotonic; 0 before the first look
+    judged: bool = False  # judged once it had settled: from then on (once not busy) it runs as decided
+
+    def wanted(self, detector: Detector, inference_s: float | None, inferences: int, fps_in: float, now: float) -> int:
+        """The threads the stream's engine should move to, or 0 to leave it (not settled, shared, or right)."""
+        if not self.next_look:
+            self.next_look = now + FIRST_LOOK_S
+        if self.busy or now < self.next_look or inference_s is None or inferences < SETTLED_INFERENCES:
+            return 0
+        self.next_look, self.judged = now + LOOK_EVERY_S, True
+        threads = self.engine_threads(detector)
+        if threads is None or fps_in <= 0:
+            return 0
+        wanted = camera_threads(self.planned(), threads, inference_s, 1.0 / fps_in)
+        return 0 if wanted == threads else wanted
+
+    def changed(self, now: float, wait_s: float = 0.0) -> None:
+        """A change was tried: the next look comes after AFTER_CHANGE_S, or `wait_s` where that is longer."""
+        self.next_look = now + max(AFTER_CHANGE_S, wait_s)

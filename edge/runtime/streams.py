@@ -10,10 +10,10 @@ from typing import Any
 
 from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, TrackingConfig, compare_member_ids
 from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.detector_pool import DetectorPool
+from edge_inference.edge.detection.detector_pool import DetectorPool, lone_engine_threads
 from edge_inference.edge.detection.loader import DetectorConfig, check_reference, load_detector
 from edge_inference.edge.detection.model_files import model_for_engine
-from edge_inference.edge.detection.threads import EnginePlan, plan_engine, usable_cores
+from edge_inference.edge.detection.threads import CameraThreads, EnginePlan, plan_engine, usable_cores
 from edge_inference.edge.events.layer import EventLayer
 from edge_inference.edge.runtime.compare import CompareGroup
 from edge_inference.edge.runtime.cpu import CpuPerFrame
@@ -142,10 +142,11 @@ class StreamManager:
             self._configs[stream.id] = stream
             mode = None if stream.mode == "auto" else stream.mode
             lanes = file_lanes(stream, source)
+            load = self._loader(stream, lanes)
             self.pipelines[stream.id] = StreamPipeline(
                 stream.id,
                 source,
-                self._loader(stream, lanes),
+                load,
                 mode=mode,
                 pace=stream.pace,
                 loop=stream.loop,
@@ -155,6 +156,7 @@ class StreamManager:
                 tracker=tracker_for(stream),
                 motion=MotionGate(stream.motion) if stream.motion else None,
                 lanes=lanes,
+                camera_threads=self._camera_threads(stream, load, lanes),
             )
             self.events.attach(stream, self.pipelines[stream.id])
             self._units.append(self.pipelines[stream.id])
@@ -189,8 +191,8 @@ class StreamManager:
         self._engines.append(key)
         self._requests[key] = self._requests.get(key, 0) + requests
 
-        def load(buffers: int) -> Detector:
-            plan = self.engine_plan(key, requests)
+        def load(buffers: int, threads: int | None = None) -> Detector:
+            plan = self.engine_plan(key, requests) if threads is None else EnginePlan(threads, 1)
             config = replace(detector_config(stream, buffers), threads=plan.threads)
             opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes, stream.threads is None)
             detector = load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
@@ -198,6 +200,14 @@ class StreamManager:
             return detector
 
         return load
+
+    def _camera_threads(self, stream: StreamConfig, load: Any, requests: int) -> CameraThreads | None:
+        """A live stream on the thread budget may move its engine to one thread where one keeps up with the camera
+        (`CameraThreads`); one with `threads:` keeps them."""
+        if stream.threads is not None:
+            return None
+        key = (stream.model, stream.backend, stream.device, stream.threads)
+        return CameraThreads(lambda: self.engine_plan(key, requests).threads, load, lone_engine_threads)
 
     def _check_labels(self, stream: StreamConfig, detector: Detector) -> None:
         """Labels the config names that the model does not detect: a typo that would keep events from ever firing,

@@ -26,6 +26,7 @@ import numpy as np
 
 from edge_inference.edge.detection.detector import Detector, Prepared
 from edge_inference.edge.detection.keeper import DetectorKeeper, DetectorState
+from edge_inference.edge.detection.threads import CameraThreads
 from edge_inference.edge.detection.timings import FrameTiming
 from edge_inference.edge.stream.capture import CaptureRunner, SourceState
 from edge_inference.edge.stream.delivery import END, Delivered, Mode, delivery_for
@@ -43,6 +44,7 @@ log = logging.getLogger("edge.pipeline")
 # reconnections within the window make it degraded while it flaps.
 FLAPPING_RECONNECTS = 3
 State = Literal["loading", "failed", "connecting", "running", "reconnecting", "ended", "stopped"]
+RETHREAD_FAILED_WAIT_S = 3600.0  # an engine that could not load on other threads is not tried again for so long
 SKIP = object()  # a frame taken that yields no result (its inference failed, or its detector was given up on)
 
 
@@ -110,9 +112,12 @@ class StreamPipeline:
         tracker: StreamTracker | None = None,
         motion: MotionGate | None = None,
         lanes: int = 1,
+        camera_threads: CameraThreads | None = None,
     ) -> None:
-        """`lanes`: frames of a file that may be in inference at once, up to the lanes its engine has."""
+        """`lanes`: frames of a file that may be in inference at once, up to the lanes its engine has.
+        `camera_threads`: a live stream's engine moved to one thread where one keeps up with the camera."""
         self.stream_id = stream_id
+        self.camera_threads = camera_threads
         self.tracker = tracker
         self.motion = motion
         self._stop = threading.Event()
@@ -318,8 +323,48 @@ class StreamPipeline:
         """The watchdog's call: a stuck inference reloads the detector, a stalled source is reopened."""
         if self.keeper.check():
             self._spawn(self._reload_then_infer, "reload")
+        else:
+            self._fit_threads()
         if self.capture is not None and self.detector is not None:
             self.capture.check(now)
+
+    def _fit_threads(self) -> None:
+        """A lone camera's engine on the threads that keep up with it (`CameraThreads`), loaded beside the one in
+        place and swapped in without a pause."""
+        fit, detector = self.camera_threads, self.detector
+        if fit is None or detector is None or self.mode != "live":
+            return
+        keeper = self.keeper
+        fps_in = self.stats.fps_in()
+        threads = fit.wanted(detector, keeper.normal_s, keeper.recent_inferences, fps_in, time.monotonic())
+        if threads:
+            fit.busy = True
+            why = f"{(keeper.normal_s or 0) * 1e3:.0f} ms an inference, a frame every {1e3 / fps_in:.0f} ms"
+            self._spawn(lambda: self._rethread(fit, threads, why), "threads")
+
+    def _rethread(self, fit: CameraThreads, threads: int, why: str) -> None:
+        wait_s, detector = RETHREAD_FAILED_WAIT_S, None
+        try:
+            detector = fit.load(self.delivery.buffers, threads)
+            detector.warmup()
+        except Exception as exc:  # noqa: BLE001 - the engine in place goes on; tried again much later
+            if detector is not None:
+                detector.close()
+            log.warning(
+                "stream %s: could not load its engine on %d threads (%s); it stays as it is",
+                self.stream_id,
+                threads,
+                exc,
+            )
+        else:
+            wait_s = 0.0
+            if detector is not None and self.keeper.replace(detector):
+                plural = "" if threads == 1 else "s"
+                log.info("stream %s: its engine now runs on %d thread%s (%s)", self.stream_id, threads, plural, why)
+                self._spawn_infer_loops()
+        finally:
+            fit.changed(time.monotonic(), wait_s)
+            fit.busy = False
 
     # -- capture ---------------------------------------------------------------------------------------------
     def _source_end(self) -> None:

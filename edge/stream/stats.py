@@ -131,6 +131,11 @@ class StreamStats:
         with self._lock:
             self.load_failures += 1
 
+    def fps_in(self) -> float:
+        """Frames in a second from the source, over the window (a camera's own rate, before any gating)."""
+        with self._lock:
+            return self._in.rate(time.monotonic())
+
     def fps_processed(self) -> float:
         """The processed rate alone, without the percentile table `snapshot` builds."""
         with self._lock:
