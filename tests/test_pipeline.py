@@ -11,14 +11,17 @@ from urllib.parse import quote
 import cv2
 import pytest
 
+from edge_inference.backends import BackendError
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.threads import CameraThreads
 from edge_inference.edge.stream.delivery import END, FileDelivery, LiveDelivery
 from edge_inference.edge.stream.ffmpeg import command, ffmpeg_source
 from edge_inference.edge.stream.pipeline import StreamPipeline
 from edge_inference.edge.stream.sources import CaptureSource, Frame, SourceError, open_source
-from tests.conftest import MODELS, VTEST, video_frame
+from tests.conftest import MEDIA, MODELS, VTEST, video_frame
 from tests.rtsp import rtsp_camera
 from tests.server import free_port
+from tests.test_watchdogs import wait_for
 
 
 def _loader(buffers: int):
@@ -109,6 +112,39 @@ def test_paced_file_mode_never_runs_ahead_of_the_files_fps():
     assert len(started) >= 15
     for index, at in enumerate(started):
         assert at - started[0] >= index / fps - 0.02, (index, at - started[0])
+
+
+def test_a_camera_whose_engine_cannot_load_on_one_thread_keeps_the_one_it_has(caplog: pytest.LogCaptureFixture):
+    """Moving a lone camera's engine to one thread loads it a second time: where that fails (short of memory, a
+    device that went away) the stream goes on, unpaused and with no error counted, on the engine it has, says so
+    once, and does not try again for an hour. The one-thread load is the stand-in here; the rest is real."""
+
+    def cannot_load(buffers: int, threads: int):
+        raise BackendError("not enough memory to load the model again (need 180 MiB, 40 MiB left)")
+
+    fit = CameraThreads(lambda: 2, cannot_load, lambda detector: 2)
+    photo = open_source(str(MEDIA / "kite_and_cold.jpg"), fps=2)
+    pipeline = StreamPipeline("cam", photo, _loader, mode="live", loop=True, camera_threads=fit)
+    caplog.set_level("WARNING", logger="edge.pipeline")
+    pipeline.start()
+    try:
+        while not any("could not load its engine on 1 threads" in r.getMessage() for r in caplog.records):
+            pipeline.check(time.time())  # the watchdog's call
+            assert pipeline.stats.frames_processed < 200, "never tried"
+            time.sleep(0.2)
+        done = pipeline.stats.frames_processed
+        wait_for(lambda: pipeline.stats.frames_processed >= done + 2, "frames on the engine it had")
+        for _ in range(10):
+            pipeline.check(time.time())
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert warned == [
+            "stream cam: could not load its engine on 1 threads (not enough memory to load the model again (need 180"
+            " MiB, 40 MiB left)); it stays as it is"
+        ]
+        assert (pipeline.stats.errors, pipeline.stats.restarts, pipeline.state) == (0, 0, "running")
+        assert not fit.busy and fit.next_look >= time.monotonic() + 3500  # not again for an hour
+    finally:
+        pipeline.stop()
 
 
 def test_live_mode_keeps_only_the_newest_frame():

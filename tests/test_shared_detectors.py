@@ -305,6 +305,9 @@ def test_a_cameras_threads_follow_what_keeps_up_and_do_not_flip_back_and_forth()
     assert fit.wanted(detector, 0.02, SETTLED_INFERENCES, 10.0, now=100.0) == 0  # first look: the rate is read first
     assert fit.wanted(detector, 0.02, SETTLED_INFERENCES - 1, 10.0, now=100.0 + FIRST_LOOK_S) == 0  # not settled
     assert fit.wanted(detector, 0.02, SETTLED_INFERENCES, 10.0, now=100.0 + FIRST_LOOK_S) == 1
+    assert fit.judged and fit.busy  # at once: a benchmark waiting for a settled camera does not measure the move
+    fit.changed(now=200.0)
+    assert not fit.busy and fit.wanted(detector, 0.02, SETTLED_INFERENCES, 10.0, now=230.0) == 0  # within a minute
     engine_threads["threads"] = None  # another stream came to share the engine: it is not this camera's to change
     assert fit.wanted(detector, 0.02, SETTLED_INFERENCES, 10.0, now=1000.0) == 0
 

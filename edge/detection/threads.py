@@ -108,7 +108,7 @@ class CameraThreads:
     planned: Callable[[], int]  # the thread budget's threads for the stream's engine
     load: Callable[[int, int], Detector]  # (buffers, threads): the stream's detector on an engine of those threads
     engine_threads: Callable[[Detector], int | None]  # its engine's threads; None where other streams share it
-    busy: bool = False  # a detector on other threads is loading
+    busy: bool = False  # a detector on other threads is wanted and loading (set by `wanted`, cleared by `changed`)
     next_look: float = 0.0  # monotonic; 0 before the first look
     judged: bool = False  # judged once it had settled: from then on (once not busy) it runs as decided
 
@@ -123,8 +123,10 @@ class CameraThreads:
         if threads is None or fps_in <= 0:
             return 0
         wanted = camera_threads(self.planned(), threads, inference_s, 1.0 / fps_in)
-        return 0 if wanted == threads else wanted
+        self.busy = wanted != threads  # with `judged`, at once: whoever waits for a settled engine sees both
+        return wanted if self.busy else 0
 
     def changed(self, now: float, wait_s: float = 0.0) -> None:
         """A change was tried: the next look comes after AFTER_CHANGE_S, or `wait_s` where that is longer."""
         self.next_look = now + max(AFTER_CHANGE_S, wait_s)
+        self.busy = False

@@ -338,7 +338,6 @@ class StreamPipeline:
         fps_in = self.stats.fps_in()
         threads = fit.wanted(detector, keeper.normal_s, keeper.recent_inferences, fps_in, time.monotonic())
         if threads:
-            fit.busy = True
             why = f"{(keeper.normal_s or 0) * 1e3:.0f} ms an inference, a frame every {1e3 / fps_in:.0f} ms"
             self._spawn(lambda: self._rethread(fit, threads, why), "threads")
 
@@ -364,7 +363,6 @@ class StreamPipeline:
                 self._spawn_infer_loops()
         finally:
             fit.changed(time.monotonic(), wait_s)
-            fit.busy = False
 
     # -- capture ---------------------------------------------------------------------------------------------
     def _source_end(self) -> None:
