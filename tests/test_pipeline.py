@@ -128,7 +128,7 @@ def test_a_camera_whose_engine_cannot_load_on_one_thread_keeps_the_one_it_has(ca
     caplog.set_level("WARNING", logger="edge.pipeline")
     pipeline.start()
     try:
-        while not any("could not load its engine on 1 threads" in r.getMessage() for r in caplog.records):
+        while not any("could not load its engine on 1 thread" in r.getMessage() for r in caplog.records):
             pipeline.check(time.time())  # the watchdog's call
             assert pipeline.stats.frames_processed < 200, "never tried"
             time.sleep(0.2)
@@ -138,7 +138,7 @@ def test_a_camera_whose_engine_cannot_load_on_one_thread_keeps_the_one_it_has(ca
             pipeline.check(time.time())
         warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
         assert warned == [
-            "stream cam: could not load its engine on 1 threads (not enough memory to load the model again (need 180"
+            "stream cam: could not load its engine on 1 thread (not enough memory to load the model again (need 180"
             " MiB, 40 MiB left)); it stays as it is"
         ]
         assert (pipeline.stats.errors, pipeline.stats.restarts, pipeline.state) == (0, 0, "running")

@@ -342,24 +342,18 @@ class StreamPipeline:
             self._spawn(lambda: self._rethread(fit, threads, why), "threads")
 
     def _rethread(self, fit: CameraThreads, threads: int, why: str) -> None:
-        wait_s, detector = RETHREAD_FAILED_WAIT_S, None
+        wait_s, detector, on = RETHREAD_FAILED_WAIT_S, None, f"{threads} thread{'' if threads == 1 else 's'}"
         try:
             detector = fit.load(self.delivery.buffers, threads)
             detector.warmup()
         except Exception as exc:  # noqa: BLE001 - the engine in place goes on; tried again much later
             if detector is not None:
                 detector.close()
-            log.warning(
-                "stream %s: could not load its engine on %d threads (%s); it stays as it is",
-                self.stream_id,
-                threads,
-                exc,
-            )
+            log.warning("stream %s: could not load its engine on %s (%s); it stays as it is", self.stream_id, on, exc)
         else:
             wait_s = 0.0
             if detector is not None and self.keeper.replace(detector):
-                plural = "" if threads == 1 else "s"
-                log.info("stream %s: its engine now runs on %d thread%s (%s)", self.stream_id, threads, plural, why)
+                log.info("stream %s: its engine now runs on %s (%s)", self.stream_id, on, why)
                 self._spawn_infer_loops()
         finally:
             fit.changed(time.monotonic(), wait_s)
