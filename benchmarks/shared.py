@@ -106,8 +106,10 @@ def run_service(
         elapsed, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
         per_stream = [(b - a) / elapsed for a, b in zip(before, after, strict=True)]
         engines = len(manager.detectors.engines())
-        # the median inference the first stream's recent frames took (a camera's latency, beside its CPU)
-        inference_ms = next(iter(manager.pipelines.values())).stats.snapshot().latency_ms["inference"].p50
+        # the median inference of the first stream's frames in the window (a camera's latency, beside its CPU)
+        first = next(iter(manager.pipelines.values())).stats
+        window = list(first._recent)[-max(1, after[0] - before[0]) :]
+        inference_ms = statistics.median(t.inference_ms for t in window) if window else float("nan")
     finally:
         manager.stop()
     frames = sum(after) - sum(before)
