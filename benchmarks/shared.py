@@ -21,12 +21,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from benchmarks.common import VTEST, cpu_seconds, machine, peak_rss_mib
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.threads import CameraThreads
 from edge_inference.edge.runtime.streams import StreamManager
+from edge_inference.edge.stream.stats import StreamStats
 
 
 def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
@@ -52,8 +54,21 @@ def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
     return {"fps": frames / (time.monotonic() - started), "per_stream": [], "rss_mib": peak_rss_mib()}
 
 
+def _wait_until(condition: Callable[[], bool], deadline: float, what: str) -> None:
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} within 300 s")
+        time.sleep(0.1)
+
+
 def _settled(fit: CameraThreads | None) -> bool:
     return fit is None or (fit.judged and not fit.busy)
+
+
+def _window_inference_ms(stats: StreamStats, frames: int) -> float:
+    """The median inference of a stream's last `frames` frames (a camera's latency, beside its CPU)."""
+    window = list(stats._recent)[-max(1, frames) :]
+    return statistics.median(t.inference_ms for t in window) if window else float("nan")
 
 
 def run_service(
@@ -89,16 +104,11 @@ def run_service(
     manager = StreamManager(config)
     manager.start()
     try:
-        deadline = time.monotonic() + 300
-        while any(p.stats.frames_processed < 5 for p in manager.pipelines.values()):
-            if time.monotonic() > deadline:
-                raise SystemExit("streams did not start within 300 s")
-            time.sleep(0.1)
+        deadline, pipelines = time.monotonic() + 300, list(manager.pipelines.values())
+        _wait_until(lambda: all(p.stats.frames_processed >= 5 for p in pipelines), deadline, "streams did not start")
         # a camera's engine is first judged on the threads that keep up with it: measured as it then runs
-        while live and not all(_settled(p.camera_threads) for p in manager.pipelines.values()):
-            if time.monotonic() > deadline:
-                raise SystemExit("the cameras' engine threads were not judged within 300 s")
-            time.sleep(0.1)
+        judged = "the cameras' engine threads were not judged"
+        _wait_until(lambda: not live or all(_settled(p.camera_threads) for p in pipelines), deadline, judged)
         before = [p.stats.frames_processed for p in manager.pipelines.values()]
         t0, cpu0 = time.monotonic(), cpu_seconds()
         time.sleep(seconds)
@@ -106,10 +116,7 @@ def run_service(
         elapsed, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
         per_stream = [(b - a) / elapsed for a, b in zip(before, after, strict=True)]
         engines = len(manager.detectors.engines())
-        # the median inference of the first stream's frames in the window (a camera's latency, beside its CPU)
-        first = next(iter(manager.pipelines.values())).stats
-        window = list(first._recent)[-max(1, after[0] - before[0]) :]
-        inference_ms = statistics.median(t.inference_ms for t in window) if window else float("nan")
+        inference_ms = _window_inference_ms(pipelines[0].stats, after[0] - before[0])
     finally:
         manager.stop()
     frames = sum(after) - sum(before)
