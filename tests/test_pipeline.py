@@ -123,7 +123,7 @@ def test_a_camera_whose_engine_cannot_load_on_one_thread_keeps_the_one_it_has(ca
         raise BackendError("not enough memory to load the model again (need 180 MiB, 40 MiB left)")
 
     fit = CameraThreads(lambda: 2, cannot_load, lambda detector: 2)
-    photo = open_source(str(MEDIA / "kite_and_cold.jpg"), fps=2)
+    photo = open_source(str(MEDIA / "kite_and_cold.jpg"), fps=1)
     pipeline = StreamPipeline("cam", photo, _loader, mode="live", loop=True, camera_threads=fit)
     caplog.set_level("WARNING", logger="edge.pipeline")
     pipeline.start()

@@ -250,7 +250,7 @@ def test_a_file_gets_a_lane_per_core_and_a_camera_one_frame_at_a_time():
 
 
 def test_a_lone_camera_moves_its_engine_to_one_thread_where_one_keeps_up(caplog: pytest.LogCaptureFixture):
-    """A camera at 2 frames a second: even with no speed-up from its threads, one thread would take at most the
+    """A camera at 1 frame a second: even with no speed-up from its threads, one thread would take at most the
     budget's threads times an inference, far inside 0.7 of the frame interval, so the engine moves to one thread
     (2 threads cost 1.16x the CPU per frame of one at the same fps, BENCHMARKS.md). The new engine is loaded beside
     the old one and swapped in: the stream never stops, nothing is counted as a restart or an error, and the old
@@ -259,7 +259,7 @@ def test_a_lone_camera_moves_its_engine_to_one_thread_where_one_keeps_up(caplog:
     if cores < 2:
         pytest.skip("one usable core: the budget already gives a lone camera's engine one thread")
     photo = str(MEDIA / "kite_and_cold.jpg")
-    camera = StreamConfig(id="cam", source=photo, model=str(YOLOX), backend="onnx", mode="live", fps=2, loop=True)
+    camera = StreamConfig(id="cam", source=photo, model=str(YOLOX), backend="onnx", mode="live", fps=1, loop=True)
     manager = StreamManager(ServiceConfig(streams=[camera]))
     pipeline = manager.pipelines["cam"]
     caplog.set_level("INFO", logger="edge.pipeline")
@@ -271,7 +271,7 @@ def test_a_lone_camera_moves_its_engine_to_one_thread_where_one_keeps_up(caplog:
         on_one = wait_for(
             lambda: [e for e in manager.detectors.engines() if describe_engine(e).threads == 1],
             "the engine on one thread",
-            timeout=FIRST_LOOK_S + SETTLED_INFERENCES / 2 + 120,
+            timeout=FIRST_LOOK_S + SETTLED_INFERENCES + 120,
         )
         done = pipeline.stats.frames_processed
         wait_for(lambda: pipeline.stats.frames_processed >= done + 3, "results from the engine on one thread")
@@ -281,7 +281,8 @@ def test_a_lone_camera_moves_its_engine_to_one_thread_where_one_keeps_up(caplog:
         moved = [r.getMessage() for r in caplog.records if "its engine now runs on 1 thread" in r.getMessage()]
         assert len(moved) == 1, moved
         interval_ms = re.search(r"ms an inference, a frame every (\d+) ms", moved[0])
-        assert interval_ms and 400 <= int(interval_ms.group(1)) <= 600, moved  # the camera's 2 frames a second
+        # the camera's 1 frame a second, read over its last frames; a busy machine can only deliver them later
+        assert interval_ms and int(interval_ms.group(1)) >= 800, moved
     finally:
         manager.stop()
     pinned = StreamManager(ServiceConfig(streams=[camera.model_copy(update={"threads": cores})]))

@@ -184,10 +184,15 @@ class StreamManager:
         )
         self._units.append(self.groups[stream.id])
 
+    @staticmethod
+    def _engine_key(stream: StreamConfig) -> tuple[str, str, str, int | None]:
+        """What the thread budget counts a stream's engine by."""
+        return (stream.model, stream.backend, stream.device, stream.threads)
+
     def _loader(self, stream: StreamConfig, requests: int = 1) -> Any:
         """Loads the stream's detector on a shared engine, with the thread budget's threads and lanes; `requests`:
         the stream's frames that may wait for the engine at once."""
-        key = (stream.model, stream.backend, stream.device, stream.threads)
+        key = self._engine_key(stream)
         self._engines.append(key)
         self._requests[key] = self._requests.get(key, 0) + requests
 
@@ -206,7 +211,7 @@ class StreamManager:
         (`CameraThreads`); one with `threads:` keeps them."""
         if stream.threads is not None:
             return None
-        key = (stream.model, stream.backend, stream.device, stream.threads)
+        key = self._engine_key(stream)
         return CameraThreads(lambda: self.engine_plan(key, requests).threads, load, lone_engine_threads)
 
     def _check_labels(self, stream: StreamConfig, detector: Detector) -> None:
