@@ -31,6 +31,26 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("EDGE_AUTO_CACHE", str(Path(config.rootpath) / ".pytest_cache" / "auto-backend.json"))
 
 
+GIB_PER_WORKER = 1.5  # a worker's servers, engines and browser at their peak, with room for the kernel's caches
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one test worker per usable core (a container's CPU set, not the host's), at most 4, and no more
+    than the memory holds (a 2 GiB Pi runs one). PYTEST_XDIST_AUTO_NUM_WORKERS overrides it, as in pytest-xdist."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    cores = len(os.sched_getaffinity(0))
+    return max(1, min(cores, 4, int(available_gib() / GIB_PER_WORKER)))
+
+
+def available_gib() -> float:
+    """The kernel's MemAvailable: free memory and the caches it can drop."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
 def skimage_photo(name: str) -> np.ndarray:
     import skimage.data
 

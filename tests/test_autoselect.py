@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from edge_inference.backends.hardware import intel_accelerators
+from edge_inference.edge.detection import autoselect
 from edge_inference.edge.detection.autoselect import (
     AutoChoice,
     Measurement,
@@ -168,6 +170,49 @@ def test_the_same_cpu_name_with_other_vector_instructions_measures_again(
     assert described["avx512"].startswith("AMD EPYC (avx2 avx512f avx512_vnni), ")
     assert described["pi4"].startswith("Raspberry Pi 4 Model B, ")  # none of the instructions engines look for
     assert described["pi5"].startswith("Raspberry Pi 4 Model B (asimddp), ")
+
+
+def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measurement(
+    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """Two processes starting together (a service and `edge detect --backend auto`) must not time the engines side
+    by side: each would slow the other's engines and rank them at random, and one's entry in the cache would be
+    lost. The second says it waits, then reads what the first stored instead of measuring again."""
+    monkeypatch.setattr(autoselect, "_PICKED", {})  # this test's pick stays out of the other tests' services
+    monkeypatch.setattr(autoselect, "_PICKED_AT", {})
+    holder_code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from edge_inference.edge.detection.autoselect import measuring_on_this_machine\n"
+        "from edge_inference.edge.settings import Settings\n"
+        f"with measuring_on_this_machine(Settings(auto_cache=Path({str(settings.auto_cache)!r}))):\n"
+        "    print('measuring', flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holder_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "measuring"
+        choices: list[AutoChoice] = []
+        waiter = threading.Thread(target=lambda: choices.append(auto_choice("yolox-nano", settings)))
+        waiter.start()
+        said = ""
+        deadline = time.monotonic() + 120
+        while "waiting for it to finish" not in said and waiter.is_alive() and time.monotonic() < deadline:
+            said += capsys.readouterr().err
+            time.sleep(0.05)
+        assert "another edge process on this machine is timing engines" in said
+        assert waiter.is_alive()  # still waiting: it has not measured on its own
+        _store(settings, "yolox-nano", {"onnx": 30.0, "openvino": 20.0, "tflite": 10.0})  # what the other one found
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    waiter.join(timeout=120)
+    said += capsys.readouterr().err
+    assert [c.backend for c in choices] == ["tflite"]
+    assert "timing the engines" not in said
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):

@@ -4,10 +4,12 @@ the model over the whole video every time.
 
 A fresh checkout has no copy yet: `start` begins making it on a thread of its own when the test session starts,
 so the minute it takes on a loaded 2-core machine overlaps the tests before the ones that need it (which then wait).
+Every parallel test worker starts it; a lock file lets one of them make it while the others wait and read it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import threading
@@ -71,7 +73,12 @@ class VideoDetections:
         try:
             path = self._cache_file()
             if not path.exists():
-                self._detect_into(path)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # parallel test workers (pytest-xdist) each start this: one makes the file, the others wait for it
+                with open(path.with_suffix(".lock"), "a") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    if not path.exists():
+                        self._detect_into(path)
             self._frames = self._read(path)
         except BaseException as exc:  # handed to the test that waits for them
             self._error = exc

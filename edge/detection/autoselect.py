@@ -16,11 +16,15 @@ The service does not wait for a measurement: it serves on the engines' ranking's
 measured pick once it is known (`superseded`). Serving, it checks the pick's live inference times against the
 measurement (`live_check`) and measures again in the background when they have slowed beyond a margin.
 `edge backends --bench MODEL` shows the table; EDGE_AUTO_MEASURE=0 chooses by the fixed ranking instead.
+One measurement at a time on a machine, across processes (`measuring_on_this_machine`): a second process waits and
+takes the first one's result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -28,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -253,6 +257,36 @@ def measure(
 ) -> tuple[str, list[Measurement]]:
     """Time every candidate in turns, each in a child process loaded within the budget, and store the results;
     (cache key, results). `frames`: a video or image to time on (a fixed noise image when none)."""
+    with measuring_on_this_machine(settings, say):
+        return _measure(model, settings, say, frames)
+
+
+@contextlib.contextmanager
+def measuring_on_this_machine(settings: Settings, say: Say | None = None) -> Iterator[None]:
+    """One measurement at a time on this machine, across processes (a service and `edge detect --backend auto`
+    started together, two services): engines timed side by side slow each other down and rank at random, and two
+    writers of the cache would lose one's entry. An flock on a file beside the cache; the kernel releases it when
+    its holder dies. Where no lock file can be made, the measurement goes on without it (keeping it will say why)."""
+    path = cache_path(settings).with_name(cache_path(settings).name + ".lock")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")  # noqa: SIM115 - held for the body of the with below
+    except OSError:
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say("another edge process on this machine is timing engines; waiting for it to finish first")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _measure(
+    model: str, settings: Settings, say: Say | None = None, frames: str | None = None
+) -> tuple[str, list[Measurement]]:
     found = candidates(model, settings)
     if not found:
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
@@ -444,7 +478,9 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
     """The measurement kept under `key`, made now when there is none; [] if that failed."""
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
         if key not in read_cache(settings) and key not in _FAILED:
-            _measure_now(model, settings)
+            with measuring_on_this_machine(settings, _say):
+                if key not in read_cache(settings):  # another process may have measured it while this one waited
+                    _measure_now(model, settings)
     entry = read_cache(settings).get(key)
     if entry is None:
         _FAILED.add(key)  # not again in this process: every stream and reload would wait for it
@@ -568,9 +604,9 @@ def _say(line: str) -> None:
 
 def _measure_now(model: str, settings: Settings) -> None:
     """Time the engines (each in a child of its own) with progress on stderr; a failure is one `error:` line, and
-    the caller falls back to the ranking."""
+    the caller falls back to the ranking. The caller holds `measuring_on_this_machine`."""
     _say(f"timing the engines that can run {model} on this machine (once; kept in {cache_path(settings)})")
     try:
-        measure(model, settings, say=_say)
+        _measure(model, settings, say=_say)
     except EdgeError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
