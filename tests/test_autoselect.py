@@ -173,13 +173,15 @@ def test_the_same_cpu_name_with_other_vector_instructions_measures_again(
 
 
 def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measurement(
-    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
     """Two processes starting together (a service and `edge detect --backend auto`) must not time the engines side
     by side: each would slow the other's engines and rank them at random, and one's entry in the cache would be
-    lost. The second says it waits, then reads what the first stored instead of measuring again."""
+    lost. The second says it waits, then reads what the first stored instead of measuring again. Its watchdog does
+    not wait meanwhile (it checks every stream for stuck inferences)."""
     monkeypatch.setattr(autoselect, "_PICKED", {})  # this test's pick stays out of the other tests' services
     monkeypatch.setattr(autoselect, "_PICKED_AT", {})
+    monkeypatch.setattr(autoselect, "_REMEASURED", {})
     holder_code = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -204,6 +206,16 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
             time.sleep(0.05)
         assert "another edge process on this machine is timing engines" in said
         assert waiter.is_alive()  # still waiting: it has not measured on its own
+        # the watchdog's live check of another stream asks for a new measurement meanwhile: it must not wait too
+        missing = str(tmp_path / "gone.onnx")  # measured again once the lock is free: fails at once, nothing to time
+        slowed = AutoChoice("onnx", "cpu", missing, "", key="a stream whose pick slowed")
+        asked: list[bool] = []
+        watchdog = threading.Thread(
+            target=lambda: asked.append(autoselect.remeasure_in_background(slowed, missing, settings, "slowed"))
+        )
+        watchdog.start()
+        watchdog.join(timeout=60)
+        assert asked == [True] and waiter.is_alive()  # answered while the other process still measures
         _store(settings, "yolox-nano", {"onnx": 30.0, "openvino": 20.0, "tflite": 10.0})  # what the other one found
     finally:
         assert holder.stdin is not None
@@ -212,7 +224,7 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
     waiter.join(timeout=120)
     said += capsys.readouterr().err
     assert [c.backend for c in choices] == ["tflite"]
-    assert "timing the engines" not in said
+    assert "timing the engines that can run yolox-nano" not in said
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):

@@ -61,7 +61,8 @@ from edge_inference.models.registry import get_entry, is_registry_name
 WARM_RUNS = 2
 ROUNDS, ROUND_S = 3, 1.0  # turns per engine, and the seconds of each
 CLOSE = 0.03  # engines whose best rounds are within 3% of the best are a tie, decided by CPU per frame
-_MEASURING = threading.Lock()
+_MEASURING = threading.Lock()  # held through a measurement, and while waiting for another process's
+_BOOKKEEPING = threading.Lock()  # the sets below: never held long, so the watchdog's live check never waits
 _FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
 _BACKGROUND: set[str] = set()  # keys being measured in the background
 _PICKED: dict[str, tuple[str, str] | None] = {}  # key -> the measured pick (backend, device), once measured
@@ -541,7 +542,7 @@ def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = 
 
 
 def _measure_in_background(key: str, model: str, settings: Settings) -> None:
-    with _MEASURING:
+    with _BOOKKEEPING:
         if key in _BACKGROUND:
             return
         _BACKGROUND.add(key)
@@ -569,7 +570,7 @@ def remeasure_in_background(choice: AutoChoice, model: str, settings: Settings, 
     if key is None:
         return False
     now = time.monotonic()
-    with _MEASURING:
+    with _BOOKKEEPING:  # called by the watchdog: it must not wait behind a measurement
         last = _REMEASURED.get(key)
         if last is not None and now - last < REMEASURE_EVERY_S:
             return False
