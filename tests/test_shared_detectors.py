@@ -541,7 +541,9 @@ def test_memory_left_is_the_machines_capped_by_the_containers_limit(tmp_path: Pa
 
     assert cgroup_memory_headroom(tmp_path / "absent", tmp_path / "none") is None
     here = available_memory()
-    assert here is not None and 0 < here <= (meminfo_available() or here)
+    # never more than the machine has; the two reads are moments apart, and other processes (the suite's other
+    # workers) allocate and free between them
+    assert here is not None and 0 < here <= (meminfo_available() or here) + 256 * mib
 
 
 @pytest.mark.parametrize("device", ["AUTO", "CPU"])
