@@ -67,7 +67,7 @@ def _settled(fit: CameraThreads | None) -> bool:
 
 def _window_inference_ms(stats: StreamStats, frames: int) -> float:
     """The median inference of a stream's last `frames` frames (a camera's latency, beside its CPU)."""
-    window = list(stats._recent)[-max(1, frames) :]
+    window = stats.recent_timings(max(1, frames))  # read under the stats' lock: the stream appends meanwhile
     return statistics.median(t.inference_ms for t in window) if window else float("nan")
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from edge_inference.edge.detection.memory import available_memory
 from tests.video_detections import VideoDetections
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,15 +41,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     cores = len(os.sched_getaffinity(0))
-    return max(1, min(cores, 4, int(available_gib() / GIB_PER_WORKER)))
-
-
-def available_gib() -> float:
-    """The kernel's MemAvailable: free memory and the caches it can drop."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 2**20
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    available = available_memory()  # the machine's, capped by a container's limit
+    by_memory = 4 if available is None else int(available / 2**30 / GIB_PER_WORKER)
+    return max(1, min(cores, 4, by_memory))
 
 
 def skimage_photo(name: str) -> np.ndarray:

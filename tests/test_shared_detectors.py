@@ -280,9 +280,13 @@ def test_a_lone_camera_moves_its_engine_to_one_thread_where_one_keeps_up(caplog:
         assert (pipeline.stats.restarts, pipeline.stats.errors, pipeline.state) == (0, 0, "running")
         moved = [r.getMessage() for r in caplog.records if "its engine now runs on 1 thread" in r.getMessage()]
         assert len(moved) == 1, moved
-        interval_ms = re.search(r"ms an inference, a frame every (\d+) ms", moved[0])
-        # the camera's 1 frame a second, read over its last frames; a busy machine can only deliver them later
-        assert interval_ms and int(interval_ms.group(1)) >= 800, moved
+        # the log says why in the figures the rule weighed: the budget's threads x an inference within 0.7 of the
+        # camera's frame interval (no bound on the interval itself: a paced file catches up after a stalled read,
+        # so a busy machine can deliver a few frames at once and read the rate higher than 1 a second)
+        figures = re.search(r"\((\d+) ms an inference, a frame every (\d+) ms\)", moved[0])
+        assert figures, moved
+        inference_ms, interval_ms = (int(figures.group(i)) for i in (1, 2))
+        assert cores * (inference_ms - 0.5) <= 0.7 * (interval_ms + 0.5), moved  # the figures are rounded to 1 ms
     finally:
         manager.stop()
     pinned = StreamManager(ServiceConfig(streams=[camera.model_copy(update={"threads": cores})]))

@@ -268,7 +268,8 @@ def measuring_on_this_machine(settings: Settings, say: Say | None = None) -> Ite
     started together, two services): engines timed side by side slow each other down and rank at random, and two
     writers of the cache would lose one's entry. An flock on a file beside the cache; the kernel releases it when
     its holder dies. Where no lock file can be made, the measurement goes on without it (keeping it will say why)."""
-    path = cache_path(settings).with_name(cache_path(settings).name + ".lock")
+    cache = cache_path(settings)
+    path = cache.with_name(cache.name + ".lock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a")  # noqa: SIM115 - held for the body of the with below

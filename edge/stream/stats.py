@@ -141,6 +141,11 @@ class StreamStats:
         with self._lock:
             return round(self._processed.rate(time.monotonic()), 2)
 
+    def recent_timings(self, count: int) -> list[FrameTiming]:
+        """The last `count` processed frames' timings, oldest first (as many as are kept)."""
+        with self._lock:
+            return list(self._recent)[-count:] if count > 0 else []
+
     def snapshot(self) -> StreamFigures:
         now = time.monotonic()
         with self._lock:
