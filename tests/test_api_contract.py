@@ -145,6 +145,7 @@ def test_an_address_that_is_not_there_is_answered_with_the_one_meant():
         )
         socket = client.get("/api/v1/streams/main/ws")
         assert socket.status_code == 426 and "connect to ws://localhost/api/v1/streams/main/ws" in socket.text
+        wait_ready(client)  # a stream names its model by the file's spec once loaded: both answers after that
         one, listed = client.get("/api/v1/streams/main"), client.get("/api/v1/streams").json()[0]
         assert one.status_code == 200 and set(one.json()) == set(listed)
         assert (one.json()["id"], one.json()["source"], one.json()["model"]) == (
