@@ -305,7 +305,9 @@ def test_an_engine_that_cannot_finish_within_its_budget_loses_and_the_others_are
     (entry,) = stored.values()
     timed = {r["backend"] for r in entry["results"] if r["ms_p50"]}
     assert "sluggish" not in timed and timed & {"onnx", "openvino", "tflite"}
-    assert "<- --backend auto" in next(line for line in result.stdout.splitlines() if line.startswith(tuple(timed)))
+    # the pick is one of the timed engines (not necessarily the first row: a tie within 3% goes to less CPU)
+    picked = [line for line in result.stdout.splitlines() if "<- --backend auto" in line]
+    assert len(picked) == 1 and picked[0].startswith(tuple(timed)), result.stdout
 
 
 def test_the_service_serves_while_auto_measures_then_moves_to_the_measured_pick(sluggish_plugin, tmp_path: Path):
