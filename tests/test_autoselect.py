@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,7 @@ from edge_inference.edge.detection.autoselect import (
     live_check,
 )
 from edge_inference.edge.detection.machine import describe_machine
+from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from tests.conftest import MODELS, REPO
 from tests.fake_devices import usb_device, write
@@ -172,16 +174,8 @@ def test_the_same_cpu_name_with_other_vector_instructions_measures_again(
     assert described["pi5"].startswith("Raspberry Pi 4 Model B (asimddp), ")
 
 
-def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measurement(
-    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-):
-    """Two processes starting together (a service and `edge detect --backend auto`) must not time the engines side
-    by side: each would slow the other's engines and rank them at random, and one's entry in the cache would be
-    lost. The second says it waits, then reads what the first stored instead of measuring again. Its watchdog does
-    not wait meanwhile (it checks every stream for stuck inferences)."""
-    monkeypatch.setattr(autoselect, "_PICKED", {})  # this test's pick stays out of the other tests' services
-    monkeypatch.setattr(autoselect, "_PICKED_AT", {})
-    monkeypatch.setattr(autoselect, "_REMEASURED", {})
+def _measuring_elsewhere(settings: Settings) -> subprocess.Popen[str]:
+    """Another edge process holding the machine's measurement (it lets go when its input closes)."""
     holder_code = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -194,8 +188,22 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
     holder = subprocess.Popen(
         [sys.executable, "-c", holder_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
     )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "measuring"
+    return holder
+
+
+def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measurement(
+    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """Two processes starting together (a service and `edge detect --backend auto`) must not time the engines side
+    by side: each would slow the other's engines and rank them at random, and one's entry in the cache would be
+    lost. The second says it waits, then reads what the first stored instead of measuring again. Its watchdog does
+    not wait meanwhile (it checks every stream for stuck inferences)."""
+    monkeypatch.setattr(autoselect, "_PICKED", {})  # this test's pick stays out of the other tests' services
+    monkeypatch.setattr(autoselect, "_PICKED_AT", {})
+    monkeypatch.setattr(autoselect, "_REMEASURED", {})
+    holder = _measuring_elsewhere(settings)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "measuring"
         choices: list[AutoChoice] = []
         waiter = threading.Thread(target=lambda: choices.append(auto_choice("yolox-nano", settings)))
         waiter.start()
@@ -204,7 +212,7 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
         while "waiting for it to finish" not in said and waiter.is_alive() and time.monotonic() < deadline:
             said += capsys.readouterr().err
             time.sleep(0.05)
-        assert "another edge process on this machine is timing engines" in said
+        assert f"another edge process on this machine (pid {holder.pid}) is timing engines" in said
         assert waiter.is_alive()  # still waiting: it has not measured on its own
         # the watchdog's live check of another stream asks for a new measurement meanwhile: it must not wait too
         missing = str(tmp_path / "gone.onnx")  # measured again once the lock is free: fails at once, nothing to time
@@ -225,6 +233,51 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
     said += capsys.readouterr().err
     assert [c.backend for c in choices] == ["tflite"]
     assert "timing the engines that can run yolox-nano" not in said
+
+
+def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_one_can_take(
+    settings: Settings, capsys: pytest.CaptureFixture[str]
+):
+    """`edge backends --bench` suspended with Ctrl-Z (or stuck in a driver) keeps its lock: a service or `edge
+    detect --backend auto` must not wait for it forever. Both ways of waiting give up once a measurement by the
+    limits in force (here a budget of 0.1 s) would have ended, name the process, and say what to do: the bench
+    with one clear error, auto by going on with the engines' ranking."""
+    quick = settings.model_copy(update={"auto_budget_s": 0.1})
+    model = str(MODELS / "openvino/yolox_nano.xml")  # one engine runs it: the shortest bound
+    longest = autoselect.longest_measurement_s(1, quick)
+    holder = _measuring_elsewhere(settings)
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        said: list[str] = []
+        benched: list[Exception] = []
+
+        def bench() -> None:
+            try:
+                autoselect.measure(model, quick, say=said.append)
+            except EdgeError as exc:
+                benched.append(exc)
+
+        bench_thread = threading.Thread(target=bench)
+        bench_thread.start()
+        key = cache_key(candidates(model, quick))
+        started = time.monotonic()
+        assert autoselect.stored_results(key, model, quick) == []  # the detect/service path: nothing measured
+        waited = time.monotonic() - started
+        bench_thread.join(timeout=120)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert waited >= longest  # it did wait for a measurement's worth of time first
+    assert said == [
+        f"another edge process on this machine (pid {holder.pid}) is timing engines; waiting for it to finish first"
+    ]
+    assert len(benched) == 1
+    for message in (str(benched[0]), capsys.readouterr().err):
+        assert f"(pid {holder.pid})" in message and "stopped (Ctrl-Z) or stuck" in message, message
+        assert "kill -CONT" in message and "EDGE_AUTO_MEASURE=0" in message, message
+    assert autoselect.read_cache(quick) == {}  # nothing measured beside the stopped one
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):

@@ -17,7 +17,8 @@ measured pick once it is known (`superseded`). Serving, it checks the pick's liv
 measurement (`live_check`) and measures again in the background when they have slowed beyond a margin.
 `edge backends --bench MODEL` shows the table; EDGE_AUTO_MEASURE=0 chooses by the fixed ranking instead.
 One measurement at a time on a machine, across processes (`measuring_on_this_machine`): a second process waits and
-takes the first one's result.
+takes the first one's result; it waits no longer than a measurement can take (a holder stopped with Ctrl-Z or stuck
+in a driver is named by its process id, and the waiter goes on by the ranking).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -71,6 +72,9 @@ _REMEASURED: dict[str, float] = {}  # key -> when the live check last asked for 
 LIVE_SAMPLES = 50  # live inferences before they are compared with the measurement
 SLOWER, LOOSE = 2.0, 1.5  # live / measured inference time that calls for a new measurement: a sure pick, a close one
 REMEASURE_EVERY_S = 3600.0  # at most this often per measurement: it costs the streams a few seconds of CPU
+CHILD_STOP_S = 5.0  # a timed child's time to end once told to, before it is killed
+HOLDER_SLACK_S = 2.0  # beyond a measurement's own limits: storing it
+LOCK_POLL_S = 0.2  # how often a process waiting for another's measurement looks again
 Say = Callable[[str], None]
 # (model, backend, device) -> a loaded detector; the loader's, passed in (the loader itself asks this module)
 Load = Callable[[str, str, str], Detector]
@@ -258,32 +262,73 @@ def measure(
 ) -> tuple[str, list[Measurement]]:
     """Time every candidate in turns, each in a child process loaded within the budget, and store the results;
     (cache key, results). `frames`: a video or image to time on (a fixed noise image when none)."""
-    with measuring_on_this_machine(settings, say):
+    with measuring_on_this_machine(settings, say, len(candidates(model, settings))):
         return _measure(model, settings, say, frames)
 
 
+def longest_measurement_s(engines: int, settings: Settings) -> float:
+    """The longest a measurement of `engines` engines can take, by the limits `_measure` enforces: every engine
+    loads within the budget (all at once), each of its rounds answers within the round plus the budget or it is
+    dropped, and each child ends within CHILD_STOP_S of being told to or is killed."""
+    budget = settings.auto_budget_s
+    return budget + ROUNDS * engines * (ROUND_S + budget) + engines * CHILD_STOP_S + HOLDER_SLACK_S
+
+
 @contextlib.contextmanager
-def measuring_on_this_machine(settings: Settings, say: Say | None = None) -> Iterator[None]:
+def measuring_on_this_machine(settings: Settings, say: Say | None = None, engines: int = 1) -> Iterator[None]:
     """One measurement at a time on this machine, across processes (a service and `edge detect --backend auto`
     started together, two services): engines timed side by side slow each other down and rank at random, and two
-    writers of the cache would lose one's entry. An flock on a file beside the cache; the kernel releases it when
-    its holder dies. Where no lock file can be made, the measurement goes on without it (keeping it will say why)."""
+    writers of the cache would lose one's entry. An flock on a file beside the cache, holding its holder's process
+    id; the kernel releases it when its holder dies. A holder that is stopped (Ctrl-Z) or stuck is waited for no
+    longer than a measurement can take (an EdgeError). Where no lock file can be made, the measurement goes on
+    without it (keeping it will say why)."""
     cache = cache_path(settings)
     path = cache.with_name(cache.name + ".lock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a")  # noqa: SIM115 - held for the body of the with below
+        handle = open(path, "a+")  # noqa: SIM115 - held for the body of the with below
     except OSError:
         yield
         return
     with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if say is not None:
-                say("another edge process on this machine is timing engines; waiting for it to finish first")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        if not _locked(handle):
+            _wait_for_holder(handle, longest_measurement_s(engines, settings), say)
+        with contextlib.suppress(OSError):  # who holds it, for a process that waits (a full disk: unnamed)
+            handle.truncate(0)
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
         yield
+
+
+def _locked(handle: IO[str]) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _wait_for_holder(handle: IO[str], longest_s: float, say: Say | None) -> None:
+    holder = _holder(handle)
+    if say is not None:
+        say(f"another edge process on this machine{holder} is timing engines; waiting for it to finish first")
+    deadline = time.monotonic() + longest_s
+    while not _locked(handle):
+        if time.monotonic() > deadline:
+            raise EdgeError(
+                f"the edge process{_holder(handle)} timing engines on this machine has held the measurement for"
+                f" over {longest_s:.0f} s, longer than a measurement can take: it is stopped (Ctrl-Z) or stuck. "
+                "End it (or `kill -CONT` it), or set EDGE_AUTO_MEASURE=0 to choose by the engines' ranking"
+            )
+        time.sleep(LOCK_POLL_S)
+
+
+def _holder(handle: IO[str]) -> str:
+    """' (pid N)' from the lock file, or '' while its holder has not written it yet."""
+    with contextlib.suppress(OSError, ValueError):
+        handle.seek(0)
+        return f" (pid {int(handle.read().strip())})"
+    return ""
 
 
 def _measure(
@@ -431,7 +476,7 @@ class _Timed:
             try:
                 if self.process.stdin is not None:
                     self.process.stdin.close()  # the child ends its loop and exits
-                self.process.wait(timeout=5)
+                self.process.wait(timeout=CHILD_STOP_S)
             except (OSError, subprocess.TimeoutExpired):
                 self.process.kill()
                 self.process.wait()
@@ -480,9 +525,12 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
     """The measurement kept under `key`, made now when there is none; [] if that failed."""
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
         if key not in read_cache(settings) and key not in _FAILED:
-            with measuring_on_this_machine(settings, _say):
-                if key not in read_cache(settings):  # another process may have measured it while this one waited
-                    _measure_now(model, settings)
+            try:
+                with measuring_on_this_machine(settings, _say, len(candidates(model, settings))):
+                    if key not in read_cache(settings):  # another process may have measured it while it waited
+                        _measure_now(model, settings)
+            except EdgeError as exc:  # the other process never finished: the ranking's choice, said once
+                print(f"error: {exc}", file=sys.stderr, flush=True)
     entry = read_cache(settings).get(key)
     if entry is None:
         _FAILED.add(key)  # not again in this process: every stream and reload would wait for it
