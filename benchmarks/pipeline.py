@@ -1,6 +1,6 @@
 """Pipeline and service figures for issue 3, measured side by side in one run on vtest.avi, yolox-nano, ORT CPU.
 
-    python -m benchmarks.pipeline
+    python -m benchmarks.pipeline [--parts abcd] [--rounds 3]
 
 (a) efficiency: processed fps in file mode (unpaced) / the backend's inference-only fps on the same frames;
     target >= 0.90
@@ -196,37 +196,53 @@ def _alternated(server, figures: dict[int, list[tuple[float, float, float, float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds of (c)")
+    parser.add_argument("--parts", default="abcd", help="which parts to run: (c) and (d) share one service")
     args = parser.parse_args()
     print(f"# pipeline and service, vtest.avi 768x576, yolox-nano on ONNX Runtime CPU\n# {machine()}")
+    if "a" in args.parts:
+        efficiency(args.frames)
+    if "b" in args.parts:
+        e2e, inf, dropped = live_latency(20, 25)
+        print(
+            f"(b) live 25 fps source: end-to-end p95 {e2e:.1f} ms, inference p95 {inf:.1f} ms -> ratio {e2e / inf:.2f}"
+            f" (target <= 1.3); frames dropped {dropped}"
+        )
+    if "c" in args.parts or "d" in args.parts:
+        figures, rss = service_figures(args.rounds, 6)
+        print_clients(figures)
+        print(f"(d) service RSS with one stream: {rss:.0f} MiB")
+    return 0
+
+
+def efficiency(frames: int) -> None:
     for threads, note in ((None, "engine default: both cores"), (1, "one engine thread, one core for the rest")):
-        infer_a = inference_only_fps(args.frames, threads)
-        piped = pipeline_fps(args.frames, threads)
-        infer_b = inference_only_fps(args.frames, threads)
+        infer_a = inference_only_fps(frames, threads)
+        piped = pipeline_fps(frames, threads)
+        infer_b = inference_only_fps(frames, threads)
         infer = (infer_a + infer_b) / 2
         print(
             f"(a) [{note}] inference-only fps {infer_a:.1f} / {infer_b:.1f} (before/after), pipeline file-mode fps"
             f" {piped:.1f} -> efficiency {piped / infer:.2f} (target >= 0.90)"
         )
-    e2e, inf, dropped = live_latency(20, 25)
-    print(
-        f"(b) live 25 fps source: end-to-end p95 {e2e:.1f} ms, inference p95 {inf:.1f} ms -> ratio {e2e / inf:.2f}"
-        f" (target <= 1.3); frames dropped {dropped}"
-    )
-    figures, rss = service_figures(args.rounds, 6)
+
+
+def print_clients(figures: dict[int, list[tuple[float, float, float, float]]]) -> None:
+    """(c): the rounds, then fps and throughput per CPU (the mean of the rounds, and each round's own ratio)."""
     fps, cpu, clients, received = ({n: [row[i] for row in rows] for n, rows in figures.items()} for i in range(4))
-    ratio = statistics.mean(fps[20]) / statistics.mean(fps[1])
-    cpu_ratio = statistics.mean(cpu[20]) / statistics.mean(cpu[1])
+    ratio = statistics.mean(fps[SSE_CLIENTS]) / statistics.mean(fps[1])
+    per_cpu = statistics.mean(cpu[1]) / statistics.mean(cpu[SSE_CLIENTS])
+    rounds = " ".join(f"{one / many:.3f}" for one, many in zip(cpu[1], cpu[SSE_CLIENTS], strict=True))
+    for count in (1, SSE_CLIENTS):
+        print(
+            f"(c) {count:2d} SSE clients: fps {[round(v, 1) for v in fps[count]]}, service CPU ms per frame"
+            f" {[round(v, 2) for v in cpu[count]]}, the clients' own reading {statistics.mean(clients[count]):.2f}"
+            f" cores, events received by the slowest client per frame processed {min(received[count]):.3f}"
+        )
     print(
-        f"(c) service fps, 1 SSE client {[round(v, 1) for v in fps[1]]}, 20 {[round(v, 1) for v in fps[20]]} -> ratio"
-        f" {ratio:.2f}; service CPU per frame 1 client {[round(v, 2) for v in cpu[1]]} ms, 20"
-        f" {[round(v, 2) for v in cpu[20]]} ms -> throughput per CPU, 20 / 1: {1 / cpu_ratio:.3f} (target >= 0.95:"
-        f" {'met' if 1 / cpu_ratio >= 0.95 else 'missed'}); the clients' own reading, on the same cores: 1 client"
-        f" {statistics.mean(clients[1]):.2f} cores, 20 {statistics.mean(clients[20]):.2f} cores; events received by"
-        f" the slowest client per frame processed: 1 client {min(received[1]):.3f}, 20 {min(received[20]):.3f}"
+        f"(c) fps {SSE_CLIENTS} / 1: {ratio:.3f}; throughput per CPU {SSE_CLIENTS} / 1: {per_cpu:.3f} (each round"
+        f" {rounds}) (target >= 0.95: {'met' if per_cpu >= 0.95 else 'missed'})"
     )
-    print(f"(d) service RSS with one stream: {rss:.0f} MiB")
-    return 0
 
 
 if __name__ == "__main__":
