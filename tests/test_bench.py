@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import cv2
 import numpy as np
@@ -54,6 +55,8 @@ def test_bench_compares_models_and_backends(tmp_path):
         assert row["frames"] == 20 and row["fps"] > 0 and row["peak_rss_mib"] > 50 and row["cpu_percent"] > 0
         assert row["inference_p50_ms"] <= row["inference_p95_ms"] <= row["inference_p99_ms"]
         assert row["end_to_end_p50_ms"] >= row["inference_p50_ms"]
+        # CPU per frame in milliseconds, all threads: never more than the cores had in a frame's wall time
+        assert 0 < row["cpu_ms_per_frame"] <= 1e3 / row["fps"] * len(os.sched_getaffinity(0)) * 1.05, row
     assert rows[("yolox-nano", "onnx")]["reference"] and rows[("yolox-nano", "onnx")]["map50"] == 1.0
     assert (
         rows[("yolox-nano", "tflite")]["map50"] >= 0.95

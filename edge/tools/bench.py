@@ -45,6 +45,7 @@ class PairResult:
     detections: list[list[Detection]] = field(default_factory=list)
     wall_s: float = 0.0
     cpu_percent: float = 0.0
+    cpu_s: float = 0.0  # the process's CPU over the timed frames, from the kernel
     peak_rss_mib: float = 0.0
     agreement: Agreement | None = None
     reference: bool = False
@@ -56,6 +57,11 @@ class PairResult:
     @property
     def fps(self) -> float:
         return len(self.timings) / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_ms_per_frame(self) -> float:
+        """What a frame costs in CPU, all threads: unlike fps, it holds when other programs take the cores."""
+        return self.cpu_s * 1e3 / len(self.timings) if self.timings else 0.0
 
 
 def parse_backends(text: str) -> list[tuple[str, str]]:
@@ -153,7 +159,8 @@ def run_pair(
                 step()
         result.wall_s = time.perf_counter() - t0
         cpu1 = process.cpu_times()
-        result.cpu_percent = 100 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / result.wall_s
+        result.cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+        result.cpu_percent = 100 * result.cpu_s / result.wall_s
         result.peak_rss_mib = rss.peak / 2**20
     except Exception as exc:  # noqa: BLE001 - one pair failing mid-run must not lose the others
         result.reason = f"failed while running: {exc}"

@@ -40,6 +40,7 @@ def summary(result: PairResult) -> dict[str, Any]:
     row.update(
         fps=round(result.fps, 2),
         cpu_percent=round(result.cpu_percent, 1),
+        cpu_ms_per_frame=round(result.cpu_ms_per_frame, 2),
         peak_rss_mib=round(result.peak_rss_mib, 1),
         map50=None if result.agreement is None or result.agreement.map50 is None else round(result.agreement.map50, 4),
         agreement=None if result.agreement is None else result.agreement.to_dict(),
@@ -50,9 +51,14 @@ def summary(result: PairResult) -> dict[str, Any]:
 def table(results: list[PairResult], machine: str) -> str:
     header = (
         f"{'Model':<20}{'Backend':<10}{'Device':<26}{'pre':>6}{'infer p50':>10}{'p95':>7}{'p99':>7}{'post':>6}"
-        f"{'e2e p50':>8}{'p95':>7}{'fps':>7}{'CPU%':>6}{'RSS MiB':>8}{'mAP50':>7}"
+        f"{'e2e p50':>8}{'p95':>7}{'fps':>7}{'CPU ms':>7}{'CPU%':>6}{'RSS MiB':>8}{'mAP50':>7}"
     )
-    lines = [f"# {machine}", "# times in ms per frame; mAP50 = agreement with the reference pair (ref)", header]
+    lines = [
+        f"# {machine}",
+        "# times in ms per frame; CPU ms = the process's CPU per frame (all threads), CPU% = of one core;"
+        " mAP50 = agreement with the reference pair (ref)",
+        header,
+    ]
     for result in results:
         row = summary(result)
         device = str(row["device"])[:25]
@@ -64,7 +70,7 @@ def table(results: list[PairResult], machine: str) -> str:
             f"{row['model']:<20}{row['backend']:<10}{device:<26}{row['preprocess_p50_ms']:>6.2f}"
             f"{row['inference_p50_ms']:>10.2f}{row['inference_p95_ms']:>7.2f}{row['inference_p99_ms']:>7.2f}"
             f"{row['postprocess_p50_ms']:>6.2f}{row['end_to_end_p50_ms']:>8.2f}{row['end_to_end_p95_ms']:>7.2f}"
-            f"{row['fps']:>7.1f}{row['cpu_percent']:>6.0f}{row['peak_rss_mib']:>8.0f}{agree:>7}"
+            f"{row['fps']:>7.1f}{row['cpu_ms_per_frame']:>7.1f}{row['cpu_percent']:>6.0f}{row['peak_rss_mib']:>8.0f}{agree:>7}"
         )
     return "\n".join(lines)
 
