@@ -236,12 +236,14 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
 
 
 def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_one_can_take(
-    settings: Settings, capsys: pytest.CaptureFixture[str]
+    settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ):
     """`edge backends --bench` suspended with Ctrl-Z (or stuck in a driver) keeps its lock: a service or `edge
     detect --backend auto` must not wait for it forever. Both ways of waiting give up once a measurement by the
     limits in force (here a budget of 0.1 s) would have ended, name the process, and say what to do: the bench
     with one clear error, auto by going on with the engines' ranking."""
+    for bookkeeping in ("_FAILED", "_PICKED", "_PICKED_AT"):  # what this test leaves there stays out of the others
+        monkeypatch.setattr(autoselect, bookkeeping, type(getattr(autoselect, bookkeeping))())
     quick = settings.model_copy(update={"auto_budget_s": 0.1})
     model = str(MODELS / "openvino/yolox_nano.xml")  # one engine runs it: the shortest bound
     longest = autoselect.longest_measurement_s(1, quick)
