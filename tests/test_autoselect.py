@@ -175,13 +175,15 @@ def test_the_same_cpu_name_with_other_vector_instructions_measures_again(
 
 
 def _measuring_elsewhere(settings: Settings) -> subprocess.Popen[str]:
-    """Another edge process holding the machine's measurement (it lets go when its input closes)."""
+    """Another edge process holding the machine's measurement, of one engine by `settings`' budget (it lets go when
+    its input closes)."""
     holder_code = (
         "import sys\n"
         "from pathlib import Path\n"
         "from edge_inference.edge.detection.autoselect import measuring_on_this_machine\n"
         "from edge_inference.edge.settings import Settings\n"
-        f"with measuring_on_this_machine(Settings(auto_cache=Path({str(settings.auto_cache)!r}))):\n"
+        f"settings = Settings(auto_cache=Path({str(settings.auto_cache)!r}), auto_budget_s={settings.auto_budget_s})\n"
+        "with measuring_on_this_machine(settings):\n"
         "    print('measuring', flush=True)\n"
         "    sys.stdin.read()\n"
     )
@@ -239,39 +241,42 @@ def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_on
     settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ):
     """`edge backends --bench` suspended with Ctrl-Z (or stuck in a driver) keeps its lock: a service or `edge
-    detect --backend auto` must not wait for it forever. Both ways of waiting give up once a measurement by the
-    limits in force (here a budget of 0.1 s) would have ended, name the process, and say what to do: the bench
-    with one clear error, auto by going on with the engines' ranking."""
+    detect --backend auto` must not wait for it forever. The holder's lock file says who it is and how long its
+    measurement can take by its own limits (here a budget of 0.1 s); both ways of waiting give up once that has
+    passed, even though their own limits would allow an hour, name the process and say what to do: the bench with
+    one clear error, auto by going on with the engines' ranking."""
     for bookkeeping in ("_FAILED", "_PICKED", "_PICKED_AT"):  # what this test leaves there stays out of the others
         monkeypatch.setattr(autoselect, bookkeeping, type(getattr(autoselect, bookkeeping))())
     quick = settings.model_copy(update={"auto_budget_s": 0.1})
-    model = str(MODELS / "openvino/yolox_nano.xml")  # one engine runs it: the shortest bound
-    longest = autoselect.longest_measurement_s(1, quick)
-    holder = _measuring_elsewhere(settings)
+    patient = settings.model_copy(update={"auto_budget_s": 1000.0})  # its own bound: over an hour
+    model = str(MODELS / "openvino/yolox_nano.xml")  # one engine runs it
+    holder = _measuring_elsewhere(quick)
     os.kill(holder.pid, signal.SIGSTOP)
+    lock = cache_path(settings).with_name(cache_path(settings).name + ".lock")
+    pid, started, longest = lock.read_text().split()
+    assert int(pid) == holder.pid and float(longest) == pytest.approx(autoselect.longest_measurement_s(1, quick), 0.01)
     try:
         said: list[str] = []
         benched: list[Exception] = []
 
         def bench() -> None:
             try:
-                autoselect.measure(model, quick, say=said.append)
+                autoselect.measure(model, patient, say=said.append)
             except EdgeError as exc:
                 benched.append(exc)
 
         bench_thread = threading.Thread(target=bench)
         bench_thread.start()
-        key = cache_key(candidates(model, quick))
-        started = time.monotonic()
-        assert autoselect.stored_results(key, model, quick) == []  # the detect/service path: nothing measured
-        waited = time.monotonic() - started
+        key = cache_key(candidates(model, patient))
+        assert autoselect.stored_results(key, model, patient) == []  # the detect/service path: nothing measured
+        gave_up = time.monotonic()
         bench_thread.join(timeout=120)
     finally:
         os.kill(holder.pid, signal.SIGCONT)
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=60)
-    assert waited >= longest  # it did wait for a measurement's worth of time first
+    assert gave_up >= float(started) + float(longest)  # not before the holder's measurement should have ended
     assert said == [
         f"another edge process on this machine (pid {holder.pid}) is timing engines; waiting for it to finish first"
     ]
@@ -279,7 +284,7 @@ def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_on
     for message in (str(benched[0]), capsys.readouterr().err):
         assert f"(pid {holder.pid})" in message and "stopped (Ctrl-Z) or stuck" in message, message
         assert "kill -CONT" in message and "EDGE_AUTO_MEASURE=0" in message, message
-    assert autoselect.read_cache(quick) == {}  # nothing measured beside the stopped one
+    assert autoselect.read_cache(settings) == {}  # nothing measured beside the stopped one
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):

@@ -278,10 +278,10 @@ def longest_measurement_s(engines: int, settings: Settings) -> float:
 def measuring_on_this_machine(settings: Settings, say: Say | None = None, engines: int = 1) -> Iterator[None]:
     """One measurement at a time on this machine, across processes (a service and `edge detect --backend auto`
     started together, two services): engines timed side by side slow each other down and rank at random, and two
-    writers of the cache would lose one's entry. An flock on a file beside the cache, holding its holder's process
-    id; the kernel releases it when its holder dies. A holder that is stopped (Ctrl-Z) or stuck is waited for no
-    longer than a measurement can take (an EdgeError). Where no lock file can be made, the measurement goes on
-    without it (keeping it will say why)."""
+    writers of the cache would lose one's entry. An flock on a file beside the cache, which holds its holder's
+    process id and how long its measurement can take; the kernel releases it when its holder dies. A holder that
+    is stopped (Ctrl-Z) or stuck is waited for no longer than that (then an EdgeError). Where no lock file can be
+    made, the measurement goes on without it (keeping it will say why)."""
     cache = cache_path(settings)
     path = cache.with_name(cache.name + ".lock")
     try:
@@ -291,11 +291,12 @@ def measuring_on_this_machine(settings: Settings, say: Say | None = None, engine
         yield
         return
     with handle:
+        longest = longest_measurement_s(engines, settings)
         if not _locked(handle):
-            _wait_for_holder(handle, longest_measurement_s(engines, settings), say)
-        with contextlib.suppress(OSError):  # who holds it, for a process that waits (a full disk: unnamed)
+            _wait_for_holder(handle, longest, say)
+        with contextlib.suppress(OSError):  # who holds it and until when, for a process that waits (a full disk: not)
             handle.truncate(0)
-            handle.write(f"{os.getpid()}\n")
+            handle.write(f"{os.getpid()} {time.monotonic():.3f} {longest:.1f}\n")
             handle.flush()
         yield
 
@@ -308,27 +309,42 @@ def _locked(handle: IO[str]) -> bool:
     return True
 
 
-def _wait_for_holder(handle: IO[str], longest_s: float, say: Say | None) -> None:
+@dataclass(frozen=True)
+class _Holder:
+    """What the process holding the measurement wrote: who, and when its measurement must have ended (the
+    system-wide monotonic clock, which a Pi's clock jumping at its first NTP sync does not move)."""
+
+    pid: int
+    ends_by: float
+
+
+def _wait_for_holder(handle: IO[str], own_longest_s: float, say: Say | None) -> None:
+    """Until the lock is free, or the holder's measurement has run past the longest its own limits allow (by our own
+    limits while it has not said them yet)."""
     holder = _holder(handle)
     if say is not None:
-        say(f"another edge process on this machine{holder} is timing engines; waiting for it to finish first")
-    deadline = time.monotonic() + longest_s
+        named = f" (pid {holder.pid})" if holder else ""
+        say(f"another edge process on this machine{named} is timing engines; waiting for it to finish first")
+    fallback = time.monotonic() + own_longest_s
     while not _locked(handle):
-        if time.monotonic() > deadline:
+        holder = _holder(handle) or holder
+        if time.monotonic() > (holder.ends_by if holder else fallback):
+            named = f" (pid {holder.pid})" if holder else ""
             raise EdgeError(
-                f"the edge process{_holder(handle)} timing engines on this machine has held the measurement for"
-                f" over {longest_s:.0f} s, longer than a measurement can take: it is stopped (Ctrl-Z) or stuck. "
-                "End it (or `kill -CONT` it), or set EDGE_AUTO_MEASURE=0 to choose by the engines' ranking"
+                f"the edge process{named} timing engines on this machine has held the measurement longer than a"
+                " measurement can take: it is stopped (Ctrl-Z) or stuck. End it (or `kill -CONT` it), or set"
+                " EDGE_AUTO_MEASURE=0 to choose by the engines' ranking"
             )
         time.sleep(LOCK_POLL_S)
 
 
-def _holder(handle: IO[str]) -> str:
-    """' (pid N)' from the lock file, or '' while its holder has not written it yet."""
+def _holder(handle: IO[str]) -> _Holder | None:
+    """The lock file's record, or None while its holder has not written it (or an older version wrote only a pid)."""
     with contextlib.suppress(OSError, ValueError):
         handle.seek(0)
-        return f" (pid {int(handle.read().strip())})"
-    return ""
+        pid, started, longest = handle.read().split()
+        return _Holder(int(pid), float(started) + float(longest))
+    return None
 
 
 def _measure(
