@@ -56,6 +56,24 @@ def test_an_object_seen_long_enough_starts_an_event_that_ends_once_it_is_lost():
     assert end.event.end == pytest.approx(100.9) and end.event.frames == 10  # ends when last seen
 
 
+def test_an_event_stays_open_while_the_tracker_may_still_match_its_track():
+    """The tracker keeps a lost track for `lost_after_s` of frames (longer in seconds when a slow machine processes
+    fewer frames than the source gives) and may match it again. An event that had ended on `end_after_s` then came
+    back as a second event under the same track id: one person, two starts for Home Assistant. It now stays open
+    while its track is held, goes on when the object is matched again, and ends once the tracker lets go."""
+    builder = EventBuilder("cam", EventsConfig(labels=["person"], min_frames=3, end_after_s=1.0))
+    held = frozenset({7})
+    changes = [c for i in range(10) for c in builder.observe([person(7)], (), (), IMAGE, 100 + i * 0.1, held=held)]
+    lost = [c for i in range(20) for c in builder.observe([], (), (), IMAGE, 101 + i * 0.1, held=held)]  # 2 s
+    back = [c for i in range(5) for c in builder.observe([person(7)], (), (), IMAGE, 103 + i * 0.1, held=held)]
+    assert [c.kind for c in changes] == ["start"] and lost == [] and [c.kind for c in back] == []
+    gone = [c for i in range(15) for c in builder.observe([], (), (), IMAGE, 103.5 + i * 0.1)]  # the tracker let go
+    (end,) = gone
+    assert end.kind == "end" and end.event.id == changes[0].event.id and end.event.track_id == 7
+    assert end.event.frames == 15 and end.event.end == pytest.approx(103.4)  # both sightings, one event
+    assert builder.active == []
+
+
 def test_a_jump_of_the_wall_clock_neither_ends_an_event_nor_keeps_it_open():
     """A Pi has no clock of its own: NTP sets it after boot, hours at a time. Durations were measured on the wall
     clock, so a jump forward ended every event and started it again, and one back kept events open for hours."""

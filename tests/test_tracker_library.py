@@ -83,6 +83,7 @@ def compare_tracks(frames: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np
     library.reset()  # its id counter is shared by every instance in the process
     ours = ByteTracker(**SETTINGS)
     all_ids = []
+    held_while_lost = 0  # frames where a held track was not seen: the case `held_ids` is there for
     for number, (boxes, scores) in enumerate(frames):
         expected = library_ids(library, boxes, scores)
         got = ours.update(boxes, scores)
@@ -90,7 +91,11 @@ def compare_tracks(frames: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np
         # the same tracks in the same order, each Kalman state equal to the bit (the arrays hold what its objects do)
         their_states = np.array([t.state[:, 0] for t in library.tracks], np.float32).reshape(-1, 8)
         assert np.array_equal(ours.states.view(np.int32), their_states.view(np.int32)), f"frame {number}"
+        # the ids it may still match again, lost tracks included (an event stays open while its track is held)
+        assert ours.held_ids == {int(t.tracker_id) for t in library.tracks if t.tracker_id >= 0}, f"frame {number}"
+        held_while_lost += bool(ours.held_ids - set(got.tolist()))
         all_ids.append(got)
+    assert held_while_lost > 0
     return all_ids, len({int(i) for ids in all_ids for i in ids if i >= 0})
 
 

@@ -3,8 +3,10 @@
 A track becomes an event once it has been seen `min_frames` times with at least `min_score` (inside one of the
 event's zones, when it names any), so one noisy box never makes an event. The event is updated when its object
 enters a zone, crosses a line or is seen clearly enough for a better snapshot, and ends once the object has been
-lost for `end_after_s`. Pure bookkeeping, run on the decode thread: snapshots are encoded and events stored
-elsewhere (`recorder.py`).
+lost for `end_after_s` and the tracker has let its track go: a track the tracker may still match again (it keeps
+lost tracks for `lost_after_s` of frames, longer in seconds when frames come slower than the source's rate) keeps
+its event open, so one object is one event under one track id. Pure bookkeeping, run on the decode thread:
+snapshots are encoded and events stored elsewhere (`recorder.py`).
 """
 
 from __future__ import annotations
@@ -106,10 +108,12 @@ class EventBuilder:
         image: np.ndarray,
         now: float,
         clock: float | None = None,
+        held: frozenset[int] = frozenset(),
     ) -> list[EventChange]:
         """`now`: the frame's wall time, which events are stamped with; `clock`: a monotonic time of the same frame
         (default: `now`), which every duration is measured on, so a jump of the wall clock (NTP setting a Pi's
-        clock after boot) neither ends every event at once nor keeps one open for the hours it went back."""
+        clock after boot) neither ends every event at once nor keeps one open for the hours it went back. `held`:
+        the track ids the tracker still keeps; their events stay open."""
         clock = now if clock is None else clock
         changes: list[EventChange] = []
         for detection in detections:
@@ -120,7 +124,7 @@ class EventBuilder:
             change = self._change(track, detection.track_id, now, clock, changed)
             if change is not None:
                 changes.append(change)
-        changes.extend(self._end_lost(now, clock))
+        changes.extend(self._end_lost(now, clock, held=held))
         return changes
 
     def finish(self, now: float) -> list[EventChange]:
@@ -192,10 +196,12 @@ class EventBuilder:
             frames=track.frames,
         )
 
-    def _end_lost(self, now: float, clock: float, everything: bool = False) -> list[EventChange]:
+    def _end_lost(
+        self, now: float, clock: float, everything: bool = False, held: frozenset[int] = frozenset()
+    ) -> list[EventChange]:
         ended = []
         for track_id, track in list(self._tracks.items()):
-            if not everything and clock - track.last_seen_clock < self.config.end_after_s:
+            if not everything and (clock - track.last_seen_clock < self.config.end_after_s or track_id in held):
                 continue
             del self._tracks[track_id]
             if track.event is not None:

@@ -116,6 +116,7 @@ class EventLayer:
                     result.image,
                     result.timing.captured_at,
                     result.captured_mono or None,  # 0: not known, durations on the wall clock
+                    result.held_tracks,
                 )
                 if changes:
                     recorder.submit(changes)

@@ -225,6 +225,11 @@ class ByteTracker:
         self.track_ids = np.zeros(0, dtype=np.int64)
         self._next_id = 0
 
+    @property
+    def held_ids(self) -> frozenset[int]:
+        """The ids of the sure tracks still kept, lost ones included: any of them may be matched again."""
+        return frozenset(self.track_ids[self.track_ids >= 0].tolist())
+
     def update(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """boxes: (N, 4) float32 x1 y1 x2 y2; scores: (N,)."""
         ids = np.full(len(boxes), -1, dtype=np.int64)

@@ -62,6 +62,7 @@ class FrameResult:
     # time.perf_counter() when the frame was in hand: ages and durations, which the wall clock's jumps (NTP setting
     # a Pi's clock after boot: it has no clock of its own) must not move; 0: not known, the wall clock is used
     captured_mono: float = 0.0
+    held_tracks: frozenset[int] = frozenset()  # track ids the tracker still keeps, lost ones included
 
     @property
     def age_s(self) -> float:
@@ -486,7 +487,7 @@ class StreamPipeline:
         decoded = time.perf_counter()
         post_ms = (decoded - t0) * 1e3
         height, width = frame.image.shape[:2]
-        detections, zones, lines = self._track(detections, width, height, frame.captured_mono)
+        detections, zones, lines, held = self._track(detections, width, height, frame.captured_mono)
         done = time.perf_counter()
         end_to_end = (done - frame.captured_mono) * 1e3
         tracking_ms = (done - decoded) * 1e3
@@ -502,7 +503,9 @@ class StreamPipeline:
             tracking_ms=tracking_ms,
         )
         image, mono = frame.image, frame.captured_mono
-        result = FrameResult(self.stream_id, frame.index, width, height, detections, timing, image, zones, lines, mono)
+        result = FrameResult(
+            self.stream_id, frame.index, width, height, detections, timing, image, zones, lines, mono, held
+        )
         self.latest = result
         if self.motion is not None:
             self.motion.found([(d.box.x1, d.box.y1, d.box.x2, d.box.y2) for d in detections])
@@ -517,14 +520,14 @@ class StreamPipeline:
 
     def _track(
         self, detections: list[Detection], width: int, height: int, now: float
-    ) -> tuple[list[Detection], tuple[ZoneState, ...], tuple[LineState, ...]]:
+    ) -> tuple[list[Detection], tuple[ZoneState, ...], tuple[LineState, ...], frozenset[int]]:
         if self.tracker is None:
-            return detections, (), ()
+            return detections, (), (), frozenset()
         try:
             analysis = self.tracker.analyse(detections, width, height, now)
         except Exception as exc:  # noqa: BLE001 - a tracker failure loses tracking on one frame, not the frame
             self.stats.error()
             with self._lock:
                 self._note(f"tracking failed: {type(exc).__name__}: {exc}", clears=False)
-            return detections, (), ()
-        return analysis.detections, analysis.zones, analysis.lines
+            return detections, (), (), frozenset()
+        return analysis.detections, analysis.zones, analysis.lines, analysis.held

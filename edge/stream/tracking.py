@@ -64,6 +64,7 @@ class Analysis:
     detections: list[Detection]  # every detection; tracked ones carry their track_id
     zones: tuple[ZoneState, ...] = ()
     lines: tuple[LineState, ...] = ()
+    held: frozenset[int] = frozenset()  # track ids the tracker keeps, lost ones included: they may come back
 
 
 class LabelSet:
@@ -201,7 +202,8 @@ class StreamTracker:
             found = detections[index]  # built directly: dataclasses.replace costs more than the tracker per box
             result[index] = Detection(found.class_id, found.label, found.score, found.box, track_id)
         labels = [result[i].label for i in tracked.indices]
-        return Analysis(result, self._zone_states(tracked, labels, now), self._line_states(tracked))
+        zones, lines = self._zone_states(tracked, labels, now), self._line_states(tracked)
+        return Analysis(result, zones, lines, self._tracker.held_ids)
 
     def _zone_states(self, tracked: Tracked, labels: list[str], now: float) -> tuple[ZoneState, ...]:
         if not self._zone_configs:
