@@ -55,8 +55,10 @@ def test_bench_compares_models_and_backends(tmp_path):
         assert row["frames"] == 20 and row["fps"] > 0 and row["peak_rss_mib"] > 50 and row["cpu_percent"] > 0
         assert row["inference_p50_ms"] <= row["inference_p95_ms"] <= row["inference_p99_ms"]
         assert row["end_to_end_p50_ms"] >= row["inference_p50_ms"]
-        # CPU per frame in milliseconds, all threads: never more than the cores had in a frame's wall time
-        assert 0 < row["cpu_ms_per_frame"] <= 1e3 / row["fps"] * len(os.sched_getaffinity(0)) * 1.05, row
+        # CPU per frame in milliseconds, all threads: never more than the cores had in a frame's wall time (the
+        # kernel counts CPU in 10 ms ticks, user and system each: 20 ms over the run on a fast machine)
+        cores = len(os.sched_getaffinity(0))
+        assert 0 < row["cpu_ms_per_frame"] <= 1e3 / row["fps"] * cores * 1.05 + 20 / row["frames"], row
     assert rows[("yolox-nano", "onnx")]["reference"] and rows[("yolox-nano", "onnx")]["map50"] == 1.0
     assert (
         rows[("yolox-nano", "tflite")]["map50"] >= 0.95

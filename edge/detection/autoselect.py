@@ -323,19 +323,21 @@ def _wait_for_holder(handle: IO[str], own_longest_s: float, say: Say | None) -> 
     limits while it has not said them yet)."""
     holder = _holder(handle)
     if say is not None:
-        named = f" (pid {holder.pid})" if holder else ""
-        say(f"another edge process on this machine{named} is timing engines; waiting for it to finish first")
+        say(f"another edge process on this machine{_named(holder)} is timing engines; waiting for it to finish first")
     fallback = time.monotonic() + own_longest_s
     while not _locked(handle):
         holder = _holder(handle) or holder
         if time.monotonic() > (holder.ends_by if holder else fallback):
-            named = f" (pid {holder.pid})" if holder else ""
             raise EdgeError(
-                f"the edge process{named} timing engines on this machine has held the measurement longer than a"
-                " measurement can take: it is stopped (Ctrl-Z) or stuck. End it (or `kill -CONT` it), or set"
+                f"the edge process{_named(holder)} timing engines on this machine has held the measurement longer"
+                " than a measurement can take: it is stopped (Ctrl-Z) or stuck. End it (or `kill -CONT` it), or set"
                 " EDGE_AUTO_MEASURE=0 to choose by the engines' ranking"
             )
         time.sleep(LOCK_POLL_S)
+
+
+def _named(holder: _Holder | None) -> str:
+    return f" (pid {holder.pid})" if holder else ""
 
 
 def _holder(handle: IO[str]) -> _Holder | None:

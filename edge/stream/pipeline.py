@@ -336,10 +336,10 @@ class StreamPipeline:
         if fit is None or detector is None or self.mode != "live":
             return
         keeper = self.keeper
-        fps_in = self.stats.fps_in()
-        threads = fit.wanted(detector, keeper.normal_s, keeper.recent_inferences, fps_in, time.monotonic())
+        fps_in, inference_s = self.stats.fps_in(), keeper.normal_s  # read once: the log gives what was weighed
+        threads = fit.wanted(detector, inference_s, keeper.recent_inferences, fps_in, time.monotonic())
         if threads:
-            why = f"{(keeper.normal_s or 0) * 1e3:.0f} ms an inference, a frame every {1e3 / fps_in:.0f} ms"
+            why = f"{(inference_s or 0) * 1e3:.0f} ms an inference, a frame every {1e3 / fps_in:.0f} ms"
             self._spawn(lambda: self._rethread(fit, threads, why), "threads")
 
     def _rethread(self, fit: CameraThreads, threads: int, why: str) -> None:

@@ -44,7 +44,6 @@ class PairResult:
     timings: list[StageTimings] = field(default_factory=list)
     detections: list[list[Detection]] = field(default_factory=list)
     wall_s: float = 0.0
-    cpu_percent: float = 0.0
     cpu_s: float = 0.0  # the process's CPU over the timed frames, from the kernel
     peak_rss_mib: float = 0.0
     agreement: Agreement | None = None
@@ -57,6 +56,11 @@ class PairResult:
     @property
     def fps(self) -> float:
         return len(self.timings) / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_percent(self) -> float:
+        """Of one core: 100 is one core busy throughout."""
+        return 100 * self.cpu_s / self.wall_s if self.wall_s else 0.0
 
     @property
     def cpu_ms_per_frame(self) -> float:
@@ -160,7 +164,6 @@ def run_pair(
         result.wall_s = time.perf_counter() - t0
         cpu1 = process.cpu_times()
         result.cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-        result.cpu_percent = 100 * result.cpu_s / result.wall_s
         result.peak_rss_mib = rss.peak / 2**20
     except Exception as exc:  # noqa: BLE001 - one pair failing mid-run must not lose the others
         result.reason = f"failed while running: {exc}"
