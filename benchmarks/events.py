@@ -75,7 +75,7 @@ def walkers(frames: int, people: int = 20, width: int = 1280, height: int = 720)
 
 def per_frame_cost(frames: int = 1000, warm: int = 50) -> tuple[list[float], list[float], float]:
     """Ours: per-frame ms of tracking + zones + lines, of the event bookkeeping, and CPU ms per frame of both."""
-    tracker = StreamTracker(TrackingConfig(labels=["person"]), ZONES, LINES, fps=30)
+    tracker = StreamTracker(TrackingConfig(labels=["person"]), ZONES, LINES)
     builder = EventBuilder("bench", EventsConfig(labels=["person"], min_frames=3))
     image = np.zeros((720, 1280, 3), np.uint8)
     analyse_ms, events_ms, cpu_start = [], [], 0.0

@@ -174,7 +174,7 @@ def intervals(walking: list[np.ndarray], steps: list[int]) -> int:
     print("# detect on every Nth frame of vtest.avi, tracker at that rate; crossings of the example's line")
     for step in [1, *steps]:
         assert example.tracking is not None
-        tracker = StreamTracker(example.tracking, [], example.lines, FPS / step)
+        tracker = StreamTracker(example.tracking, [], example.lines)
         crossed = (0, 0)
         for index, frame in enumerate(walking[::step]):
             result = detector.detect(frame)

@@ -77,16 +77,21 @@ def crowd_frames(seed: int, people: int = 20, count: int = 300) -> list[tuple[np
     return frames
 
 
-def compare_tracks(frames: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np.ndarray], int]:
-    """Both trackers over the frames: the ids of each frame (asserted equal) and how many ids were given."""
+def compare_tracks(
+    frames: list[tuple[np.ndarray, np.ndarray]], in_seconds: bool = False
+) -> tuple[list[np.ndarray], int]:
+    """Both trackers over the frames: the ids of each frame (asserted equal) and how many ids were given.
+    `in_seconds`: ours loses tracks after `lost_after_s` of the frames' clock (as a stream runs it), the frames
+    stamped at the rate the library's frame count assumes, where the two must agree."""
     library = trackers.ByteTrackTracker(**SETTINGS)
     library.reset()  # its id counter is shared by every instance in the process
-    ours = ByteTracker(**SETTINGS)
+    lost_after_s = SETTINGS["lost_track_buffer"] / 30.0  # the library's count of frames, at its frame_rate
+    ours = ByteTracker(**SETTINGS, lost_after_s=lost_after_s if in_seconds else None)
     all_ids = []
     held_while_lost = 0  # frames where a held track was not seen: the case `held_ids` is there for
     for number, (boxes, scores) in enumerate(frames):
         expected = library_ids(library, boxes, scores)
-        got = ours.update(boxes, scores)
+        got = ours.update(boxes, scores, 1000.0 + number / SETTINGS["frame_rate"])
         assert got.tolist() == expected.tolist(), f"frame {number}: ours {got.tolist()}, trackers {expected.tolist()}"
         # the same tracks in the same order, each Kalman state equal to the bit (the arrays hold what its objects do)
         their_states = np.array([t.state[:, 0] for t in library.tracks], np.float32).reshape(-1, 8)
@@ -99,17 +104,19 @@ def compare_tracks(frames: list[tuple[np.ndarray, np.ndarray]]) -> tuple[list[np
     return all_ids, len({int(i) for ids in all_ids for i in ids if i >= 0})
 
 
-def test_bytetrack_gives_the_librarys_track_ids_on_the_real_video():
+@pytest.mark.parametrize("in_seconds", [False, True], ids=["lost-after-frames", "lost-after-seconds"])
+def test_bytetrack_gives_the_librarys_track_ids_on_the_real_video(in_seconds):
     frames = video_frames()
     assert len(frames) == 795
-    _, tracks = compare_tracks(frames)
+    _, tracks = compare_tracks(frames, in_seconds)
     assert tracks >= 20  # the video's people are tracked at all (it has a few dozen)
 
 
+@pytest.mark.parametrize("in_seconds", [False, True], ids=["lost-after-frames", "lost-after-seconds"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_bytetrack_gives_the_librarys_track_ids_in_crowds_that_cross_and_vanish(seed):
+def test_bytetrack_gives_the_librarys_track_ids_in_crowds_that_cross_and_vanish(seed, in_seconds):
     frames = crowd_frames(seed)
-    ids, tracks = compare_tracks(frames)
+    ids, tracks = compare_tracks(frames, in_seconds)
     assert max(len(f) for f in ids) >= 15 and tracks >= 20
 
 

@@ -27,7 +27,15 @@ import numpy as np
 import pytest
 import yaml
 
-from edge_inference.edge.config import LineConfig, MotionConfig, StreamConfig, TrackingConfig, ZoneConfig
+from edge_inference.edge.config import (
+    EventsConfig,
+    LineConfig,
+    MotionConfig,
+    StreamConfig,
+    TrackingConfig,
+    ZoneConfig,
+)
+from edge_inference.edge.events.builder import EventBuilder
 from edge_inference.edge.runtime.streams import tracker_for
 from edge_inference.edge.stream.drawing import ZONE_COLOUR, render_jpeg
 from edge_inference.edge.stream.tracking import StreamTracker, unknown_labels
@@ -61,7 +69,7 @@ def vtest_run() -> VideoRun:
     stream = example_stream()
     frames = example_detections().frames()
     assert len(frames) == 795, f"read {len(frames)} frames of {VTEST}"
-    tracker = StreamTracker(stream.tracking, [], stream.lines, FPS)
+    tracker = StreamTracker(stream.tracking, [], stream.lines)
     run = VideoRun(Counter(), {}, [], 0, 0)
     for index, detections in enumerate(frames):
         analysis = tracker.analyse(detections, WIDTH, HEIGHT, index / FPS)
@@ -106,9 +114,44 @@ def _walk(
     return [tracker.analyse(dets, width, height, start + i * dt) for i, dets in enumerate(steps)]
 
 
+def test_a_lost_track_is_let_go_after_lost_after_s_however_few_frames_a_slow_machine_processes():
+    """The tracker counted lost frames at the stream's rate: a Pi behind a 30 fps camera, processing 5 frames a
+    second, kept a lost person for 60 processed frames (12 s) instead of `lost_after_s` (2 s), and since an event
+    stays open while its track is held, every event ended 12 s after its person left, not `end_after_s` (3 s)."""
+    tracking = TrackingConfig(labels=["person"], lost_after_s=2.0)
+    events = EventsConfig(labels=["person"], min_frames=3, end_after_s=3.0)
+    for processed_fps in (30.0, 5.0, 2.0):  # the camera's rate, a Pi's, a Pi with four cameras on one Coral
+        tracker, builder = StreamTracker(tracking, [], []), EventBuilder("cam", events)
+        dt, walked = 1.0 / processed_fps, []
+        steps = [[_person(100 + 40 * i * dt, 300)] for i in range(round(4 * processed_fps))] + [[]] * round(
+            10 * processed_fps
+        )
+        for analysis, i in zip(_walk(tracker, steps, dt), range(len(steps)), strict=True):
+            now = 1000.0 + i * dt
+            changes = builder.observe(
+                analysis.detections, (), (), np.zeros((8, 8, 3), np.uint8), now, held=analysis.held
+            )
+            walked.append((now, analysis.held, [c.kind for c in changes]))
+        last_seen = 1000.0 + (round(4 * processed_fps) - 1) * dt
+        released = min(now for now, held, _ in walked if now > last_seen and not held)
+        assert last_seen + 2.0 - dt <= released <= last_seen + 2.0 + dt, (processed_fps, released - last_seen)
+        ended = [now for now, _, kinds in walked if "end" in kinds]
+        assert len(ended) == 1 and ended[0] - last_seen <= 3.0 + dt, (processed_fps, ended)
+
+
+def test_an_object_the_detector_sees_only_now_and_then_keeps_its_track_while_it_stays():
+    """Motion gating runs the detector on a still scene only every few seconds: a parked car, matched at each
+    of those frames, keeps its one id although more than `lost_after_s` passes between them."""
+    tracker = StreamTracker(TrackingConfig(labels=["person"], lost_after_s=2.0), [], [])
+    steps = [[_person(300, 300)]] * 12
+    ids = {d.track_id for analysis in _walk(tracker, steps[:4], 0.1) for d in analysis.detections}
+    ids |= {d.track_id for analysis in _walk(tracker, steps[4:], 5.0, start=1000.4) for d in analysis.detections}
+    assert ids - {None} == {0} and len(ids) <= 2  # the first frame's box is not yet sure
+
+
 def test_a_line_counts_each_direction_only_within_its_ends():
     line = LineConfig(name="gate", start=(320, 100), end=(320, 300))  # pixels, drawn top to bottom
-    tracker = StreamTracker(TrackingConfig(labels=["person"]), [], [line], FPS)
+    tracker = StreamTracker(TrackingConfig(labels=["person"]), [], [line])
     to_the_right = [[_person(200 + 10 * i, 250), _person(200 + 10 * i, 450)] for i in range(25)]
     results = _walk(tracker, to_the_right)
     gate = results[-1].lines[0]
@@ -122,7 +165,7 @@ def test_a_line_counts_each_direction_only_within_its_ends():
 
 def test_a_zone_counts_who_stands_in_it_and_for_how_long():
     zone = ZoneConfig(name="door", polygon=[(0.5, 0.5), (1.0, 0.5), (1.0, 1.0), (0.5, 1.0)])  # 0..1 of the frame
-    tracker = StreamTracker(TrackingConfig(labels=["person"]), [zone], [], FPS)
+    tracker = StreamTracker(TrackingConfig(labels=["person"]), [zone], [])
     # one person stands in the zone for 3 s, another walks past above it, a cat is not tracked
     cat = Detection(15, "cat", 0.9, BoxXYXY(400, 300, 450, 400))
     steps = [[_person(480, 400), _person(100 + 5 * i, 200), cat] for i in range(31)]
@@ -142,7 +185,7 @@ def test_a_zone_drawn_on_a_frame_of_another_size_is_named_until_the_frame_fits()
     door = ZoneConfig(name="door", polygon=[(1500, 700), (1900, 700), (1900, 1070), (1500, 1070)])
     gate = LineConfig(name="gate", start=(960, 0), end=(960, 1080))
     yard = ZoneConfig(name="yard", polygon=[(0.0, 0.5), (1.0, 0.5), (1.0, 1.0), (0.0, 1.0)])  # fits any frame
-    tracker = StreamTracker(TrackingConfig(), [door, yard], [gate], FPS, "porch")
+    tracker = StreamTracker(TrackingConfig(), [door, yard], [gate], "porch")
     standing = [[_person(1700, 1000)] for _ in range(3)]
     _walk(tracker, standing, width=640, height=360)
     assert tracker.placement_problem == (
@@ -155,7 +198,7 @@ def test_a_zone_drawn_on_a_frame_of_another_size_is_named_until_the_frame_fits()
     assert tracker.placement_problem is None and door_state.objects == {"person": 1}
     # a zone drawn a little past the bottom edge, to take in the whole doorway, is the user's choice
     edge = ZoneConfig(name="edge", polygon=[(0, 300), (640, 300), (640, 380), (0, 380)])
-    tracker = StreamTracker(TrackingConfig(), [edge], [], FPS, "porch")
+    tracker = StreamTracker(TrackingConfig(), [edge], [], "porch")
     _walk(tracker, standing, width=640, height=360)
     assert tracker.placement_problem is None
 
@@ -178,7 +221,7 @@ def test_a_coordinate_past_1_among_fractions_is_refused_not_read_as_a_zone_of_on
 def test_zones_and_lines_are_drawn_on_the_snapshot_when_asked():
     zone = ZoneConfig(name="door", polygon=[(0.5, 0.5), (1.0, 0.5), (1.0, 1.0), (0.5, 1.0)])
     line = LineConfig(name="gate", start=(0.25, 0.0), end=(0.25, 1.0))
-    tracker = StreamTracker(TrackingConfig(), [zone], [line], FPS)
+    tracker = StreamTracker(TrackingConfig(), [zone], [line])
     analysis = tracker.analyse([], 640, 480, 0.0)
     image = np.full((480, 640, 3), 40, np.uint8)
     plain = cv2.imdecode(np.frombuffer(render_jpeg(image, [], height=None, quality=95, boxes=True), np.uint8), 1)
@@ -201,10 +244,10 @@ def test_labels_match_in_any_case_and_spelled_as_topics_write_them():
     """ "Person" from a Home Assistant user, "traffic_light" copied from a topic: the model's "person", "traffic
     light". They used to match nothing, silently: nothing tracked, no event."""
     frames = example_detections().frames()[:150]
-    exact = tracked_ids(StreamTracker(TrackingConfig(labels=["person"]), [], [], FPS), frames)
+    exact = tracked_ids(StreamTracker(TrackingConfig(labels=["person"]), [], []), frames)
     assert sum(t is not None for frame in exact for t in frame) > 100
-    assert tracked_ids(StreamTracker(TrackingConfig(labels=["Person", "Traffic_Light"]), [], [], FPS), frames) == exact
-    nothing = tracked_ids(StreamTracker(TrackingConfig(labels=["dog"]), [], [], FPS), frames)
+    assert tracked_ids(StreamTracker(TrackingConfig(labels=["Person", "Traffic_Light"]), [], []), frames) == exact
+    nothing = tracked_ids(StreamTracker(TrackingConfig(labels=["dog"]), [], []), frames)
     assert not any(t is not None for frame in nothing for t in frame)
 
 

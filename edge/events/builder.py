@@ -4,9 +4,8 @@ A track becomes an event once it has been seen `min_frames` times with at least 
 event's zones, when it names any), so one noisy box never makes an event. The event is updated when its object
 enters a zone, crosses a line or is seen clearly enough for a better snapshot, and ends once the object has been
 lost for `end_after_s` and the tracker has let its track go: a track the tracker may still match again (it keeps
-lost tracks for `lost_after_s` of frames, longer in seconds when frames come slower than the source's rate) keeps
-its event open, so one object is one event under one track id. Pure bookkeeping, run on the decode thread:
-snapshots are encoded and events stored elsewhere (`recorder.py`).
+a lost track for `lost_after_s`) keeps its event open, so one object is one event under one track id. Pure
+bookkeeping, run on the decode thread: snapshots are encoded and events stored elsewhere (`recorder.py`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from edge_inference.edge.stream.tracking import StreamTracker, labels_listed, un
 from edge_inference.models.overrides import SpecOverrides
 
 log = logging.getLogger("edge.streams")
-DEFAULT_TRACKING_FPS = 15.0  # the tracker counts frames; a stream without a configured fps is assumed this fast
 
 
 def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
@@ -68,7 +67,7 @@ def tracker_for(stream: StreamConfig) -> StreamTracker | None:
     if not stream.analysed:
         return None
     tracking = (stream.tracking or TrackingConfig()).model_copy(update={"labels": stream.tracked_labels})
-    return StreamTracker(tracking, stream.zones, stream.lines, stream.fps or DEFAULT_TRACKING_FPS, stream.id)
+    return StreamTracker(tracking, stream.zones, stream.lines, stream.id)
 
 
 def check_cameras_read_once(streams: list[StreamConfig]) -> None:

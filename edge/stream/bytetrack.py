@@ -211,8 +211,13 @@ class ByteTracker:
         minimum_consecutive_frames: int = 2,
         minimum_iou_threshold: float = 0.1,
         high_conf_det_threshold: float = 0.6,
+        lost_after_s: float | None = None,
     ) -> None:
         self.maximum_frames_without_update = int(frame_rate / 30.0 * lost_track_buffer)
+        # Given, a track is lost after this many seconds of `update`'s clock without a match instead of after a
+        # count of frames: the count stretches in seconds when frames come slower than `frame_rate` (a Pi behind a
+        # 30 fps camera processing 5 a second kept a lost track 6x as long).
+        self.lost_after_s = lost_after_s
         self.minimum_consecutive_frames = minimum_consecutive_frames
         self.minimum_iou_threshold = minimum_iou_threshold
         self.track_activation_threshold = track_activation_threshold
@@ -223,18 +228,21 @@ class ByteTracker:
         self.since_update = np.zeros(0, dtype=np.int64)
         self.updates = np.zeros(0, dtype=np.int64)
         self.track_ids = np.zeros(0, dtype=np.int64)
+        self.matched_at = np.zeros(0, dtype=np.float64)  # the clock of each track's last match (or its start)
         self._next_id = 0
+        self._now = 0.0
 
     @property
     def held_ids(self) -> frozenset[int]:
         """The ids of the sure tracks still kept, lost ones included: any of them may be matched again."""
         return frozenset(self.track_ids[self.track_ids >= 0].tolist())
 
-    def update(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """boxes: (N, 4) float32 x1 y1 x2 y2; scores: (N,)."""
+    def update(self, boxes: np.ndarray, scores: np.ndarray, now: float = 0.0) -> np.ndarray:
+        """boxes: (N, 4) float32 x1 y1 x2 y2; scores: (N,); now: the frame's time in seconds, for `lost_after_s`."""
         ids = np.full(len(boxes), -1, dtype=np.int64)
         if not len(self.track_ids) and not len(boxes):
             return ids
+        self._now = now
         self._predict()
         high = np.flatnonzero(scores >= self.high_conf_det_threshold)
         low = np.flatnonzero(~(scores >= self.high_conf_det_threshold))
@@ -243,11 +251,15 @@ class ByteTracker:
         self._associate(left, boxes, low, ids)
         # ascending, as the library's set of ints iterates
         self._add([i for i in unmatched_high if float(scores[i]) >= self.track_activation_threshold], boxes)
-        self._keep(
-            (self.since_update < self.maximum_frames_without_update)
-            & ((self.updates >= self.minimum_consecutive_frames) | (self.since_update == 0))
-        )
+        self._keep(self._recent() & ((self.updates >= self.minimum_consecutive_frames) | (self.since_update == 0)))
         return ids
+
+    def _recent(self) -> np.ndarray:
+        """The tracks not yet lost for good."""
+        if self.lost_after_s is None:
+            return self.since_update < self.maximum_frames_without_update
+        # a microsecond's grace: a clock in whole frames (i / fps) loses a track on the frame the count would
+        return self._now - self.matched_at < self.lost_after_s - 1e-6
 
     def _predict(self) -> None:
         self.states[:, :4] += self.states[:, 4:]
@@ -280,6 +292,7 @@ class ByteTracker:
     def _correct(self, tracks: np.ndarray, measured: np.ndarray) -> None:
         """The Kalman update of the rows `tracks` with their boxes."""
         self.since_update[tracks] = 0
+        self.matched_at[tracks] = self._now
         self.updates[tracks] += 1
         gains = []
         for row in tracks.tolist():
@@ -301,10 +314,12 @@ class ByteTracker:
         self.since_update = np.concatenate([self.since_update, np.zeros(count, dtype=np.int64)])
         self.updates = np.concatenate([self.updates, np.ones(count, dtype=np.int64)])
         self.track_ids = np.concatenate([self.track_ids, np.full(count, -1, dtype=np.int64)])
+        self.matched_at = np.concatenate([self.matched_at, np.full(count, self._now)])
 
     def _keep(self, kept: np.ndarray) -> None:
         if kept.all():
             return
         self.states, self.since_update = self.states[kept], self.since_update[kept]
         self.updates, self.track_ids = self.updates[kept], self.track_ids[kept]
+        self.matched_at = self.matched_at[kept]
         self.covariances = [p for p, keep in zip(self.covariances, kept.tolist(), strict=True) if keep]

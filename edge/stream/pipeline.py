@@ -487,7 +487,7 @@ class StreamPipeline:
         decoded = time.perf_counter()
         post_ms = (decoded - t0) * 1e3
         height, width = frame.image.shape[:2]
-        detections, zones, lines, held = self._track(detections, width, height, frame.captured_mono)
+        detections, zones, lines, held = self._track(detections, width, height, self._clock(frame))
         done = time.perf_counter()
         end_to_end = (done - frame.captured_mono) * 1e3
         tracking_ms = (done - decoded) * 1e3

@@ -139,14 +139,12 @@ class StreamTracker:
         tracking: TrackingConfig | None,
         zones: list[ZoneConfig],
         lines: list[LineConfig],
-        fps: float,
         stream_id: str = "",
     ) -> None:
         self.config = tracking or TrackingConfig()
         self.labels = LabelSet(self.config.labels)
         self._tracker = ByteTracker(
-            lost_track_buffer=max(1, round(self.config.lost_after_s * 30)),  # frames at 30 fps; scaled by frame_rate
-            frame_rate=max(1.0, fps),
+            lost_after_s=self.config.lost_after_s,  # in seconds of the frames' own clock, whatever rate they come at
             track_activation_threshold=0.4,
             minimum_consecutive_frames=2,
             high_conf_det_threshold=0.5,
@@ -188,13 +186,13 @@ class StreamTracker:
             log.warning("%s", problem)
         self.placement_problem = problem
 
-    def analyse(self, detections: list[Detection], width: int, height: int, now: float = 0.0) -> Analysis:
-        """`now`: the frame's capture time in seconds, for dwell times."""
+    def analyse(self, detections: list[Detection], width: int, height: int, now: float) -> Analysis:
+        """`now`: the frame's time in seconds on the stream's clock, for dwell times and how long a track is lost."""
         if self._size != (width, height):
             self._place(width, height)
         chosen = [i for i, d in enumerate(detections) if d.label in self.labels]
         boxes = np.array([[*_xyxy(detections[i])] for i in chosen], np.float32).reshape(-1, 4)
-        ids = self._tracker.update(boxes, np.array([detections[i].score for i in chosen], np.float32))
+        ids = self._tracker.update(boxes, np.array([detections[i].score for i in chosen], np.float32), now)
         sure = ids >= 0  # ids only once a track is sure
         tracked = Tracked(boxes[sure], ids[sure], [chosen[i] for i in np.flatnonzero(sure).tolist()])
         result = list(detections)
