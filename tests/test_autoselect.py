@@ -302,7 +302,8 @@ def test_intel_gpu_and_npu_nodes_are_found_without_openvino(tmp_path: Path, monk
 
 def test_a_measurement_that_cannot_be_kept_is_one_clear_line_and_detection_goes_on(tmp_path: Path):
     """EDGE_AUTO_CACHE under a file (not a folder): the measurement cannot be stored; auto says so in one line and
-    chooses by ranking instead of failing."""
+    chooses by ranking instead of failing, without timing the engines first (it did, for half a minute at every
+    start, and threw the result away)."""
     blocker = tmp_path / "file"
     blocker.write_text("")
     env = {"EDGE_AUTO_CACHE": str(blocker / "auto.json"), "EDGE_MODEL_CACHE": str(tmp_path / "cache")}
@@ -312,7 +313,8 @@ def test_a_measurement_that_cannot_be_kept_is_one_clear_line_and_detection_goes_
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "EDGE_AUTO_CACHE" in errors[0]
-    assert "measuring the engines failed" in result.stderr  # the note on what auto did instead
+    assert "no measurement could be made or kept" in result.stderr  # the note on what auto did instead
+    assert "timing the engines" not in result.stderr and "loading " not in result.stderr
     assert "cat" in [d["label"] for d in json.loads(result.stdout)["detections"]]
 
 

@@ -278,7 +278,7 @@ def grid_config(tmp_path, cameras: int) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("cameras", [1, 3, 8])
+@pytest.mark.parametrize("cameras", [1, 8])  # 3 cameras: the lost-connection test below
 def test_the_camera_grid_shows_every_camera_on_two_connections(tmp_path, browser, cameras):
     """Every tile gets a state, a picture and a moving frame counter; /api/v1/stats is answered from the page; the
     browser holds at most two long-lived connections (the live channel, and the camera in focus) however many

@@ -96,7 +96,10 @@ def test_gif_and_avif_photos_run_and_heic_photos_and_videos_are_named_with_what_
     video sent as an image got the same words, which did not say what to do."""
     cat = str(MEDIA / "cat_720p.jpg")
     gif = _ffmpeg_made(tmp_path, "cat.gif", "-i", cat, "-frames:v", "1")
-    avif = _ffmpeg_made(tmp_path, "cat.avif", "-i", cat, "-frames:v", "1")
+    # libaom at its real-time speed: its default took 8-16 s for this one picture
+    avif = _ffmpeg_made(
+        tmp_path, "cat.avif", "-i", cat, "-frames:v", "1", "-c:v", "libaom-av1", "-usage", "realtime", "-cpu-used", "8"
+    )
     test_card = ("-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-t", "1")
     video = _ffmpeg_made(tmp_path, "clip.mp4", *test_card)
     # a camcorder's MPEG-TS and a camera's raw H.264 (RTSP dump) have no 'ftyp' box: known by their first bytes

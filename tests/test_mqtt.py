@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pytest
 import yaml
 
+from edge_inference.edge.events.mqtt import RECONNECT_MAX_S
 from tests.conftest import REPO, VTEST
 from tests.mosquitto import Broker, Subscriber, require_mosquitto
 from tests.server import Server
@@ -69,6 +70,10 @@ def api_events(server: Server) -> list[dict]:
         cursor = page.json()["next"]
         if cursor is None:
             return events
+
+
+def started_since(server: Server, moment: float) -> bool:
+    return any(e["start"] >= moment for e in api_events(server))
 
 
 def outbox_waiting(server: Server) -> int:
@@ -135,7 +140,9 @@ def test_events_made_while_the_broker_is_down_arrive_in_order_once_it_is_back(tm
         broker.stop()
         down_at = time.time()
         deadline = time.monotonic() + 120
-        while time.time() - down_at < 20 or outbox_waiting(server) < 3:  # 20 s, and people kept walking
+        # past the client's longest wait between reconnection attempts, and people kept walking into new events
+        outage_s = 2 * RECONNECT_MAX_S
+        while time.time() - down_at < outage_s or outbox_waiting(server) < 3 or not started_since(server, down_at):
             assert time.monotonic() < deadline, server.log
             time.sleep(0.5)
         up_at = time.time()

@@ -31,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -216,10 +217,26 @@ def write_cache(settings: Settings, key: str, model: str, results: list[Measurem
         temporary.write_text(json.dumps(data, indent=1))
         temporary.replace(path)  # two services starting together never read half a file
     except OSError as exc:
-        raise EdgeError(
-            f"cannot keep the measurement in {path}: {exc.strerror}; set EDGE_AUTO_CACHE to a file this user may "
-            "write, or name the engine with --backend"
-        ) from None
+        raise _cannot_keep(path, exc) from None
+
+
+def check_cache_writable(settings: Settings) -> None:
+    """An EdgeError if a measurement could not be kept: auto then measures nothing, where it would have timed the
+    engines for half a minute at every start and thrown the result away."""
+    path = cache_path(settings)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".writable-"):  # as write_cache's file is made
+            pass
+    except OSError as exc:
+        raise _cannot_keep(path, exc) from None
+
+
+def _cannot_keep(path: Path, exc: OSError) -> EdgeError:
+    return EdgeError(
+        f"cannot keep the measurement in {path}: {exc.strerror}; set EDGE_AUTO_CACHE to a file this user may "
+        "write, or name the engine with --backend"
+    )
 
 
 def bench_image() -> np.ndarray:
@@ -544,10 +561,11 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
         if key not in read_cache(settings) and key not in _FAILED:
             try:
+                check_cache_writable(settings)
                 with measuring_on_this_machine(settings, _say, len(candidates(model, settings))):
                     if key not in read_cache(settings):  # another process may have measured it while it waited
                         _measure_now(model, settings)
-            except EdgeError as exc:  # the other process never finished: the ranking's choice, said once
+            except EdgeError as exc:  # not to be kept, or the other process never finished: the ranking's choice
                 print(f"error: {exc}", file=sys.stderr, flush=True)
     entry = read_cache(settings).get(key)
     if entry is None:
@@ -584,7 +602,7 @@ def auto_choice(
     results = stored_results(key, model, settings)
     best = fastest(results)
     if best is None:
-        return _by_rule(model, settings, found, "measuring the engines failed")
+        return _by_rule(model, settings, found, "no measurement could be made or kept")
     reason = f"fastest here when measured ({_figures(best, results)}); {certainty(results)}"
     # the candidate's own model: a stored result may come from another copy of the same file
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
