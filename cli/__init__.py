@@ -1,4 +1,5 @@
-"""`edge` command line: one group (app.py), one module per sub-command; importing them registers them.
+"""`edge` command line: one group (app.py), one module per sub-command, imported when its command runs (importing
+registers it).
 
 The composition root of the program: it may import the service, the runtime and everything under them; nothing
 imports it.
@@ -10,14 +11,6 @@ import sys
 
 
 def main() -> None:
-    from edge_inference.cli import (  # noqa: F401 - importing registers the commands
-        backends_cmd,
-        bench_cmd,
-        detect,
-        doctor_cmd,
-        models_cmd,
-        serve,
-    )
     from edge_inference.cli.app import cli
     from edge_inference.edge.secrets import install_log_masking
 

@@ -110,10 +110,6 @@ def serve(
     **kwargs: Any,
 ) -> None:
     """Run detection on live sources and serve detections, video and metrics over HTTP."""
-    from edge_inference.service.access import is_loopback
-    from edge_inference.service.app import create_app
-    from edge_inference.service.server import make_server
-
     settings = get_settings()
     if config_path is None and source is None:
         config_path = settings.config  # EDGE_CONFIG; --source or --config given on the command line win
@@ -127,6 +123,11 @@ def serve(
         from edge_inference.cli.serve_check import report  # engines, events: loaded for the check alone
 
         raise SystemExit(report(config, settings))
+    # the service (FastAPI, the runtime) after the config is read: a mistake in it is said without waiting for them
+    from edge_inference.service.access import is_loopback
+    from edge_inference.service.app import create_app
+    from edge_inference.service.server import make_server
+
     app = create_app(config)  # checks every source, model name and token file before anything starts
     listener = bind(config.server.host, config.server.port)
     access = app.state.access

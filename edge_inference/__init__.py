@@ -7,7 +7,6 @@ lands in site-packages.
 """
 
 import os
-from importlib.metadata import PackageNotFoundError, version
 
 # OpenCV's decoders refuse images above this many pixels (its own default: 2**30). It is read once, when cv2 is
 # first imported, so it is set here, before any part of the package imports cv2; raise it in the environment for
@@ -24,7 +23,14 @@ os.environ.setdefault("OPENCV_FFMPEG_IS_THREAD_SAFE", "1")
 # 16 (errors) or 24 (warnings) to read FFmpeg's own words, printed on stdout with an [OPENCV:FFMPEG:NN] prefix.
 os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
 
-try:
-    __version__ = version("edge-inference")
-except PackageNotFoundError:  # running from a checkout that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> str:
+    """`__version__`, looked up when asked: importlib.metadata costs 60-80 ms of every command's start here."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("edge-inference")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "0+unknown"
