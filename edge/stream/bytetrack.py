@@ -10,7 +10,9 @@ arrays updated together.
 Kept exactly: the Kalman filter (float32, its matrices and its order of operations), the IoU (float64, cast to
 float32), the two association steps (high scores, then low scores against the tracks left), the optimal
 assignment that maximises total IoU with matches below `minimum_iou_threshold` dropped afterwards, when an id is
-given (after `minimum_consecutive_frames` updates), and which tracks survive.
+given (after `minimum_consecutive_frames` updates), and which tracks survive. One addition, which streams use: with
+`lost_after_s` a lost track goes after that many seconds of the frames' own clock instead of a count of frames, the
+same tracks where frames come at the rate the count assumes.
 
 The assignment: SciPy's `linear_sum_assignment(maximize=True)` over the whole matrix. Its optimum's positive
 entries are a maximum-weight matching of the positive IoUs (zeros add nothing), so each group of tracks and boxes
