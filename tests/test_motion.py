@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edge_inference.cli.serve import _config
-from edge_inference.edge.config import MotionConfig, ServiceConfig, StreamConfig
+from edge_inference.edge.config import MotionConfig, ServiceConfig, StreamConfig, TrackingConfig
 from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.stream.motion import MotionGate
 from tests.conftest import MODELS, VTEST
@@ -106,7 +106,7 @@ def test_objects_that_stay_put_are_rechecked_less_and_less_often_until_something
 
 def test_a_gated_stream_skips_still_frames_and_detects_the_walkers(tmp_path: Path, empty_scene: np.ndarray):
     """A clip of 40 still frames then 40 of people walking: the still part is skipped (counted), the walking
-    part is all detected."""
+    part is all detected and tracked (the tracker told how long the scene was still before it)."""
     rng = np.random.default_rng(4)
     clip = tmp_path / "still-then-walk.avi"
     height, width = empty_scene.shape[:2]
@@ -124,11 +124,14 @@ def test_a_gated_stream_skips_still_frames_and_detects_the_walkers(tmp_path: Pat
         mode="file",
         pace=False,
         motion=MotionConfig(),
+        tracking=TrackingConfig(labels=["person"]),
     )
     manager = StreamManager(ServiceConfig(streams=[stream]))
     people: list[int] = []
+    tracked: set[int] = set()
     pipeline = manager.pipelines["gated"]
     pipeline.add_listener(lambda r: people.append(r.index) if any(d.label == "person" for d in r.detections) else None)
+    pipeline.add_listener(lambda r: tracked.update(d.track_id for d in r.detections if d.track_id is not None))
     manager.start()
     try:
         wait_for(lambda: pipeline.state == "ended", "the clip to end")
@@ -138,6 +141,7 @@ def test_a_gated_stream_skips_still_frames_and_detects_the_walkers(tmp_path: Pat
     assert figures.frames_still >= 35  # the first frame and the heartbeat may run
     assert figures.frames_processed + figures.frames_still == 80
     assert len([i for i in people if i >= 40]) >= 38
+    assert len(tracked) >= 3 and figures.errors == 0  # a few people, each with a track; no tracking failed
 
 
 def test_motion_is_off_unless_asked_and_the_flag_turns_it_on():

@@ -139,14 +139,43 @@ def test_a_lost_track_is_let_go_after_lost_after_s_however_few_frames_a_slow_mac
         assert len(ended) == 1 and ended[0] - last_seen <= 3.0 + dt, (processed_fps, ended)
 
 
-def test_an_object_the_detector_sees_only_now_and_then_keeps_its_track_while_it_stays():
-    """Motion gating runs the detector on a still scene only every few seconds: a parked car, matched at each
-    of those frames, keeps its one id although more than `lost_after_s` passes between them."""
-    tracker = StreamTracker(TrackingConfig(labels=["person"], lost_after_s=2.0), [], [])
-    steps = [[_person(300, 300)]] * 12
-    ids = {d.track_id for analysis in _walk(tracker, steps[:4], 0.1) for d in analysis.detections}
-    ids |= {d.track_id for analysis in _walk(tracker, steps[4:], 5.0, start=1000.4) for d in analysis.detections}
-    assert ids - {None} == {0} and len(ids) <= 2  # the first frame's box is not yet sure
+def _gated(tracker: StreamTracker, builder: EventBuilder, runs: list[tuple[float, list[Detection]]]) -> list:
+    """Frames a motion gate let through at the times given, every frame between them skipped as still (one every
+    0.1 s): (time, track ids held, event changes) after each."""
+    out, last = [], None
+    for now, detections in runs:
+        still = round(now - 0.1, 3) if last is not None and now - last > 0.15 else None  # the frame before: skipped
+        analysis = tracker.analyse(detections, 640, 480, now, still)
+        image = np.zeros((8, 8, 3), np.uint8)
+        changes = builder.observe(analysis.detections, (), (), image, now, held=analysis.held)
+        out.append((now, analysis.held, [c.kind for c in changes]))
+        last = now
+    return out
+
+
+def test_under_a_motion_gate_a_parked_car_missed_once_stays_one_event_and_a_person_who_left_ends_promptly():
+    """A motion gate runs the detector on a still scene only now and then: every `recheck_s`, doubling up to 30 s
+    while objects stay put, and every `max_idle_s` (10 s) on an empty one. A parked car the detector misses on one
+    of those checks was not lost for the whole still spell before it (it ended its event and began another with a
+    new id), and a person who walked out before the scene went still is let go at the first check after
+    `lost_after_s`, not 30 checks later (the lost window once counted processed frames: five minutes)."""
+    tracking = TrackingConfig(labels=["person"], lost_after_s=2.0)
+    events = EventsConfig(labels=["person"], min_frames=3, end_after_s=3.0)
+    parked = _person(300, 300)
+    tracker, builder = StreamTracker(tracking, [], []), EventBuilder("cam", events)
+    arrives = [(1000.0 + i * 0.1, [parked]) for i in range(5)]  # drove in: motion, every frame detected
+    checks = [(1001.0, [parked]), (1003.0, [parked]), (1007.0, [parked]), (1015.0, []), (1016.0, [parked])]
+    checks += [(1017.0, [parked]), (1019.0, [parked])]  # missed at 1015 (the interval then back to recheck_s)
+    seen = _gated(tracker, builder, arrives + checks)
+    assert [kinds for _, _, kinds in seen if kinds] == [["start"]]  # one event, never ended
+    assert all(held == {0} for now, held, _ in seen if now >= 1001.0)  # the car's one track throughout
+    tracker, builder = StreamTracker(tracking, [], []), EventBuilder("cam", events)
+    walks = [(1000.0 + i * 0.1, [_person(100 + 10 * i, 300)]) for i in range(30)]
+    leaves = [(1003.0 + i * 0.1, []) for i in range(10)]  # out of the frame: still motion, frames processed
+    idle = [(1014.0, []), (1024.0, []), (1034.0, [])]  # the scene still and empty: a check every 10 s
+    seen = _gated(tracker, builder, walks + leaves + idle)
+    at_first_idle = next(entry for entry in seen if entry[0] == 1014.0)
+    assert at_first_idle[1] == frozenset() and at_first_idle[2] == ["end"]  # let go, and its event ended, then
 
 
 def test_a_line_counts_each_direction_only_within_its_ends():

@@ -121,6 +121,7 @@ class StreamPipeline:
         self.camera_threads = camera_threads
         self.tracker = tracker
         self.motion = motion
+        self._still_at: float | None = None  # the stream clock of the last frame the motion gate skipped
         self._stop = threading.Event()
         mode = mode or ("live" if source is None or source.live else "file")
         self.lanes = max(1, lanes) if mode == "file" else 1  # live: the newest frame, one at a time
@@ -371,8 +372,9 @@ class StreamPipeline:
         if self.capture is None and self._source_state == "connecting":
             self.set_source_state("running")  # fed by a group whose capture was already running
         self.stats.frame_in()
-        if self.motion is not None and not self.motion.check(frame.image, self._clock(frame)).run:
+        if self.motion is not None and not self.motion.check(frame.image, clock := self._clock(frame)).run:
             self.stats.frame_still()
+            self._still_at = clock
             return
         if self.delivery.offer(frame, detector):
             self.stats.frame_dropped()
@@ -523,8 +525,9 @@ class StreamPipeline:
     ) -> tuple[list[Detection], tuple[ZoneState, ...], tuple[LineState, ...], frozenset[int]]:
         if self.tracker is None:
             return detections, (), (), frozenset()
+        still = self._still_at  # set by the capture thread; at most this frame's own time counts
         try:
-            analysis = self.tracker.analyse(detections, width, height, now)
+            analysis = self.tracker.analyse(detections, width, height, now, None if still is None else min(still, now))
         except Exception as exc:  # noqa: BLE001 - a tracker failure loses tracking on one frame, not the frame
             self.stats.error()
             with self._lock:

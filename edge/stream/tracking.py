@@ -186,13 +186,17 @@ class StreamTracker:
             log.warning("%s", problem)
         self.placement_problem = problem
 
-    def analyse(self, detections: list[Detection], width: int, height: int, now: float) -> Analysis:
-        """`now`: the frame's time in seconds on the stream's clock, for dwell times and how long a track is lost."""
+    def analyse(
+        self, detections: list[Detection], width: int, height: int, now: float, still_until: float | None = None
+    ) -> Analysis:
+        """`now`: the frame's time in seconds on the stream's clock, for dwell times and how long a track is lost;
+        `still_until`: the last frame before it that a motion gate skipped as still (`ByteTracker.update`)."""
         if self._size != (width, height):
             self._place(width, height)
         chosen = [i for i, d in enumerate(detections) if d.label in self.labels]
         boxes = np.array([[*_xyxy(detections[i])] for i in chosen], np.float32).reshape(-1, 4)
-        ids = self._tracker.update(boxes, np.array([detections[i].score for i in chosen], np.float32), now)
+        scores = np.array([detections[i].score for i in chosen], np.float32)
+        ids = self._tracker.update(boxes, scores, now, still_until)
         sure = ids >= 0  # ids only once a track is sure
         tracked = Tracked(boxes[sure], ids[sure], [chosen[i] for i in np.flatnonzero(sure).tolist()])
         result = list(detections)
