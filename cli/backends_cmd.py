@@ -69,10 +69,11 @@ def _bench_one(model: str, candidate: str, frames_from: str | None) -> None:
 
 
 def _bench(model: str, as_json: bool, frames_from: str | None) -> None:
-    from edge_inference.edge.detection.autoselect import certainty, fastest, measure
+    from edge_inference.edge.detection.autoselect import certainty, check_cache_writable, fastest, measure
     from edge_inference.edge.tools.bench import read_frames
 
     check_reference(DetectorConfig(model))
+    check_cache_writable(get_settings())  # said before minutes of timing, not after them in place of the table
     if frames_from:
         read_frames(frames_from, 1)  # a missing or undecodable file is one line here, not a failure per engine
     _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True), frames=frames_from)

@@ -316,6 +316,11 @@ def test_a_measurement_that_cannot_be_kept_is_one_clear_line_and_detection_goes_
     assert "no measurement could be made or kept" in result.stderr  # the note on what auto did instead
     assert "timing the engines" not in result.stderr and "loading " not in result.stderr
     assert "cat" in [d["label"] for d in json.loads(result.stdout)["detections"]]
+    # the bench, whose table it is to keep, says so before timing anything (it had timed every engine, then failed)
+    bench = run_edge("backends", "--bench", "yolox-nano", env=env)
+    lines = [line for line in bench.stderr.splitlines() if line.startswith("error:")]
+    assert bench.returncode == 1 and len(lines) == 1 and "EDGE_AUTO_CACHE" in lines[0], bench.stderr
+    assert "loading " not in bench.stderr and "Traceback" not in bench.stderr
 
 
 # An engine that never finishes loading here (as OpenVINO under emulation, or a model far too large for the device):
