@@ -243,17 +243,17 @@ class ByteTracker:
         self, boxes: np.ndarray, scores: np.ndarray, now: float = 0.0, still_until: float | None = None
     ) -> np.ndarray:
         """boxes: (N, 4) float32 x1 y1 x2 y2; scores: (N,); now: the frame's time in seconds, for `lost_after_s`;
-        still_until: the time of the last frame skipped since the previous update because nothing moved (a motion
-        gate), if any: what that update matched was still there then (a parked car the detector misses on one of its
-        rare checks is not lost for the whole still spell before it)."""
+        still_until: the time of the latest frame skipped because nothing moved (a motion gate), if any: what the
+        previous update matched was still there then, if that came after it (a parked car the detector misses on one
+        of its rare checks is not lost for the whole still spell before it)."""
         ids = np.full(len(boxes), -1, dtype=np.int64)
         if not len(self.track_ids) and not len(boxes):
             return ids
         self._now = now
         self._predict()
-        if still_until is not None:
+        if still_until is not None:  # never past this frame: a skipped frame may be newer than the one tracked here
             seen_last_time = self.since_update == 1
-            self.matched_at[seen_last_time] = np.maximum(self.matched_at[seen_last_time], still_until)
+            self.matched_at[seen_last_time] = np.maximum(self.matched_at[seen_last_time], min(still_until, now))
         high = np.flatnonzero(scores >= self.high_conf_det_threshold)
         low = np.flatnonzero(~(scores >= self.high_conf_det_threshold))
         rows = np.arange(len(self.track_ids))

@@ -525,9 +525,8 @@ class StreamPipeline:
     ) -> tuple[list[Detection], tuple[ZoneState, ...], tuple[LineState, ...], frozenset[int]]:
         if self.tracker is None:
             return detections, (), (), frozenset()
-        still = self._still_at  # set by the capture thread; at most this frame's own time counts
         try:
-            analysis = self.tracker.analyse(detections, width, height, now, None if still is None else min(still, now))
+            analysis = self.tracker.analyse(detections, width, height, now, self._still_at)  # set by the capture thread
         except Exception as exc:  # noqa: BLE001 - a tracker failure loses tracking on one frame, not the frame
             self.stats.error()
             with self._lock:
