@@ -313,6 +313,7 @@ def test_a_measurement_that_cannot_be_kept_is_one_clear_line_and_detection_goes_
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "EDGE_AUTO_CACHE" in errors[0]
+    assert f"{blocker} is a file, not a folder" in errors[0]  # not mkdir's "File exists"
     assert "no measurement could be made or kept" in result.stderr  # the note on what auto did instead
     assert "timing the engines" not in result.stderr and "loading " not in result.stderr
     assert "cat" in [d["label"] for d in json.loads(result.stdout)["detections"]]

@@ -233,8 +233,11 @@ def check_cache_writable(settings: Settings) -> None:
 
 
 def _cannot_keep(path: Path, exc: OSError) -> EdgeError:
+    # a file where a folder of the path should be: mkdir says "File exists", which names neither
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror
     return EdgeError(
-        f"cannot keep the measurement in {path}: {exc.strerror}; set EDGE_AUTO_CACHE to a file this user may "
+        f"cannot keep the measurement in {path}: {why}; set EDGE_AUTO_CACHE to a file this user may "
         "write, or name the engine with --backend"
     )
 
