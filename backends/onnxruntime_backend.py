@@ -9,6 +9,7 @@ minutes on a Jetson). The caches live in `tensorrt/` under the model cache folde
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,8 +18,10 @@ import numpy as np
 from pydantic import Field
 
 from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo, unreadable_model
+from edge_inference.backends.cuda_libraries import cuda_libraries_problem, missing_cuda_libraries
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import nvidia_gpus
+from edge_inference.backends.held_stderr import held_stderr
 from edge_inference.backends.options import EngineOptions, parse_options
 
 PROVIDERS = {
@@ -28,8 +31,8 @@ PROVIDERS = {
     "openvino": "OpenVINOExecutionProvider",
 }
 INSTALL_HINTS = {
-    "cuda": "install onnxruntime-gpu in place of onnxruntime (pip install 'edge-inference[cuda]') "
-    "on a machine with an NVIDIA GPU, CUDA 12 and cuDNN 9",
+    "cuda": "install onnxruntime-gpu in place of onnxruntime (pip uninstall onnxruntime, then pip install "
+    "'edge-inference[cuda]', which brings NVIDIA's CUDA and cuDNN wheels) on a machine with an NVIDIA GPU",
     "tensorrt": "install onnxruntime-gpu and TensorRT 10 (on a Jetson: JetPack's onnxruntime-gpu wheel)",
     "openvino": "install onnxruntime-openvino in place of onnxruntime",
 }
@@ -131,9 +134,12 @@ def _providers(
     available = ort.get_available_providers()
     if name == "cpu":
         return ["CPUExecutionProvider"]
-    if wanted not in available:
+    missing = missing_cuda_libraries() if name in ("cuda", "tensorrt") else ()
+    if wanted not in available or missing:
         message = (
-            f"ONNX Runtime {ort.__version__} here has no {wanted} (available: {', '.join(available)}). "
+            cuda_libraries_problem(ort, missing)
+            if missing and wanted in available
+            else f"ONNX Runtime {ort.__version__} here has no {wanted} (available: {', '.join(available)}). "
             f"To use it, {INSTALL_HINTS[name]}"
         )
         if not options.allow_fallback:
@@ -155,17 +161,16 @@ def _providers(
     return [trt, *([cuda] if "CUDAExecutionProvider" in available else []), "CPUExecutionProvider"]
 
 
-def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise BackendError("ONNX Runtime is not installed: pip install onnxruntime") from None
+# ONNX Runtime's own log line for a provider library that does not load (provider_bridge_ort.cc), e.g.
+# "Failed to load library .../libonnxruntime_providers_cuda.so with error: libcudnn.so.9: cannot open shared ..."
+_ENGINE_LOG_LINE = re.compile(
+    rb"^(?:\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d [^\n]*\[[EW]:onnxruntime:[^\n]*\n(?:\x1b\[m\n)?", re.MULTILINE
+)
+_LOAD_ERROR = re.compile(r"with error: ([^\n\x1b]+)")
+_SOURCE_POSITION = re.compile(r"^/\S+:\d+ [^(]*\([^)]*\) ")  # "/onnxruntime_src/...cc:729 void f(A&, B&) "
 
-    settings = parse_options("onnx", OnnxRuntimeOptions, options.engine_options)
-    name, detail = parse_device(options.device)
-    wanted = PROVIDERS[name]
-    notes: list[str] = []
-    providers = _providers(ort, name, detail, options, settings, notes)
+
+def _session_options(ort: Any, options: BackendOptions, settings: OnnxRuntimeOptions) -> Any:
     session_options = ort.SessionOptions()
     session_options.log_severity_level = 3  # the engine's own warnings are not the user's problem
     if options.threads:
@@ -177,16 +182,67 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
         session_options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     elif spin == "runs":  # its threads stop spinning as soon as the last Run() in progress returns
         session_options.add_session_config_entry("session.force_spinning_stop", "1")
+    return session_options
+
+
+def _engine_error(exc: Exception) -> str:
+    """The first line of an ONNX Runtime error, without the C++ source position it begins with."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return _SOURCE_POSITION.sub("", text)[:300]
+
+
+def _gpu_session(ort: Any, path: Path, session_options: Any, providers: list[Any]) -> tuple[Any, str]:
+    """A session on a provider that may fail to start, and why it did not. A provider whose library does not load is
+    logged by ONNX Runtime on stderr and skipped (that log is taken off stderr for the reason); one that raises is
+    tried without, then the CPU alone. ONNX Runtime's Python fallback is off: it prints a banner on stdout."""
+    said: list[str] = []
+
+    def take_engine_log(held: bytes) -> bytes:
+        said.extend(line.decode(errors="replace") for line in _ENGINE_LOG_LINE.findall(held))
+        return _ENGINE_LOG_LINE.sub(b"", held)
+
+    failure = ""
+    for attempt in (providers, providers[1:], ["CPUExecutionProvider"]):
+        try:
+            with held_stderr(take_engine_log):
+                session = ort.InferenceSession(
+                    str(path), sess_options=session_options, providers=attempt, enable_fallback=0
+                )
+        except Exception as exc:  # noqa: BLE001 - the provider's or the model's: the CPU tells them apart
+            if attempt == ["CPUExecutionProvider"]:
+                raise unreadable_model(path, "an ONNX", _engine_error(exc)) from None
+            failure = failure or _engine_error(exc)
+            continue
+        logged = [m.group(1).strip() for line in said if (m := _LOAD_ERROR.search(line))]
+        return session, failure or (logged[0] if logged else "its libraries failed to load")
+    raise AssertionError("unreachable: the CPU attempt returns or raises")
+
+
+def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
     try:
-        session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
-    except Exception as exc:  # noqa: BLE001 - ORT raises several private types for unreadable models
-        detail = str(exc).splitlines()[0][:300]
-        raise unreadable_model(path, "an ONNX", detail) from None
+        import onnxruntime as ort
+    except ImportError:
+        raise BackendError("ONNX Runtime is not installed: pip install onnxruntime") from None
+
+    settings = parse_options("onnx", OnnxRuntimeOptions, options.engine_options)
+    name, detail = parse_device(options.device)
+    wanted = PROVIDERS[name]
+    notes: list[str] = []
+    providers = _providers(ort, name, detail, options, settings, notes)
+    session_options = _session_options(ort, options, settings)
+    reason = ""
+    if providers == ["CPUExecutionProvider"]:
+        try:
+            session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
+        except Exception as exc:  # noqa: BLE001 - ORT raises several private types for unreadable models
+            raise unreadable_model(path, "an ONNX", str(exc).splitlines()[0][:300]) from None
+    else:
+        session, reason = _gpu_session(ort, path, session_options, providers)
 
     active = session.get_providers()[0]
     if name != "cpu" and active != wanted and not notes:
-        # ORT silently drops a provider whose libraries fail to load; do not let that pass unnoticed.
-        message = f"ONNX Runtime could not start {wanted} (its libraries failed to load) and would run on {active}"
+        # ORT drops a provider whose libraries fail to load and runs on the next one: say so, and why
+        message = f"ONNX Runtime could not start {wanted} ({reason}) and would run on {active}"
         if not options.allow_fallback:
             raise BackendError(f"{message}. Check the CUDA/cuDNN/TensorRT installation, or pass --fallback.")
         notes.append(f"{message}; running there (fallback requested)")
@@ -216,13 +272,17 @@ def probe() -> BackendStatus:
     status.available, status.engine = True, f"onnxruntime {ort.__version__}"
     status.devices = ["cpu"]
     gpus = nvidia_gpus()
+    missing = missing_cuda_libraries() if "CUDAExecutionProvider" in providers else ()
+    if missing:  # a GPU build that cannot start its CUDA providers here
+        status.problem = cuda_libraries_problem(ort, missing)
+        providers = [p for p in providers if p not in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
     if "CUDAExecutionProvider" in providers:
         status.devices += gpus or ["cuda:0"]
     if "TensorrtExecutionProvider" in providers:
         status.devices.append("tensorrt")
     if "OpenVINOExecutionProvider" in providers:
         status.devices.append("openvino")
-    if gpus and "CUDAExecutionProvider" not in providers:
+    if gpus and "CUDAExecutionProvider" not in providers and not missing:
         status.problem = f"NVIDIA GPU present ({gpus[0]}) but this onnxruntime has no CUDA provider: {ENGINE.install}"
     return status
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
-import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +20,7 @@ from edge_inference.backends.base import (
     unreadable_model,
 )
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.held_stderr import held_stderr
 
 EDGETPU_OP = "edgetpu-custom-op"
 
@@ -62,32 +59,13 @@ def is_edgetpu_model(path: Path) -> bool:
 
 
 XNNPACK_NOTICE = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n"
-_STDERR_SWAP = threading.Lock()
 
 
 @contextlib.contextmanager
 def without_xnnpack_notice() -> Iterator[None]:
-    """LiteRT's C++ side prints one INFO line on the process's stderr when it applies XNNPACK, in the middle of
-    `edge detect` output and service logs, and no setting turns it off. Whatever reaches stderr meanwhile (from any
-    thread) is held and written after, without that line: nothing is lost."""
-    with _STDERR_SWAP, tempfile.TemporaryFile() as held:
-        try:
-            sys.stderr.flush()
-            saved = os.dup(2)
-            os.dup2(held.fileno(), 2)
-        except (OSError, ValueError):  # no real stderr (embedded, closed): nothing to hide
-            yield
-            return
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            rest = held.read().replace(XNNPACK_NOTICE, b"")
-            if rest:
-                os.write(2, rest)
+    """LiteRT's C++ side prints one INFO line on stderr when it applies XNNPACK, and no setting turns it off."""
+    with held_stderr(lambda said: said.replace(XNNPACK_NOTICE, b"")):
+        yield
 
 
 def create_interpreter(path: Path, threads: int | None, delegates: list[Any] | None = None) -> tuple[Any, str]:

@@ -75,3 +75,19 @@ def install_engine_plugin(site: Path, key: str, source: str) -> Path:
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {key}-engine\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(f"[edge_inference.engines]\n{key} = {module}:ENGINE\n")
     return site
+
+
+def provider_starts_here(provider: str, model: Path) -> bool:
+    """Whether ONNX Runtime really runs a session on `provider` on this machine (a GPU build, its libraries and the
+    device all present), asked of the runtime itself with the libraries loaded as the engine loads them."""
+    import onnxruntime as ort
+
+    from edge_inference.backends.cuda_libraries import missing_cuda_libraries
+
+    if provider not in ort.get_available_providers() or missing_cuda_libraries():
+        return False
+    try:
+        session = ort.InferenceSession(str(model), providers=[provider, "CPUExecutionProvider"], enable_fallback=0)
+    except Exception:  # whatever the provider raises, it does not start
+        return False
+    return bool(session.get_providers()[0] == provider)

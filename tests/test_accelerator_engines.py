@@ -24,7 +24,7 @@ from edge_inference.edge.settings import Settings
 from tests import fake_devices
 from tests.conftest import MODELS, skimage_photo
 from tests.fakes import onnxruntime_gpu
-from tests.helpers import run_edge
+from tests.helpers import provider_starts_here, run_edge
 
 FAKES = Path(__file__).parent / "fakes"
 YOLOV8N = MODELS / "onnx" / "yolov8n_int8.onnx"
@@ -254,6 +254,62 @@ def test_tensorrt_options_from_a_stream_config_and_the_openvino_ep_device_type(m
     )
     open_backend("onnx", YOLOX, BackendOptions("openvino:GPU")).close()
     assert sessions[-1]["options"]["OpenVINOExecutionProvider"] == {"device_type": "GPU"}
+
+
+def test_a_gpu_build_without_its_cuda_libraries_names_them_and_how_to_install_them(monkeypatch, capfd):
+    """onnxruntime-gpu installed alone (as `pip install onnxruntime-gpu` leaves it): ONNX Runtime itself lists the
+    CUDA and TensorRT providers, then runs every session on the CPU."""
+    onnxruntime_gpu.install_gpu_build(monkeypatch, missing=onnxruntime_gpu.CUDA_13_LIBRARIES)
+    for device in ("cuda", "tensorrt:0"):
+        with pytest.raises(BackendError) as info:
+            open_backend("onnx", YOLOX, BackendOptions(device))
+        message = str(info.value)
+        assert "GPU build for CUDA 13" in message and "libcublasLt.so.13, libcublas.so.13, libcurand.so.10" in message
+        assert "pip install 'onnxruntime-gpu[cuda,cudnn]'" in message
+        assert message.endswith("or pass --fallback to run on the CPU instead.")
+    backend = open_backend("onnx", YOLOX, BackendOptions("cuda", allow_fallback=True))
+    assert backend.device == "CPUExecutionProvider" and "CUDAExecutionProvider unavailable" in backend.notes[0]
+    status = get_engine("onnx").probe()
+    assert status.devices == ["cpu"] and "libcurand.so.10 not found" in (status.problem or "")
+    assert capfd.readouterr().out == ""  # what preload_dlls prints never reaches stdout (`edge detect --json`)
+    onnxruntime_gpu.install_gpu_build(monkeypatch, driver=False)  # the wheel and CUDA's, on a machine with no GPU
+    with pytest.raises(BackendError, match=r"no NVIDIA driver \(libcuda.so.1 not found\).*or pass --fallback"):
+        open_backend("onnx", YOLOX, BackendOptions("cuda"))
+    assert "no NVIDIA driver" in (get_engine("onnx").probe().problem or "")
+
+
+def test_a_provider_whose_library_does_not_load_is_named_with_what_it_lacks(monkeypatch, capfd):
+    """TensorRT's provider needs libnvinfer: without it ONNX Runtime logs two lines and runs on CUDA instead."""
+    onnxruntime_gpu.install_gpu_build(monkeypatch, failing={"TensorrtExecutionProvider": "libnvinfer.so.10"})
+    with pytest.raises(BackendError) as info:
+        open_backend("onnx", YOLOX, BackendOptions("tensorrt"))
+    assert str(info.value) == (
+        "ONNX Runtime could not start TensorrtExecutionProvider (libnvinfer.so.10: cannot open shared object file: "
+        "No such file or directory) and would run on CUDAExecutionProvider. Check the CUDA/cuDNN/TensorRT "
+        "installation, or pass --fallback."
+    )
+    backend = open_backend("onnx", YOLOX, BackendOptions("tensorrt", allow_fallback=True))
+    assert backend.device == "CUDAExecutionProvider" and "running there (fallback requested)" in backend.notes[0]
+    assert capfd.readouterr().err == ""  # ONNX Runtime's own log lines are in the message, not beside it
+
+
+@pytest.mark.parametrize("photo", ["astronaut", "chelsea", "coffee"])
+def test_cuda_finds_what_the_cpu_finds_where_a_gpu_runs_it_and_says_what_to_install_where_not(photo):
+    config = DetectorConfig(str(YOLOX), "onnx", "cuda")
+    if not provider_starts_here("CUDAExecutionProvider", YOLOX):
+        with pytest.raises(BackendError, match=r"CUDAExecutionProvider.*(onnxruntime-gpu|--fallback)"):
+            load_detector(config)
+        return
+    gpu, cpu = load_detector(config), load_detector(replace(config, device="cpu"))
+    assert gpu.backend.session.get_providers()[0] == "CUDAExecutionProvider"
+    assert gpu.backend.device == "CUDAExecutionProvider:0" and not gpu.backend.notes
+    image = skimage_photo(photo)
+    expected, got = cpu.detect(image).detections, gpu.detect(image).detections
+    assert expected and [d.label for d in got] == [d.label for d in expected]
+    for a, b in zip(got, expected, strict=True):  # TF32 convolutions on the GPU: the same boxes, near the same scores
+        assert a.box.iou(b.box) >= 0.98 and a.score == pytest.approx(b.score, abs=0.02)
+    gpu.close()
+    cpu.close()
 
 
 # --- Coral ---------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from edge_inference.models.labels import LabelFileError, load_labels
 from tests.conftest import MEDIA, MODELS, VTEST, skimage_photo
 from tests.expectations import PHOTO_OBJECTS
-from tests.helpers import run_edge, write_onnx_model
+from tests.helpers import provider_starts_here, run_edge, write_onnx_model
 
 CAT = str(MEDIA / "cat_720p.jpg")
 KEYS = {"source", "width", "height", "model", "backend", "detections", "timings_ms"}
@@ -322,8 +322,16 @@ def test_invalid_sidecar_is_explained(tmp_path):
     assert_one_clear_error(run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model)), "m.yaml", "colour")
 
 
-def test_unavailable_execution_provider_fails_unless_fallback_is_asked():
+def test_cuda_runs_where_it_starts_and_fails_unless_fallback_is_asked_where_not():
     image = str(MEDIA / "cat_720p.jpg")
+    if provider_starts_here("CUDAExecutionProvider", MODELS / "onnx/yolox_nano.onnx"):  # a GPU machine
+        on_cpu = json.loads(run_edge("detect", image, "-m", "yolox-nano", "-d", "cpu", "--json").stdout)
+        proc = run_edge("detect", image, "-m", "yolox-nano", "-d", "cuda", "--json")
+        assert proc.returncode == 0 and "ExecutionProvider" not in proc.stderr, proc.stderr  # no fallback note
+        on_gpu = json.loads(proc.stdout)
+        assert on_gpu["backend"] == "onnx/CUDAExecutionProvider:0"
+        assert [d["label"] for d in on_gpu["detections"]] == [d["label"] for d in on_cpu["detections"]]
+        return
     assert_one_clear_error(
         run_edge("detect", image, "-m", "yolox-nano", "-d", "cuda"),
         "CUDAExecutionProvider",

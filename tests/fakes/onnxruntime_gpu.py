@@ -8,7 +8,8 @@ a GPU build does when every provider starts; the inference itself runs on the CP
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, ClassVar
 
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_inference_collection import check_and_normalize_provider_args
@@ -37,3 +38,68 @@ def install(monkeypatch: Any) -> list[dict[str, Any]]:
     monkeypatch.setattr(ort, "get_available_providers", lambda: list(GPU_PROVIDERS))
     monkeypatch.setattr(ort, "InferenceSession", RecordingSession)
     return SESSIONS
+
+
+# --- onnxruntime-gpu 1.31.1 where a library it needs is not installed ----------------------------------------------
+# What that version says, read from its source (onnxruntime/__init__.py: preload_dlls; provider_bridge_ort.cc and
+# onnxruntime_pybind_state.cc: the log lines) and seen on a machine with the wheel and no CUDA libraries: preload_dlls
+# prints each library it cannot load on stdout; a session asking for a provider whose library does not load logs
+# an error and a warning on stderr and runs on the next provider in the list, without raising.
+CUDA_13_LIBRARIES = ("libcublasLt.so.13", "libcublas.so.13", "libcurand.so.10")
+LOG_LINE = "\x1b[1;31m2026-11-26 14:23:23.161820125 [E:onnxruntime:Default, provider_bridge_ort.cc:2458 operator()] "
+PROVIDER_LIBRARY = {
+    "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
+    "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
+}
+
+
+def _preload_printing_failures(missing: tuple[str, ...]) -> Any:
+    def preload_dlls(cuda: bool = True, cudnn: bool = True, msvc: bool = True, directory: Any = None) -> None:
+        for name in missing:
+            print(f"Failed to load {name}: {name}: cannot open shared object file: No such file or directory")
+        if missing:
+            print("Please follow https://onnxruntime.ai/docs/install/#cuda-and-cudnn to install CUDA.")
+
+    return preload_dlls
+
+
+class SessionDroppingProviders(ort.InferenceSession):
+    """A session whose `failing` providers' libraries do not load: logged on stderr, skipped."""
+
+    failing: ClassVar[dict[str, str]] = {}  # provider -> the library its own library needs and cannot find
+
+    def __init__(self, path: str, sess_options: Any = None, providers: Any = None, **kwargs: Any):
+        names, _ = check_and_normalize_provider_args(providers, None, GPU_PROVIDERS)
+        for name, needed in self.failing.items():
+            if name in names:
+                library = f"/usr/lib/python3/site-packages/onnxruntime/capi/{PROVIDER_LIBRARY[name]}"
+                os.write(
+                    2,
+                    f"{LOG_LINE}/onnxruntime_src/onnxruntime/core/session/provider_bridge_ort.cc:2043 "
+                    f"onnxruntime::Provider& onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : "
+                    f"Failed to load library {library} with error: {needed}: cannot open shared object file: No "
+                    f"such file or directory\n\x1b[m\n\x1b[0;93m2026-11-26 14:23:23.161837518 [W:onnxruntime:Default, "
+                    f"onnxruntime_pybind_state.cc:1295 CreateExecutionProviderFactoryInstance] Failed to create "
+                    f"{name}. Require cuDNN 9.* and CUDA 13.*.\x1b[m\n".encode(),
+                )
+        self._running = [n for n in names if n not in self.failing and n in ("CUDAExecutionProvider",)]
+        super().__init__(path, sess_options=sess_options, providers=["CPUExecutionProvider"])
+
+    def get_providers(self) -> list[str]:
+        return [*self._running, "CPUExecutionProvider"]
+
+
+def install_gpu_build(
+    monkeypatch: Any, missing: tuple[str, ...] = (), failing: dict[str, str] | None = None, driver: bool = True
+) -> None:
+    """onnxruntime-gpu 1.31.1 (CUDA 13) with `missing` libraries not found by preload_dlls, `failing` providers,
+    and the NVIDIA driver's library present or not."""
+    from edge_inference.backends import cuda_libraries
+
+    monkeypatch.setattr(cuda_libraries, "_loads", lambda library: driver)
+    monkeypatch.setattr(ort, "cuda_version", "13.0", raising=False)
+    monkeypatch.setattr(ort, "__version__", "1.31.1")
+    monkeypatch.setattr(ort, "preload_dlls", _preload_printing_failures(missing), raising=False)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: list(GPU_PROVIDERS))
+    monkeypatch.setattr(SessionDroppingProviders, "failing", dict(failing or {}))
+    monkeypatch.setattr(ort, "InferenceSession", SessionDroppingProviders)
