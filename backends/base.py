@@ -67,7 +67,8 @@ class Description:
 
 @dataclass(frozen=True)
 class BackendOptions:
-    device: str = "auto"  # each engine's own default: CPU for ONNX Runtime and TFLite, AUTO for OpenVINO
+    device: str = "auto"  # each engine's own default: CUDA where it starts, else the CPU, for ONNX Runtime; the CPU
+    # for TFLite; AUTO for OpenVINO
     threads: int | None = None
     # Run elsewhere (the CPU) when the asked-for device is missing, and say so, instead of failing.
     allow_fallback: bool = False

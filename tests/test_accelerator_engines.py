@@ -278,19 +278,45 @@ def test_a_gpu_build_without_its_cuda_libraries_names_them_and_how_to_install_th
     assert "no NVIDIA driver" in (get_engine("onnx").probe().problem or "")
 
 
-def test_a_provider_whose_library_does_not_load_is_named_with_what_it_lacks(monkeypatch, capfd):
-    """TensorRT's provider needs libnvinfer: without it ONNX Runtime logs two lines and runs on CUDA instead."""
+def test_a_provider_that_cannot_start_is_named_with_what_it_lacks(monkeypatch, capfd):
+    """TensorRT without its libraries: ONNX Runtime 1.31.1 raises (seen on an H100), and the model still loads
+    without it, so that is what is said, and --fallback runs on CUDA. CUDA's libraries where a GPU build without
+    preload_dlls (before 1.21) cannot find them: ONNX Runtime logs two lines and runs on the CPU;
+    their reason is in the message, not beside it."""
     onnxruntime_gpu.install_gpu_build(monkeypatch, failing={"TensorrtExecutionProvider": "libnvinfer.so.10"})
     with pytest.raises(BackendError) as info:
         open_backend("onnx", YOLOX, BackendOptions("tensorrt"))
     assert str(info.value) == (
-        "ONNX Runtime could not start TensorrtExecutionProvider (libnvinfer.so.10: cannot open shared object file: "
-        "No such file or directory) and would run on CUDAExecutionProvider. Check the CUDA/cuDNN/TensorRT "
-        "installation, or pass --fallback."
+        "ONNX Runtime could not start TensorrtExecutionProvider (Please install TensorRT libraries as mentioned in the "
+        "GPU requirements page, make sure they're in the PATH or LD_LIBRARY_PATH, and that your GPU is supported.) "
+        "and would run on CUDAExecutionProvider. Check the CUDA/cuDNN/TensorRT installation, or pass --fallback."
     )
     backend = open_backend("onnx", YOLOX, BackendOptions("tensorrt", allow_fallback=True))
     assert backend.device == "CUDAExecutionProvider" and "running there (fallback requested)" in backend.notes[0]
+    failing = {"CUDAExecutionProvider": "libcublasLt.so.12"}
+    onnxruntime_gpu.install_gpu_build(monkeypatch, failing=failing, version=("1.20.1", "12.4"))
+    with pytest.raises(BackendError, match=r"start CUDAExecutionProvider \(libcublasLt.so.12: cannot open shared "):
+        open_backend("onnx", YOLOX, BackendOptions("cuda"))
     assert capfd.readouterr().err == ""  # ONNX Runtime's own log lines are in the message, not beside it
+
+
+def test_device_auto_runs_on_cuda_where_it_starts_and_on_the_cpu_saying_why_where_not(monkeypatch):
+    """`--backend onnx` without a device: a GPU machine's ONNX Runtime runs on CUDA, as Ultralytics picks the GPU;
+    where CUDA cannot start, the CPU, with the reason in a note, never an error (nobody asked for CUDA)."""
+    sessions = onnxruntime_gpu.install(monkeypatch)  # every provider starts
+    backend = open_backend("onnx", YOLOX, BackendOptions())
+    assert sessions[-1]["providers"] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert backend.device == "CUDAExecutionProvider:0" and not backend.notes
+    onnxruntime_gpu.install_gpu_build(monkeypatch, missing=onnxruntime_gpu.CUDA_13_LIBRARIES)
+    backend = open_backend("onnx", YOLOX, BackendOptions())
+    assert backend.device == "CPUExecutionProvider" and "--device auto: on the CPU, as" in backend.notes[0]
+    assert "libcublasLt.so.13" in backend.notes[0] and "onnxruntime-gpu[cuda,cudnn]" in backend.notes[0]
+    failing = {"CUDAExecutionProvider": "libcublasLt.so.12"}
+    onnxruntime_gpu.install_gpu_build(monkeypatch, failing=failing, version=("1.20.1", "12.4"))
+    backend = open_backend("onnx", YOLOX, BackendOptions())
+    assert backend.device == "CPUExecutionProvider" and len(backend.notes) == 1
+    assert backend.notes[0].startswith("--device auto: ONNX Runtime could not start CUDAExecutionProvider")
+    assert "libcublasLt.so.12" in backend.notes[0] and backend.notes[0].endswith("running there")
 
 
 @pytest.mark.parametrize("photo", ["astronaut", "chelsea", "coffee"])

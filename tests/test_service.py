@@ -22,8 +22,8 @@ from tests.server import running_server, sse_data
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "server.log"
-    # the engine named: these contracts do not depend on which engine `auto` measures fastest on this machine
-    args = ["--source", str(VTEST), "--model", "yolox-nano", "-b", "onnx", "--loop", "--id", "cam"]
+    # the engine and device named: these contracts do not depend on what `auto` picks on this machine
+    args = ["--source", str(VTEST), "--model", "yolox-nano", "-b", "onnx", "-d", "cpu", "--loop", "--id", "cam"]
     with running_server(args, log) as srv:
         srv.wait_until("/health/ready")
         srv.wait_for_frames("cam", 3)

@@ -47,10 +47,7 @@ def install(monkeypatch: Any) -> list[dict[str, Any]]:
 # an error and a warning on stderr and runs on the next provider in the list, without raising.
 CUDA_13_LIBRARIES = ("libcublasLt.so.13", "libcublas.so.13", "libcurand.so.10")
 LOG_LINE = "\x1b[1;31m2026-11-26 14:23:23.161820125 [E:onnxruntime:Default, provider_bridge_ort.cc:2458 operator()] "
-PROVIDER_LIBRARY = {
-    "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
-    "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
-}
+PROVIDER_LIBRARY = {"CUDAExecutionProvider": "libonnxruntime_providers_cuda.so"}
 
 
 def _preload_printing_failures(missing: tuple[str, ...]) -> Any:
@@ -63,25 +60,36 @@ def _preload_printing_failures(missing: tuple[str, ...]) -> Any:
     return preload_dlls
 
 
+TENSORRT_MISSING = (  # raised when a session asks for TensorRT and its libraries are not there (seen on an H100)
+    "/onnxruntime_src/onnxruntime/python/onnxruntime_pybind_state.cc:729 void onnxruntime::python::"
+    "RegisterTensorRTPluginsAsCustomOps(PySessionOptions&, const onnxruntime::ProviderOptions&) Please install "
+    "TensorRT libraries as mentioned in the GPU requirements page, make sure they're in the PATH or LD_LIBRARY_PATH, "
+    "and that your GPU is supported."
+)
+
+
 class SessionDroppingProviders(ort.InferenceSession):
-    """A session whose `failing` providers' libraries do not load: logged on stderr, skipped."""
+    """A session whose `failing` providers cannot start: TensorRT raises, as 1.31.1 does without TensorRT's
+    libraries; CUDA's provider library logs that it cannot load one it needs and is skipped (as it does where no
+    preload_dlls loaded them: before 1.21, or with CUDA nowhere the loader looks)."""
 
     failing: ClassVar[dict[str, str]] = {}  # provider -> the library its own library needs and cannot find
 
     def __init__(self, path: str, sess_options: Any = None, providers: Any = None, **kwargs: Any):
         names, _ = check_and_normalize_provider_args(providers, None, GPU_PROVIDERS)
-        for name, needed in self.failing.items():
-            if name in names:
-                library = f"/usr/lib/python3/site-packages/onnxruntime/capi/{PROVIDER_LIBRARY[name]}"
-                os.write(
-                    2,
-                    f"{LOG_LINE}/onnxruntime_src/onnxruntime/core/session/provider_bridge_ort.cc:2043 "
-                    f"onnxruntime::Provider& onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : "
-                    f"Failed to load library {library} with error: {needed}: cannot open shared object file: No "
-                    f"such file or directory\n\x1b[m\n\x1b[0;93m2026-11-26 14:23:23.161837518 [W:onnxruntime:Default, "
-                    f"onnxruntime_pybind_state.cc:1295 CreateExecutionProviderFactoryInstance] Failed to create "
-                    f"{name}. Require cuDNN 9.* and CUDA 13.*.\x1b[m\n".encode(),
-                )
+        if "TensorrtExecutionProvider" in names and "TensorrtExecutionProvider" in self.failing:
+            raise RuntimeError(TENSORRT_MISSING)
+        if "CUDAExecutionProvider" in names and "CUDAExecutionProvider" in self.failing:
+            library = f"/usr/lib/python3/site-packages/onnxruntime/capi/{PROVIDER_LIBRARY['CUDAExecutionProvider']}"
+            os.write(
+                2,
+                f"{LOG_LINE}/onnxruntime_src/onnxruntime/core/session/provider_bridge_ort.cc:2043 "
+                f"onnxruntime::Provider& onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : "
+                f"Failed to load library {library} with error: {self.failing['CUDAExecutionProvider']}: cannot open "
+                f"shared object file: No such file or directory\n\x1b[m\n\x1b[0;93m2026-11-26 14:23:23.161837518 "
+                f"[W:onnxruntime:Default, onnxruntime_pybind_state.cc:1295 CreateExecutionProviderFactoryInstance] "
+                f"Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA 13.*.\x1b[m\n".encode(),
+            )
         self._running = [n for n in names if n not in self.failing and n in ("CUDAExecutionProvider",)]
         super().__init__(path, sess_options=sess_options, providers=["CPUExecutionProvider"])
 
@@ -90,16 +98,23 @@ class SessionDroppingProviders(ort.InferenceSession):
 
 
 def install_gpu_build(
-    monkeypatch: Any, missing: tuple[str, ...] = (), failing: dict[str, str] | None = None, driver: bool = True
+    monkeypatch: Any,
+    missing: tuple[str, ...] = (),
+    failing: dict[str, str] | None = None,
+    driver: bool = True,
+    version: tuple[str, str] = ("1.31.1", "13.0"),
 ) -> None:
-    """onnxruntime-gpu 1.31.1 (CUDA 13) with `missing` libraries not found by preload_dlls, `failing` providers,
-    and the NVIDIA driver's library present or not."""
+    """onnxruntime-gpu `version` (1.31.1 for CUDA 13 unless told) with `missing` libraries not found by preload_dlls
+    (which a version before 1.21 has not got), `failing` providers, and the NVIDIA driver's library present or not."""
     from edge_inference.backends import cuda_libraries
 
     monkeypatch.setattr(cuda_libraries, "_loads", lambda library: driver)
-    monkeypatch.setattr(ort, "cuda_version", "13.0", raising=False)
-    monkeypatch.setattr(ort, "__version__", "1.31.1")
-    monkeypatch.setattr(ort, "preload_dlls", _preload_printing_failures(missing), raising=False)
+    monkeypatch.setattr(ort, "cuda_version", version[1], raising=False)
+    monkeypatch.setattr(ort, "__version__", version[0])
+    if tuple(int(n) for n in version[0].split(".")[:2]) >= (1, 21):
+        monkeypatch.setattr(ort, "preload_dlls", _preload_printing_failures(missing), raising=False)
+    else:
+        monkeypatch.delattr(ort, "preload_dlls", raising=False)
     monkeypatch.setattr(ort, "get_available_providers", lambda: list(GPU_PROVIDERS))
     monkeypatch.setattr(SessionDroppingProviders, "failing", dict(failing or {}))
     monkeypatch.setattr(ort, "InferenceSession", SessionDroppingProviders)
