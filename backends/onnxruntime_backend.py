@@ -219,7 +219,7 @@ def _gpu_session(ort: Any, path: Path, session_options: Any, providers: list[Any
         return _ENGINE_LOG_LINE.sub(b"", held)
 
     failure = ""
-    for attempt in (providers, providers[1:], ["CPUExecutionProvider"]):
+    for attempt in [providers, *([providers[1:]] if len(providers) > 2 else []), ["CPUExecutionProvider"]]:
         # TensorRT builds its engine while the session is made (minutes on a Jetson): stderr is not held that long,
         # the service's own log goes on meanwhile; its missing libraries come as an exception, not a log line
         building = any(_name_of(p) == PROVIDERS["tensorrt"] for p in attempt)
