@@ -248,6 +248,9 @@ def test_tensorrt_options_from_a_stream_config_and_the_openvino_ep_device_type(m
     trt = sessions[-1]["options"]["TensorrtExecutionProvider"]
     assert trt["trt_fp16_enable"] == "False" and "trt_engine_cache_enable" not in trt and trt["device_id"] == "1"
     assert trt["trt_timing_cache_enable"] == "True"
+    heuristic = DetectorConfig(str(YOLOX), "onnx", "cuda", engine_options={"onnx": {"cuda_conv_search": "heuristic"}})
+    load_detector(heuristic, Settings(model_cache=tmp_path)).close()
+    assert sessions[-1]["options"]["CUDAExecutionProvider"] == {"device_id": "0", "cudnn_conv_algo_search": "HEURISTIC"}
     monkeypatch.setattr(onnxruntime_gpu, "GPU_PROVIDERS", ["OpenVINOExecutionProvider", "CPUExecutionProvider"])
     monkeypatch.setattr(
         "onnxruntime.get_available_providers", lambda: ["OpenVINOExecutionProvider", "CPUExecutionProvider"]
