@@ -398,7 +398,8 @@ def test_a_wrong_engine_option_is_one_line_naming_the_engine_and_its_keys(tmp_pa
     with pytest.raises(BackendError) as unknown:
         load_detector(DetectorConfig(str(YOLOX), "onnx", engine_options={"onnx": {"fp17": True}}))
     assert str(unknown.value) == (
-        "unknown option 'fp17' for onnx; allowed: trt_fp16, trt_engine_cache, trt_timing_cache, trt_cache_dir, spinning"
+        "unknown option 'fp17' for onnx; allowed: trt_fp16, trt_engine_cache, trt_timing_cache, trt_cache_dir, "
+        "cuda_conv_search, spinning"
     )
     with pytest.raises(BackendError, match=r"^engine option openvino.performance_hint: .*'FAST'.*allowed: perf"):
         load_detector(DetectorConfig(str(YOLOX), "openvino", engine_options={"openvino": {"performance_hint": "FAST"}}))
