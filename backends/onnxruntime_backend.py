@@ -270,7 +270,7 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
         try:
             session = ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
         except Exception as exc:  # noqa: BLE001 - ORT raises several private types for unreadable models
-            raise unreadable_model(path, "an ONNX", str(exc).splitlines()[0][:300]) from None
+            raise unreadable_model(path, "an ONNX", _engine_error(exc)) from None
     else:
         session, reason = _gpu_session(ort, path, session_options, providers)
 
