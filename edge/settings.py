@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     auto_cache: Path = Path.home() / ".cache" / "edge-inference" / "auto-backend.json"
     # ... and how long one engine may take to load and be timed before it loses (EDGE_AUTO_BUDGET_S)
     auto_budget_s: float = Field(default=120.0, gt=0)
+    # ... and the seconds of each of an engine's timed rounds (EDGE_AUTO_ROUND_S): longer for a slow model on a slow
+    # board (a 300 ms model runs 3 frames in a 1 s round), shorter for a pick sooner
+    auto_round_s: float = Field(default=1.0, gt=0, le=60)
     # A folder or URL laid out like the registry paths (onnx/..., tflite/...), for machines without internet.
     model_mirror: str | None = None
     # The service's API token (EDGE_TOKEN), or a file holding it (EDGE_TOKEN_FILE); a config file's own wins.

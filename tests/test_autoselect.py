@@ -49,6 +49,7 @@ def test_bench_times_every_engine_that_runs_the_model_and_keeps_the_result(setti
     env = {"EDGE_MODEL_CACHE": str(settings.model_cache), "EDGE_AUTO_CACHE": str(settings.auto_cache)}
     result = run_edge("backends", "--bench", "yolox-nano", env=env)
     assert result.returncode == 0, result.stderr
+    assert f"3 rounds of {float(os.environ['EDGE_AUTO_ROUND_S']):g} s each" in result.stderr  # EDGE_AUTO_ROUND_S
     engines = ("onnx", "openvino", "tflite")
     rows = {
         line.split()[0]: line for line in result.stdout.splitlines() if line.split()[:1] and line.split()[0] in engines

@@ -2,16 +2,16 @@
 
 A fixed rule cannot know: on one day OpenVINO ran yolox-nano 1.45x faster than ONNX Runtime here, on another 0.9x.
 On first use of a model, every engine (and device) that can run it here is loaded in a child process of its own,
-and the children are timed in turns (ROUNDS rounds of ROUND_S each, interleaved, so a busy moment of the machine
-falls on every engine alike) running whole frames as the pipeline does (pre-processing, inference, decoding): the
-highest throughput in a best round wins (load from elsewhere only slows a round down), and among engines within
-CLOSE of it the one with the least CPU per frame (the kernel's count), since the difference is then within the
-noise. How sure the pick is goes with it. The result is
-kept in ~/.cache/edge-inference/auto-backend.json (EDGE_AUTO_CACHE) under a key made of the model files' hashes,
-the engines' versions and the machine (CPU, cores, accelerators found). Later runs read the choice without
-importing any engine they will not use. The engines tried and dropped leave nothing behind in the service's memory,
-and each must load within a time budget (EDGE_AUTO_BUDGET_S, 120 s): an engine that cannot load and run a few
-inferences in it (a slow device, emulation, a model too large for it) loses, and the others are still compared.
+and the children are timed in turns (ROUNDS rounds of EDGE_AUTO_ROUND_S, 1 s, each, interleaved, so a busy moment
+of the machine falls on every engine alike) running whole frames as the pipeline does (pre-processing, inference,
+decoding): the highest throughput in a best round wins (load from elsewhere only slows a round down), and among
+engines within CLOSE of it the one with the least CPU per frame (the kernel's count), since the difference is then
+within the noise. How sure the pick is goes with it. The result is kept in ~/.cache/edge-inference/auto-backend.json
+(EDGE_AUTO_CACHE) under a key made of the model files' hashes, the engines' versions and the machine (CPU, cores,
+accelerators found). Later runs read the choice without importing any engine they will not use. The engines tried
+and dropped leave nothing behind in the service's memory, and each must load within a time budget
+(EDGE_AUTO_BUDGET_S, 120 s): an engine that cannot load and run a few inferences in it (a slow device, emulation, a
+model too large for it) loses, and the others are still compared.
 The service does not wait for a measurement: it serves on the engines' ranking's choice meanwhile and moves to the
 measured pick once it is known (`superseded`). Serving, it checks the pick's live inference times against the
 measurement (`live_check`) and measures again in the background when they have slowed beyond a margin.
@@ -61,7 +61,7 @@ from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
 
 WARM_RUNS = 2
-ROUNDS, ROUND_S = 3, 1.0  # turns per engine, and the seconds of each
+ROUNDS = 3  # turns per engine; the seconds of each are the settings' auto_round_s
 CLOSE = 0.03  # engines whose best rounds are within 3% of the best are a tie, decided by CPU per frame
 _MEASURING = threading.Lock()  # held through a measurement, and while waiting for another process's
 _BOOKKEEPING = threading.Lock()  # the sets below: never held long, so the watchdog's live check never waits
@@ -291,7 +291,7 @@ def longest_measurement_s(engines: int, settings: Settings) -> float:
     loads within the budget (all at once), each of its rounds answers within the round plus the budget or it is
     dropped, and each child ends within CHILD_STOP_S of being told to or is killed."""
     budget = settings.auto_budget_s
-    return budget + ROUNDS * engines * (ROUND_S + budget) + engines * CHILD_STOP_S + HOLDER_SLACK_S
+    return budget + ROUNDS * engines * (settings.auto_round_s + budget) + engines * CHILD_STOP_S + HOLDER_SLACK_S
 
 
 @contextlib.contextmanager
@@ -382,7 +382,7 @@ def _measure(
         for number, candidate in enumerate(found, 1):  # all load at once: the slowest load bounds the wait
             say(f"loading {candidate.backend} ({candidate.device}), {number} of {len(found)}, at most {budget:g} s...")
             started[candidate] = _Timed(candidate, frames)
-        results = _timed_in_turns(started, budget, say)
+        results = _timed_in_turns(started, budget, settings.auto_round_s, say)
     finally:
         for child in started.values():
             child.stop()
@@ -398,7 +398,9 @@ def _measure(
     return key, ordered
 
 
-def _timed_in_turns(started: dict[Candidate, _Timed], budget: float, say: Say) -> dict[Candidate, Measurement]:
+def _timed_in_turns(
+    started: dict[Candidate, _Timed], budget: float, round_s: float, say: Say
+) -> dict[Candidate, Measurement]:
     """Each child that became ready within the budget runs ROUNDS turns; one that fails or hangs drops out."""
     results: dict[Candidate, Measurement] = {}
     children = {}
@@ -411,10 +413,10 @@ def _timed_in_turns(started: dict[Candidate, _Timed], budget: float, say: Say) -
         results[candidate] = Measurement(candidate.backend, candidate.device, candidate.model, None, error)
         say(f"  {candidate.backend} cannot run: {error}")
     if children:
-        say(f"timing {len(children)} engines in turns: {ROUNDS} rounds of {ROUND_S:g} s each...")
+        say(f"timing {len(children)} engines in turns: {ROUNDS} rounds of {round_s:g} s each...")
     for _ in range(ROUNDS):
         for candidate, child in list(children.items()):
-            if not child.round(ROUND_S, budget):
+            if not child.round(round_s, budget):
                 child.stop()
                 del children[candidate]
                 results[candidate] = child.result()
