@@ -28,6 +28,7 @@ from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
 from edge_inference.edge.tools.backends_report import BackendReport, backends_report
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.errors import quoted
+from edge_inference.service.flush_clock import FlushClock
 from edge_inference.service.limits import ClientSlots, busy
 from edge_inference.service.live import LiveChannel, LiveOptions
 from edge_inference.service.query_names import ALSO_READ
@@ -98,13 +99,15 @@ async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> As
     """Results in order, in batches of whatever accumulated while the client was busy; ends on shutdown."""
     server = request.app.state.config.server
     subscription = pipeline.results.subscribe(server.subscriber_buffer)
-    period = 1.0 / server.client_flush_hz
+    clock: FlushClock = request.app.state.flush_clock
     try:
         while batch := await subscription.batch():
             sent = time.monotonic()
             yield batch
-            # Above the flush rate, gather events instead of paying a write per client per frame.
-            await asyncio.sleep(max(0.0, sent + period - time.monotonic()))
+            # Above the flush rate, gather events instead of paying a write per client per frame; every client
+            # waits for the same tick, so the loop wakes once for all of them.
+            if time.monotonic() - sent < clock.period_s:
+                await clock.next_tick()
     finally:
         pipeline.results.unsubscribe(subscription)
 

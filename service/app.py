@@ -22,6 +22,7 @@ from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.service import api, deepstack, errors, events_api
 from edge_inference.service.access import AccessMiddleware, AccessPolicy
 from edge_inference.service.encodings import EncodingCache
+from edge_inference.service.flush_clock import FlushClock
 from edge_inference.service.limits import ClientSlots, UploadGate
 from edge_inference.service.metrics import ServiceMetrics
 from edge_inference.service.proxy import ForwardedPrefix
@@ -72,6 +73,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.state.metrics = ServiceMetrics(manager, app.state.upload_gate, config.server.strict_ready)
     app.state.client_slots = ClientSlots(config.server.max_clients_per_stream)
     app.state.encodings = EncodingCache()
+    app.state.flush_clock = FlushClock(1.0 / config.server.client_flush_hz)  # streaming clients' writes
     app.state.websockets = 0  # open WebSockets: shutdown lets them close with 1001 before uvicorn's 1012
     app.state.shutdown = asyncio.Event()  # replaced in the lifespan, on the serving loop
     errors.install(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -15,6 +16,7 @@ from websockets.sync.client import connect
 
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.models.detection import BoxXYXY
+from edge_inference.service.flush_clock import FlushClock
 from tests.conftest import MEDIA, VTEST
 from tests.server import running_server, sse_data
 
@@ -273,3 +275,28 @@ def test_each_frame_is_encoded_once_for_every_client():
         "detections": [],
         "timing_ms": {f"{stage}_ms": 0 for stage in STAGES} | {"captured_at": 1.0},
     }
+
+
+def test_streaming_clients_wait_for_one_tick_and_a_client_that_leaves_does_not_stop_it():
+    """20 clients that flushed wait for the same tick (one wake of the loop for all, not a timer each); one that
+    disconnects meanwhile is cancelled alone; the next tick is due one period after the last."""
+
+    async def scenario() -> tuple[list[float], float, float]:
+        clock = FlushClock(0.05)
+        woke: list[float] = []
+
+        async def client() -> None:
+            await clock.next_tick()
+            woke.append(clock.last_tick)
+
+        tasks = [asyncio.create_task(client()) for _ in range(20)]
+        await asyncio.sleep(0)  # every client is waiting
+        tasks[3].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        first = clock.last_tick
+        await clock.next_tick()
+        return woke, first, clock.last_tick
+
+    woke, first, second = asyncio.run(scenario())
+    assert len(woke) == 19 and set(woke) == {first}
+    assert second == pytest.approx(first + 0.05)
