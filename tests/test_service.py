@@ -279,7 +279,8 @@ def test_each_frame_is_encoded_once_for_every_client():
 
 def test_streaming_clients_wait_for_one_tick_and_a_client_that_leaves_does_not_stop_it():
     """20 clients that flushed wait for the same tick (one wake of the loop for all, not a timer each); one that
-    disconnects meanwhile is cancelled alone; the next tick is due one period after the last."""
+    disconnects meanwhile is cancelled alone; the next tick is due no sooner than a period after the last (exactly
+    then unless the machine stalled a whole period in between: no assertion on how long anything took)."""
 
     async def scenario() -> tuple[list[float], float, float]:
         clock = FlushClock(0.05)
@@ -299,4 +300,4 @@ def test_streaming_clients_wait_for_one_tick_and_a_client_that_leaves_does_not_s
 
     woke, first, second = asyncio.run(scenario())
     assert len(woke) == 19 and set(woke) == {first}
-    assert second == pytest.approx(first + 0.05)
+    assert second >= first + 0.05
