@@ -358,8 +358,8 @@ async def live_channel(
 ) -> EventSourceResponse:
     manager, server, slots = manager_of(request), request.app.state.config.server, _slots(request)
     slots.take(LIVE_SLOT, what="the live channel (dashboards)")
-    options = LiveOptions(frame_hz, thumb_fps, thumb_height, server.client_flush_hz)
-    channel = LiveChannel(manager, _cache(request), options, server.subscriber_buffer)
+    options = LiveOptions(frame_hz, thumb_fps, thumb_height)
+    channel = LiveChannel(manager, _cache(request), options, server.subscriber_buffer, request.app.state.flush_clock)
 
     def close() -> None:
         channel.close()

@@ -26,6 +26,7 @@ from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.stream.pipeline import FrameResult
 from edge_inference.edge.stream.publish import Subscription
 from edge_inference.service.encodings import EncodingCache
+from edge_inference.service.flush_clock import FlushClock
 
 COMPARE_JSON = TypeAdapter(list[CompareSnapshot])
 COMPARE_EVERY_S = 1.0
@@ -37,7 +38,6 @@ class LiveOptions:
     frame_hz: float  # detections per stream per second (the newest frame's)
     thumb_fps: float  # small JPEGs per stream per second
     thumb_height: int
-    flush_hz: float  # writes per second to the client
 
 
 def _thumb_event(cache: EncodingCache, result: FrameResult, height: int) -> bytes:
@@ -49,8 +49,10 @@ def _thumb_event(cache: EncodingCache, result: FrameResult, height: int) -> byte
 class LiveChannel:
     """One client's subscriptions to every stream (and to the event layer's changes), read in turn."""
 
-    def __init__(self, manager: StreamManager, cache: EncodingCache, options: LiveOptions, buffer: int) -> None:
-        self.manager, self.cache, self.options = manager, cache, options
+    def __init__(
+        self, manager: StreamManager, cache: EncodingCache, options: LiveOptions, buffer: int, clock: FlushClock
+    ) -> None:
+        self.manager, self.cache, self.options, self.clock = manager, cache, options, clock
         self.streams = {sid: (p, p.results.subscribe(buffer)) for sid, p in manager.pipelines.items()}
         recorder = manager.events.recorder
         self.changes: Subscription[RecordedChange] | None = recorder.changes.subscribe(256) if recorder else None
@@ -70,14 +72,13 @@ class LiveChannel:
         return all(subscription.closed for _, subscription in self.streams.values())
 
     async def messages(self) -> AsyncIterator[bytes]:
-        """Writes of whatever is due, at most `flush_hz` a second, until the service stops."""
-        period = 1.0 / self.options.flush_hz
+        """Writes of whatever is due, one a tick of the clock every streaming client shares (so every dashboard and
+        SSE client wakes the event loop once a period together), until the service stops."""
         while not self.ended:
-            started = time.monotonic()
-            chunk = await self._due(started)
+            chunk = await self._due(time.monotonic())
             if chunk:
                 yield chunk
-            await asyncio.sleep(max(0.0, started + period - time.monotonic()))
+            await self.clock.next_tick()
 
     async def _due(self, now: float) -> bytes:
         parts: list[bytes] = []
