@@ -81,8 +81,8 @@ class Preprocessor:
         self._identity = bool(np.all(self._a == 1)) and not self._has_offset
         # Pixels are uint8, so normalisation + quantisation is a 256-entry table per channel: one pass, any depth.
         # The exception is a float NCHW input that only needs the cast (YOLOX's raw 0..255): a split and a cast of
-        # each contiguous plane beats three tables. With a scale the table stays ahead (yolov8n at 640: 0.86 vs
-        # 1.04 ms once inference evicted the caches).
+        # each contiguous plane beats three tables. With a scale the table stays: exact to the definition, and in
+        # the detect loop as quick as a multiply of each plane (yolov8n at 640, BENCHMARKS.md).
         planar_cast = pre.layout == "NCHW" and self._identity
         uses_table = self.dtype in _DIRECT_DTYPES and not (self.dtype == np.float32 and planar_cast)
         self._lut = self._table(a, b) if uses_table else None
@@ -113,11 +113,10 @@ class Preprocessor:
         _into(roi, cv2.resize(image_bgr, (t.resized_width, t.resized_height), dst=roi, interpolation=cv2.INTER_LINEAR))
         if self._swap and self.pre.layout == "NHWC":
             cv2.cvtColor(roi, cv2.COLOR_BGR2RGB, dst=roi)  # planar (NCHW) layouts swap for free, by plane order
-        if self._in_tensor:
-            if self._xor is not None:
-                np.bitwise_xor(roi, self._xor, out=roi)
-        else:
+        if not self._in_tensor:
             self._convert(rows, cols, self._tensor)  # the picture only: the padding is in every tensor already
+        elif self._xor is not None:
+            np.bitwise_xor(roi, self._xor, out=roi)
         return self._tensor, t
 
     def _pad_every_tensor(self) -> None:

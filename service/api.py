@@ -106,8 +106,7 @@ async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> As
             yield batch
             # Above the flush rate, gather events instead of paying a write per client per frame; every client
             # waits for the same tick, so the loop wakes once for all of them.
-            if time.monotonic() - sent < clock.period_s:
-                await clock.next_tick()
+            await clock.pace(sent)
     finally:
         pipeline.results.unsubscribe(subscription)
 

@@ -4,6 +4,7 @@ together, so the event loop wakes once a period for all of them, not once per cl
 from __future__ import annotations
 
 import asyncio
+import time
 
 
 class FlushClock:
@@ -17,6 +18,12 @@ class FlushClock:
     def last_tick(self) -> float:
         """The loop time the last tick was due at."""
         return self._last_tick
+
+    async def pace(self, since: float) -> None:
+        """After a write begun at `since` (time.monotonic()): waits for the next tick, unless a period has passed
+        already (a slow write is followed at once by the next)."""
+        if time.monotonic() - since < self.period_s:
+            await self.next_tick()
 
     async def next_tick(self) -> None:
         """Returns at the next tick, at most a period from now. A waiter cancelled leaves the others waiting."""

@@ -75,10 +75,11 @@ class LiveChannel:
         """Writes of whatever is due, one a tick of the clock every streaming client shares (so every dashboard and
         SSE client wakes the event loop once a period together), until the service stops."""
         while not self.ended:
-            chunk = await self._due(time.monotonic())
+            started = time.monotonic()
+            chunk = await self._due(started)
             if chunk:
                 yield chunk
-            await self.clock.next_tick()
+            await self.clock.pace(started)
 
     async def _due(self, now: float) -> bytes:
         parts: list[bytes] = []

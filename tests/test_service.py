@@ -301,3 +301,18 @@ def test_streaming_clients_wait_for_one_tick_and_a_client_that_leaves_does_not_s
     woke, first, second = asyncio.run(scenario())
     assert len(woke) == 19 and set(woke) == {first}
     assert second >= first + 0.05
+
+
+def test_a_write_that_took_a_period_or_more_is_followed_at_once_not_after_another_tick():
+    """A client whose write took longer than the flush period (a slow network, a large batch) is not held back a
+    further tick; one that wrote just now waits for the tick. Deterministic: `since` says when the write began."""
+
+    async def scenario() -> tuple[float, float]:
+        clock = FlushClock(0.05)
+        await clock.pace(time.monotonic() - 1.0)  # began a second ago: no wait, no tick
+        without = clock.last_tick
+        await clock.pace(time.monotonic())
+        return without, clock.last_tick
+
+    without, after = asyncio.run(scenario())
+    assert without == float("-inf") and after > without
