@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from typing import Protocol
 
 import cv2
@@ -70,10 +72,8 @@ class Preprocessor:
             np.all(np.abs(a - 1.0) * 255 < 1.0) and np.all(np.abs(b) < 0.5)
         )
         shape = (1, 3, pre.height, pre.width) if pre.layout == "NCHW" else (1, pre.height, pre.width, 3)
-        # A ring of output tensors: a pipeline prepares frame N+1 while the engine still reads frame N.
-        self._ring = [np.empty(shape, dtype=self.dtype) for _ in range(max(1, buffers))]
-        self._turn = 0
-        self._tensor = self._ring[0]
+        # Output tensors a pipeline keeps in flight: it prepares frame N+1 while the engine still reads frame N.
+        self._slots = TensorSlots(lambda: np.empty(shape, dtype=self.dtype), max(1, buffers))
         self._scratch = None if self.dtype in _DIRECT_DTYPES else np.empty(shape[1:], dtype=np.float32)
         self._a = a.astype(np.float32)
         self._b = b.astype(np.float32)
@@ -99,31 +99,35 @@ class Preprocessor:
         self._in_tensor = pre.layout == "NHWC" and (self._passthrough or self._xor is not None)
 
     def __call__(self, image_bgr: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
-        self._tensor = self._ring[self._turn]
-        self._turn = (self._turn + 1) % len(self._ring)
+        """The image as the model's input, in a tensor no other frame in flight holds (until `release`).
+        Called from one thread at a time (the canvas is shared); `release` may come from any thread."""
         height, width = image_bgr.shape[:2]
         if self._last_size != (width, height) or self._transform is None:
             self._transform = ImageTransform.fit(width, height, self.pre)
             self._last_size = (width, height)
-            self._pad_every_tensor()
+            self._canvas[:] = self.pre.pad_value  # the old picture's rectangle is padding at the new size
         t = self._transform
+        tensor = self._slots.take((width, height), self._pad)
         rows, cols = slice(t.pad_y, t.pad_y + t.resized_height), slice(t.pad_x, t.pad_x + t.resized_width)
         # Resized straight into the letterbox canvas (or the tensor): no intermediate image, no copy.
-        roi = (self._tensor[0].view(np.uint8) if self._in_tensor else self._canvas)[rows, cols]
+        roi = (tensor[0].view(np.uint8) if self._in_tensor else self._canvas)[rows, cols]
         _into(roi, cv2.resize(image_bgr, (t.resized_width, t.resized_height), dst=roi, interpolation=cv2.INTER_LINEAR))
         if self._swap and self.pre.layout == "NHWC":
             cv2.cvtColor(roi, cv2.COLOR_BGR2RGB, dst=roi)  # planar (NCHW) layouts swap for free, by plane order
         if not self._in_tensor:
-            self._convert(rows, cols, self._tensor)  # the picture only: the padding is in every tensor already
+            self._convert(rows, cols, tensor)  # the picture only: the tensor holds this size's padding already
         elif self._xor is not None:
             np.bitwise_xor(roi, self._xor, out=roi)
-        return self._tensor, t
+        return tensor, t
 
-    def _pad_every_tensor(self) -> None:
-        """A new frame size: the canvas is all padding, converted once into every tensor of the ring."""
-        self._canvas[:] = self.pre.pad_value
-        for tensor in self._ring:
-            self._convert(slice(None), slice(None), tensor)
+    def release(self, tensor: np.ndarray) -> None:
+        """The engine is done with a tensor this returned: it may hold another frame."""
+        self._slots.release(tensor)
+
+    def _pad(self, tensor: np.ndarray) -> None:
+        """A tensor about to hold a frame of another size than it last held: the canvas's padding into all of it
+        (the picture's rectangle is written over next). Only this tensor: others may be in the engine."""
+        self._convert(slice(None), slice(None), tensor)
 
     def _region(self, array: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
         """The rectangle of an image-shaped array (the tensor, the scratch) in the model's layout."""
@@ -228,6 +232,49 @@ class Preprocessor:
         np.multiply(hwc, self._a, out=work)
         if self._has_offset:
             work += self._b
+
+
+class TensorSlots:
+    """The input tensors of frames in flight. A tensor is handed out only while no frame holds it: from `take` to
+    `release` it is the caller's (a file's frames wait in a queue and run on several lanes, so the one prepared next
+    may not reuse the one an engine still reads). Each remembers the frame size its padding was painted for, so a
+    change of size repaints only the tensor about to be filled. Past `expected` tensors held at once (a caller that
+    never releases: a benchmark's prepare loop) up to twice as many are made, a margin for a caller that counted
+    short; past that the one taken longest ago is reused, as a fixed ring would."""
+
+    def __init__(self, make: Callable[[], np.ndarray], expected: int) -> None:
+        self._make = make
+        self._expected = expected
+        self._lock = threading.Lock()  # take and release come from different threads; held for list work only
+        self._free: list[np.ndarray] = []
+        self._held: dict[int, np.ndarray] = {}  # id -> tensor, in the order taken
+        self._painted: dict[int, object] = {}  # id -> the frame size its padding is for
+
+    def take(self, size: object, paint: Callable[[np.ndarray], None]) -> np.ndarray:
+        with self._lock:
+            if self._free:
+                tensor = self._free.pop()
+            elif len(self._held) < 2 * self._expected:
+                tensor = self._make()
+            else:  # every expected tensor is held and none was released: reuse the oldest
+                tensor = self._held.pop(next(iter(self._held)))
+            self._held[id(tensor)] = tensor
+            fresh = self._painted.get(id(tensor)) != size
+            self._painted[id(tensor)] = size
+        if fresh:
+            paint(tensor)  # outside the lock: this tensor is held by no one else now
+        return tensor
+
+    def release(self, tensor: np.ndarray) -> None:
+        with self._lock:
+            if self._held.pop(id(tensor), None) is not None:
+                self._free.append(tensor)
+
+    @property
+    def count(self) -> int:
+        """Tensors made so far."""
+        with self._lock:
+            return len(self._held) + len(self._free)
 
 
 def _into(dst: np.ndarray, result: np.ndarray) -> None:

@@ -11,6 +11,7 @@ import cv2
 import numpy as np
 import pytest
 import yaml
+from hypothesis import settings as hypothesis_settings
 
 from edge_inference.edge.detection.memory import available_memory
 from tests.video_detections import VideoDetections
@@ -34,6 +35,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # is fastest, and 3 engines x 3 rounds of 1 s made each measuring test 7 s longer
     os.environ.setdefault("EDGE_AUTO_ROUND_S", "0.25")
 
+
+# Property tests draw their examples from a fixed seed in CI (the same examples on every run, no database carried
+# between runs); elsewhere from a new one each run, so a developer's runs explore further.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("dev", print_blob=True)
+hypothesis_settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 GIB_PER_WORKER = 1.5  # a worker's servers, engines and browser at their peak, with room for the kernel's caches
 

@@ -105,9 +105,9 @@ def test_every_tensor_path_gives_the_defined_values(layout, color, dtype, norm, 
 
 @every_path
 def test_every_tensor_path_letterboxes_frames_of_changing_sizes(layout, color, dtype, norm, quant):
-    """Only the picture's rectangle is converted per frame; the padding is converted once per frame size into every
-    tensor of the ring. Landscape, portrait, landscape again, through a ring of two: each tensor is the definition
-    applied to the letterboxed frame (resized as cv2.resize does, padded with the pad value)."""
+    """Only the picture's rectangle is converted per frame; a tensor's padding is converted when it is taken for a
+    frame of another size than it last held. Landscape, portrait, landscape again, through two tensors: each is the
+    definition applied to the letterboxed frame (resized as cv2.resize does, padded with the pad value)."""
     rng = np.random.default_rng(1)
     pre = Preprocessing(width=40, height=40, layout=layout, color=color, pad_value=114, mean=norm[0], std=norm[1])
     preprocess = Preprocessor(pre, np.dtype(dtype), quant, buffers=2)

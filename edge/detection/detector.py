@@ -69,7 +69,7 @@ class DetectionResult:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A frame turned into the model's input; the tensor lives in the detector's buffer ring."""
+    """A frame turned into the model's input; the tensor is the detector's, held for this frame until inferred."""
 
     tensor: np.ndarray
     transform: ImageTransform
@@ -115,11 +115,18 @@ class Detector:
         return Prepared(tensor, transform, (time.perf_counter() - t0) * 1e3)
 
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
-        return self.backend.run(tensor)
+        """The engine's outputs; a tensor from `prepare` may hold another frame once this returns."""
+        try:
+            return self.backend.run(tensor)
+        finally:
+            self._preprocess.release(tensor)
 
     def infer_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
         """Outputs and inference milliseconds; on a shared engine, the wait for its turn is not inference."""
-        outputs, took = self.backend.run_timed(tensor)
+        try:
+            outputs, took = self.backend.run_timed(tensor)
+        finally:
+            self._preprocess.release(tensor)
         self.recent_inference_ms.append(took)  # deque appends are atomic: lanes may call this side by side
         return outputs, took
 
