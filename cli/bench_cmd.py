@@ -13,7 +13,7 @@ from edge_inference.cli.options import home_expanded
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.tools.bench import parse_backends, plan, read_frames, run_pair, score_against_reference
-from edge_inference.edge.tools.bench_report import table, writable_folder, write_outputs
+from edge_inference.edge.tools.bench_report import CHART_NEEDS, table, writable_folder, write_outputs
 
 
 @cli.command()
@@ -78,6 +78,8 @@ def bench(
     meta = {"source": shown, "frames": len(images), "machine": machine, "python": platform.python_version()}
     paths = write_outputs(results, out, meta)
     click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
+    if not any(p.suffix == ".png" for p in paths):
+        click.echo(f"note: {CHART_NEEDS}", err=True)
     if not any(r.ok for r in results):
         click.echo(json.dumps([r.reason for r in results]), err=True)
         raise SystemExit(1)

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import click
 import cv2
 import numpy as np
+from tqdm import tqdm
 
 from edge_inference.edge.detection.detector import DetectionResult, Detector
 from edge_inference.edge.detection.report import result_record
@@ -84,9 +85,13 @@ def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path
         return False
     rate = float(capture.get(cv2.CAP_PROP_FPS) or 0)
     fps = rate if 0 < rate < 1000 else None
+    count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0)
     tally, writer = VideoTally(), None
+    # drawn on a terminal only (tqdm's disable=None), on stderr: --json's lines and a log file stay clean
+    bar = tqdm(total=count if count > 0 else None, disable=None, unit="frame", leave=False, desc=named_path(path).name)
     try:
         for frame in _frames(capture):
+            bar.update(1)
             result = detector.detect(frame)
             tally.add([d.label for d in result.detections], result.width, result.height, result.timings.inference_ms)
             if as_json:
@@ -97,6 +102,7 @@ def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path
                 )
                 writer.write(draw_detections(frame, result.detections))
     finally:
+        bar.close()
         capture.release()
         if writer is not None:
             writer.release()

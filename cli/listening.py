@@ -4,7 +4,10 @@ machine does not have is one clear line (`edge serve`), or a finding (`edge serv
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
+
+import psutil
 
 from edge_inference.edge.errors import EdgeError
 
@@ -46,3 +49,27 @@ def listen(host: str, port: int) -> socket.socket:
     listener.listen(2048)
     listener.set_inheritable(True)
     return listener
+
+
+ALL_ADDRESSES = ("0.0.0.0", "::", "")
+
+
+def shown_hosts(host: str) -> list[str]:
+    """The host names a URL of the service should carry: its own host, or, where it listens on every address (which
+    no other machine can open: `http://0.0.0.0:8080`), this machine's addresses other machines can reach, IPv4
+    first; `localhost` where it has none (no network yet)."""
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return ["localhost"]
+    if host not in ALL_ADDRESSES:
+        return [f"[{host}]" if ":" in host else host]
+    families = (socket.AF_INET, socket.AF_INET6) if host == "::" else (socket.AF_INET,)
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            if entry.family not in families:
+                continue
+            address = ipaddress.ip_address(entry.address.split("%")[0])
+            if not (address.is_loopback or address.is_link_local or address.is_multicast):
+                found.append(address)
+    found.sort(key=lambda a: (a.version, int(a)))
+    return [str(a) if a.version == 4 else f"[{a}]" for a in found] or ["localhost"]

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import click
 
+from edge_inference.backends import engine_keys
+from edge_inference.backends.discovery import choose_backend
 from edge_inference.cli.app import cli
 from edge_inference.cli.options import detector_config, detector_options
-from edge_inference.edge.detection.loader import load_detector
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.model_files import locate_model, model_for_engine
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.settings import Settings
+from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import is_cached, pull, verify
 from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry
 
@@ -33,6 +36,19 @@ mirror_option = click.option(
     envvar="EDGE_MODEL_MIRROR",
     help="Folder or URL to pull from instead of upstream [env EDGE_MODEL_MIRROR].",
 )
+
+
+def the_file_named(config: DetectorConfig) -> DetectorConfig:
+    """`auto` for a description: an engine that reads the named file itself, by rule and unmeasured (`auto` alone
+    would time the engines and describe the fastest one's own file of the family: `yolox-nano-openvino`)."""
+    if config.backend != "auto":
+        return config
+    _, path = locate_model(config.model, get_settings())
+    ruled = choose_backend(path).backend
+    readers = [key for key in [ruled, *engine_keys()] if model_for_engine(config.model, key)[0] == config.model]
+    if not readers:
+        return config  # no engine reads it: loading says why in one line
+    return replace(config, backend=readers[0])
 
 
 @cli.group()
@@ -101,10 +117,14 @@ def verify_models(names: tuple[str, ...], cache: str | None) -> None:
 
 
 @models.command("describe")
+@click.argument("name", required=False)
 @detector_options
-def describe(**kwargs: Any) -> None:
-    """How a model file is read: tensors, decoder, pre-processing, and where each setting came from."""
-    detector = load_detector(detector_config(kwargs))
+def describe(name: str | None, **kwargs: Any) -> None:
+    """How a model file is read: tensors, decoder, pre-processing, and where each setting came from. NAME (or
+    --model) is a registry name or a file; that very file is described, on an engine that reads it."""
+    if name:
+        kwargs["model"] = name
+    detector = load_detector(the_file_named(detector_config(kwargs)))
     backend, spec = detector.backend, detector.spec
     for note in backend.notes:  # `auto` may mean another engine's file of a family: say which one is described
         click.echo(f"note: {note}", err=True)

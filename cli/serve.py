@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from edge_inference.cli.app import cli
-from edge_inference.cli.listening import bind
+from edge_inference.cli.listening import bind, shown_hosts
 from edge_inference.cli.options import FRACTION, classes_flag, engine_option_flag, labels_flag
 from edge_inference.edge.config import (
     LOOPBACK,
@@ -25,10 +25,11 @@ from edge_inference.models.registry import DEFAULT_MODEL
 
 
 def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_token: bool) -> str:
-    host = config.server.host
-    shown = "localhost" if host in (LOOPBACK, "localhost", "::1") else host
+    shown, *others = shown_hosts(config.server.host)
     base = f"http://{shown}:{port}"
     lines = [f"edge: serving on {base}  (API docs {base}/docs)"]
+    if others:
+        lines.append(f"  also at {', '.join(f'http://{host}:{port}' for host in others)}")
     if generated_token:
         lines.append(f"  dashboard {base}/?token={generated_token}")
         lines.append(

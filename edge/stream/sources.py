@@ -182,10 +182,14 @@ class CaptureSource(FrameSource):
             self._capture = None
 
 
+SLIDESHOW_FPS = 1.0  # stills alone, paced, with no `fps` given: a photo a second
+
+
 class FilesSource(FrameSource):
     """A still image, a folder of images and videos, or a glob, in name order: an image is one frame, a video every
-    frame of it (as `edge detect folder/` and Ultralytics' `source=folder/` run them). Images come at `fps` a second
-    when it is given, as a slideshow, else as fast as they are processed; paced videos at their own rate."""
+    frame of it (as `edge detect folder/` and Ultralytics' `source=folder/` run them). Paced, images come as a
+    slideshow at `fps` a second, one a second when it is not given (a looping folder of stills ran at 40 fps, a whole
+    core); with videos among them, at the first video's rate. Unpaced (`--no-pace`), as fast as they are processed."""
 
     def __init__(self, target: str, paths: list[Path], fps: float | None = None) -> None:
         super().__init__(target)
@@ -198,7 +202,9 @@ class FilesSource(FrameSource):
 
     @property
     def fps(self) -> float | None:
-        return self._fps or self._video_fps
+        if self._videos:
+            return self._fps or self._video_fps
+        return self._fps or SLIDESHOW_FPS
 
     def fresh(self) -> FilesSource:
         return FilesSource(self.target, self._paths, self._fps)

@@ -103,7 +103,8 @@ def write_outputs(results: list[PairResult], out: Path, meta: dict[str, Any]) ->
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    _chart([r for r in results if r.ok], png_path, meta.get("machine", ""))
+    if not _chart([r for r in results if r.ok], png_path, meta.get("machine", "")):
+        return [json_path, csv_path]
     return [json_path, csv_path, png_path]
 
 
@@ -113,8 +114,15 @@ def plot_label(result: PairResult) -> str:
     return f"{result.pair.model} @ {result.pair.backend}\n{result.device or result.pair.device}"
 
 
-def _chart(results: list[PairResult], path: Path, machine: str) -> None:
-    import matplotlib
+CHART_NEEDS = "no bench.png: the chart needs matplotlib (pip install 'edge-inference[bench]')"
+
+
+def _chart(results: list[PairResult], path: Path, machine: str) -> bool:
+    """The latency chart; False where matplotlib is not installed (the basic install: the table says it all)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")  # files only; the service and CI have no display
     import matplotlib.pyplot as plt
@@ -137,3 +145,4 @@ def _chart(results: list[PairResult], path: Path, machine: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return True
