@@ -12,6 +12,7 @@ from edge_inference.backends.base import (
     PixelSteps,
     Quantization,
     TensorInfo,
+    brief,
 )
 from edge_inference.backends.engine import Engine, engines, get_engine
 
@@ -45,6 +46,7 @@ __all__ = [
     "PixelSteps",
     "Quantization",
     "TensorInfo",
+    "brief",
     "describe_model",
     "engine_keys",
     "engines",

@@ -22,6 +22,20 @@ class BackendError(RuntimeError):
     """A failure the user can act on; the message says what to do."""
 
 
+BRIEF_LIMIT = 600  # characters: the longest advice we write (the Edge TPU runtime's install) fits whole
+
+
+def brief(text: str, limit: int = BRIEF_LIMIT) -> str:
+    """A message for one line: its first line, whole where it fits; a longer one (an engine's own multi-kilobyte
+    error) ends at the last clause that fits, marked as cut, never in the middle of a word or a sentence."""
+    line = text.strip().split("\n", 1)[0].strip()
+    if len(line) <= limit:
+        return line
+    head = line[: limit - len(" (...)")]
+    cut = max(head.rfind(mark) for mark in ("; ", ". ", ": ", ", "))
+    return (head[:cut] if cut > limit // 3 else head.rsplit(" ", 1)[0]).rstrip(" ,;:.") + " (...)"
+
+
 def unreadable_model(path: Path, kind: str, detail: str) -> BackendError:
     """An engine could not parse the file: cut short by a copy or download, or not a model of this kind."""
     return BackendError(

@@ -17,6 +17,7 @@ from edge_inference.backends.base import (
     Parallel,
     Quantization,
     TensorInfo,
+    brief,
     unreadable_model,
 )
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
@@ -73,7 +74,7 @@ def create_interpreter(path: Path, threads: int | None, delegates: list[Any] | N
     try:
         interpreter = interpreter_cls(model_path=str(path), num_threads=threads, experimental_delegates=delegates)
     except (ValueError, RuntimeError) as exc:
-        detail = str(exc).splitlines()[0][:200]
+        detail = brief(str(exc))
         raise unreadable_model(path, "a TFLite", detail) from None
     return interpreter, engine
 
@@ -88,7 +89,9 @@ def allocate(interpreter: Any, path: Path) -> None:
                 f"{path.name} is compiled for the Coral Edge TPU; run it with --backend edgetpu, "
                 "or use its CPU twin (the same file name without _edgetpu)"
             ) from None
-        raise BackendError(f"{path.name}: the TFLite interpreter cannot prepare this model: {str(exc)[:200]}") from None
+        raise BackendError(
+            f"{path.name}: the TFLite interpreter cannot prepare this model: {brief(str(exc))}"
+        ) from None
 
 
 @dataclass

@@ -11,6 +11,7 @@ import click
 from edge_inference.cli.app import cli
 from edge_inference.cli.options import home_expanded
 from edge_inference.edge.detection.machine import describe_machine
+from edge_inference.edge.errors import counted
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.tools.bench import parse_backends, plan, read_frames, run_pair, score_against_reference
 from edge_inference.edge.tools.bench_report import CHART_NEEDS, table, writable_folder, write_outputs
@@ -63,7 +64,7 @@ def bench(
     images = read_frames(source, frames, step)
     machine = describe_machine()
     shown = mask_url(source)  # the table, bench.json and bench.csv never carry a stream's password
-    click.echo(f"edge bench: {len(images)} frames of {shown}, {len(pairs)} pairs", err=True)
+    click.echo(f"edge bench: {counted(len(images), 'frame')} of {shown}, {counted(len(pairs), 'pair')}", err=True)
     results = []
     quiet = True if no_progress else None  # None: tqdm draws only on a terminal, never into a log file
     with tqdm(total=len(pairs) * len(images), disable=quiet, unit="frame", dynamic_ncols=True) as bar:

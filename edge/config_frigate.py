@@ -11,6 +11,8 @@ import difflib
 import re
 from typing import Any
 
+from edge_inference.edge.errors import counted
+
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -411,7 +413,7 @@ def points_from_text(value: Any) -> Any:
     except ValueError:
         return value  # pydantic's words on the text as written
     if len(numbers) % 2:
-        raise ValueError(f"{len(numbers)} numbers: coordinates come in x,y pairs")
+        raise ValueError(f"{counted(len(numbers), 'number')}: coordinates come in x,y pairs")
     return [numbers[i : i + 2] for i in range(0, len(numbers), 2)]
 
 

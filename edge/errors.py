@@ -28,3 +28,8 @@ def connection_failure(exc: OSError, host: str, port: int, timeout_s: float, run
     if isinstance(exc, TimeoutError):
         return f"{where} does not answer within {timeout_s:g} s: check the network, a firewall, and the address"
     return f"{where} cannot be reached ({exc.strerror or exc}): check the network and the address"
+
+
+def counted(number: int, thing: str, things: str | None = None) -> str:
+    """`1 pair`, `2 pairs`: a count with its noun (`things` where the plural is not `thing` + s)."""
+    return f"{number} {thing if number == 1 else things or thing + 's'}"

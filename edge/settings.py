@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     # ... and the seconds of each of an engine's timed rounds (EDGE_AUTO_ROUND_S): longer for a slow model on a slow
     # board (a 300 ms model runs 3 frames in a 1 s round), shorter for a pick sooner
     auto_round_s: float = Field(default=1.0, gt=0, le=60)
+    # ... and how long the service runs before its own inference times become the figure its later ones are checked
+    # against (EDGE_AUTO_SETTLE_S): streams starting, engines warming and auto's first measurement settle first
+    auto_settle_s: float = Field(default=180.0, ge=0)
     # A folder or URL laid out like the registry paths (onnx/..., tflite/...), for machines without internet.
     model_mirror: str | None = None
     # The service's API token (EDGE_TOKEN), or a file holding it (EDGE_TOKEN_FILE); a config file's own wins.

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edge_inference.edge.config import MIN_TOKEN_LENGTH, ServerConfig
 from edge_inference.edge.config_paths import with_path_meant
-from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.errors import EdgeError, counted
 from edge_inference.edge.settings import Settings
 
 COOKIE = "edge_token"
@@ -87,7 +87,8 @@ def _given_token(server: ServerConfig, settings: Settings) -> str | None:
     token = token.strip()
     if len(token) < MIN_TOKEN_LENGTH:
         raise EdgeError(
-            f"the token from {source} has {len(token)} characters; give one of at least {MIN_TOKEN_LENGTH} (make one "
+            f"the token from {source} has {counted(len(token), 'character')}; give one of at least "
+            f"{MIN_TOKEN_LENGTH} (make one "
             "with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))')"
         )
     return token

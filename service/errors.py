@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.errors import EdgeError, counted
 from edge_inference.edge.secrets import mask_text
 
 log = logging.getLogger("edge.service")
@@ -22,12 +22,12 @@ QUOTE_LIMIT = 64
 
 def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
     """repr() of client input, cut to `limit` characters, for error messages."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({counted(len(text), 'character')})"
 
 
 def _bounded(value: Any) -> Any:
     text = str(value)
-    return value if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT] + f"... ({len(text)} characters)"
+    return value if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT] + f"... ({counted(len(text), 'character')})"
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -17,9 +17,11 @@ from typing import Any
 from fastapi import HTTPException, Request
 from starlette.datastructures import Headers
 
+from edge_inference.backends import brief
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record
+from edge_inference.edge.errors import counted
 from edge_inference.edge.runtime.streams import StreamManager, detector_config
 from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
 from edge_inference.service.limits import UploadGate, busy
@@ -84,13 +86,14 @@ def file_and_fields(body: bytes, headers: Headers, limit: int) -> tuple[bytes, s
         try:
             form = await MultiPartParser(headers, replay(), max_part_size=limit).parse()
         except Exception as exc:  # noqa: BLE001 - malformed multipart bodies come in many shapes
-            raise HTTPException(400, f"malformed multipart body: {str(exc)[:200]}") from None
+            raise HTTPException(400, f"malformed multipart body: {brief(str(exc), 200)}") from None
         try:
             files = [value for _key, value in form.multi_items() if not isinstance(value, str)]
             if len(files) > 1:
                 names = ", ".join((file.filename or "unnamed")[:60] for file in files[:5])
+                many = counted(len(files), "file")
                 raise HTTPException(
-                    400, f"{len(files)} files in one request ({names}): send one image a request, each in its own POST"
+                    400, f"{many} in one request ({names}): send one image a request, each in its own POST"
                 )
             if files:
                 fields = {key: value for key, value in form.multi_items() if isinstance(value, str)}

@@ -45,7 +45,7 @@ def test_a_check_beside_the_running_service_reports_what_starting_would_meet_and
             assert f"stream door: {VTEST}: opened, a 768x576 frame read" in out
             engine = next(line for line in out.splitlines() if line.startswith("stream door: yolox-nano on "))
             assert re.search(r": \d+ person\b.* on the first frame", engine), engine  # vtest.avi's walkers
-            assert f"mqtt: mqtt://127.0.0.1:{broker.port} takes this device's user" in out
+            assert f"mqtt: mqtt://127.0.0.1:{broker.port} logs in user edge" in out
             assert re.search(r"warning: storage: events are kept in .*data, which edge \(process \d+ on ", out), out
             assert f"warning: port: 127.0.0.1:{server.port} is in use now" in out
             assert out.rstrip().endswith("check passed: the service would start 1 stream; 2 warnings")

@@ -14,7 +14,8 @@ and dropped leave nothing behind in the service's memory, and each must load wit
 model too large for it) loses, and the others are still compared.
 The service does not wait for a measurement: it serves on the engines' ranking's choice meanwhile and moves to the
 measured pick once it is known (`superseded`). Serving, it checks the pick's live inference times against the
-measurement (`live_check`) and measures again in the background when they have slowed beyond a margin.
+service's own once it has settled (`live_check`) and measures again in the background when they have slowed beyond a
+margin.
 `edge backends --bench MODEL` shows the table; EDGE_AUTO_MEASURE=0 chooses by the fixed ranking instead.
 One measurement at a time on a machine, across processes (`measuring_on_this_machine`): a second process waits and
 takes the first one's result; it waits no longer than a measurement can take (a holder stopped with Ctrl-Z or stuck
@@ -28,6 +29,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -41,7 +43,7 @@ from typing import IO, Any, cast
 
 import numpy as np
 
-from edge_inference.backends import engines
+from edge_inference.backends import brief, engines
 from edge_inference.backends.discovery import choose_backend
 from edge_inference.backends.hardware import (
     coral_pcie_devices,
@@ -55,7 +57,7 @@ from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.detection.model_files import locate_model, model_for_engine
 from edge_inference.edge.detection.timings import process_cpu_seconds
-from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.errors import EdgeError, counted
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import ChecksumMismatchError, sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
@@ -65,13 +67,16 @@ ROUNDS = 3  # turns per engine; the seconds of each are the settings' auto_round
 CLOSE = 0.03  # engines whose best rounds are within 3% of the best are a tie, decided by CPU per frame
 _MEASURING = threading.Lock()  # held through a measurement, and while waiting for another process's
 _BOOKKEEPING = threading.Lock()  # the sets below: never held long, so the watchdog's live check never waits
-_FAILED: set[str] = set()  # keys whose measurement could not be made or kept, in this process
+_FAILED: dict[str, str] = {}  # key -> why its measurement could not be made or kept, in this process
 _BACKGROUND: set[str] = set()  # keys being measured in the background
 _PICKED: dict[str, tuple[str, str] | None] = {}  # key -> the measured pick (backend, device), once measured
 _PICKED_AT: dict[str, float] = {}  # key -> when `_PICKED` was last set (monotonic)
 _REMEASURED: dict[str, float] = {}  # key -> when the live check last asked for a new measurement
-LIVE_SAMPLES = 50  # live inferences before they are compared with the measurement
-SLOWER, LOOSE = 2.0, 1.5  # live / measured inference time that calls for a new measurement: a sure pick, a close one
+# Live inferences in a figure the live check compares. It compares the service's inference times with its own once
+# it has run EDGE_AUTO_SETTLE_S (180 s): seven streams starting, engines warming and auto's own first measurement
+# made a quiet measurement look 5.3x slower in the first 10 s
+LIVE_SAMPLES = 50
+SLOWER, LOOSE = 2.0, 1.5  # now / settled inference time that calls for a new measurement: a sure pick, a close one
 REMEASURE_EVERY_S = 3600.0  # at most this often per measurement: it costs the streams a few seconds of CPU
 CHILD_STOP_S = 5.0  # a timed child's time to end once told to, before it is killed
 HOLDER_SLACK_S = 2.0  # beyond a measurement's own limits: storing it
@@ -79,6 +84,15 @@ LOCK_POLL_S = 0.2  # how often a process waiting for another's measurement looks
 Say = Callable[[str], None]
 # (model, backend, device) -> a loaded detector; the loader's, passed in (the loader itself asks this module)
 Load = Callable[[str, str, str], Detector]
+log = logging.getLogger("edge.auto")
+_LINES_TO_LOG = False  # True in a service (`lines_to_log`): its log has a time and a level on every line
+
+
+def lines_to_log() -> None:
+    """Auto's lines from now on go through the `edge.auto` logger, as the service's other lines do; a command's
+    progress (`edge detect`, `edge bench`) stays plain on stderr."""
+    global _LINES_TO_LOG
+    _LINES_TO_LOG = True
 
 
 @dataclass(frozen=True)
@@ -135,10 +149,15 @@ class AutoChoice:
         """The background measurement this provisional choice waits for has ended."""
         return self.pending is not None and self.pending in _PICKED
 
-    def superseded(self) -> bool:
-        """True once a background measurement picked another engine than this provisional choice."""
+    def superseded(self) -> str | None:
+        """The engine a background measurement picked instead of this provisional choice ("openvino on AUTO"), once
+        it did; None while it measures or when it picked this one."""
         picked = _PICKED.get(self.pending) if self.pending else None
-        return picked is not None and picked != (self.backend, self.device)
+        return named_pick(picked) if picked is not None and picked != (self.backend, self.device) else None
+
+
+def named_pick(pick: tuple[str, str]) -> str:
+    return f"{pick[0]} on {pick[1]}"
 
 
 def candidates(model: str, settings: Settings) -> list[Candidate]:
@@ -259,7 +278,7 @@ def serve_rounds(candidate: Candidate, load: Load, frames: list[np.ndarray], req
         for index in range(WARM_RUNS):
             detector.detect(frames[index % len(frames)])
     except Exception as exc:  # noqa: BLE001 - an engine that cannot load or run here is reported, not fatal
-        reply({"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})
+        reply({"error": brief(str(exc)) or type(exc).__name__})
         return
     reply({"ready": True})
     done = 0
@@ -413,7 +432,7 @@ def _timed_in_turns(
         results[candidate] = Measurement(candidate.backend, candidate.device, candidate.model, None, error)
         say(f"  {candidate.backend} cannot run: {error}")
     if children:
-        say(f"timing {len(children)} engines in turns: {ROUNDS} rounds of {round_s:g} s each...")
+        say(f"timing {counted(len(children), 'engine')} in turns: {ROUNDS} rounds of {round_s:g} s each...")
     for _ in range(ROUNDS):
         for candidate, child in list(children.items()):
             if not child.round(round_s, budget):
@@ -493,7 +512,7 @@ class _Timed:
         stderr = self.process.stderr.read() if self.process.stderr else ""
         errors = [line for line in stderr.splitlines() if line.startswith("error:")]
         why = errors[-1][6:].strip() if errors else f"the measurement ended with status {self.process.returncode}"
-        return why[:200]
+        return brief(why)
 
     def result(self) -> Measurement:
         c = self.candidate
@@ -558,11 +577,15 @@ def certainty(results: list[Measurement]) -> str:
             f"close: {best.backend} and {runner.backend} are within {CLOSE:.0%} in throughput; "
             f"{best.backend} uses less CPU per frame ({best.cpu_ms:.1f} vs {runner.cpu_ms:.1f} ms)"
         )
-    return f"likely: {best.backend} is ahead in its best round, but the rounds of {runner.backend} overlap its"
+    return (
+        f"likely: {best.backend} is ahead in its best round, but {runner.backend}'s best round beat "
+        f"{best.backend}'s slowest"
+    )
 
 
 def stored_results(key: str, model: str, settings: Settings) -> list[Measurement]:
     """The measurement kept under `key`, made now when there is none; [] if that failed."""
+    why = "no engine could be timed"
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
         if key not in read_cache(settings) and key not in _FAILED:
             try:
@@ -571,10 +594,11 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
                     if key not in read_cache(settings):  # another process may have measured it while it waited
                         _measure_now(model, settings)
             except EdgeError as exc:  # not to be kept, or the other process never finished: the ranking's choice
-                print(f"error: {exc}", file=sys.stderr, flush=True)
+                _say(str(exc), error=True)
+                why = str(exc)
     entry = read_cache(settings).get(key)
     if entry is None:
-        _FAILED.add(key)  # not again in this process: every stream and reload would wait for it
+        _FAILED.setdefault(key, why)  # not again in this process: every stream and reload would wait for it
     try:
         results = [Measurement(**r) for r in cast(list[dict[str, Any]], entry["results"])] if entry else []
     except (TypeError, KeyError):  # a hand-edited or older file: measure again next time
@@ -607,7 +631,8 @@ def auto_choice(
     results = stored_results(key, model, settings)
     best = fastest(results)
     if best is None:
-        return _by_rule(model, settings, found, "no measurement could be made or kept")
+        why = _FAILED.get(key) or "no engine ran a timed round"
+        return _by_rule(model, settings, found, f"no measurement could be made or kept ({why.rstrip('.')})")
     reason = f"fastest here when measured ({_figures(best, results)}); {certainty(results)}"
     # the candidate's own model: a stored result may come from another copy of the same file
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
@@ -639,18 +664,20 @@ def _measure_in_background(key: str, model: str, settings: Settings) -> None:
     threading.Thread(target=stored_results, args=(key, model, settings), name="auto-measure", daemon=True).start()
 
 
-def live_check(choice: AutoChoice, live_ms: list[float], now: float | None = None) -> str | None:
+def live_check(choice: AutoChoice, live_ms: list[float], settled_ms: float | None) -> str | None:
     """Whether the service's own figures call for measuring again: the pick's inferences now take SLOWER times
-    what they took when measured (LOOSE when another engine was close). Returns the reason, or None."""
-    timing = choice.timing
-    if timing is None or not timing.infer_ms or len(live_ms) < LIVE_SAMPLES or choice.key is None:
+    what they took in this service once it had settled (LOOSE when another engine was close). Like with like: both
+    are inference times under the load the service itself makes, never against the quiet measurement, which timed
+    one engine alone on other threads. Returns the reason, or None."""
+    if settled_ms is None or len(live_ms) < LIVE_SAMPLES or choice.key is None:
         return None
     live = float(np.median(live_ms))
-    limit = (SLOWER if choice.sure else LOOSE) * timing.infer_ms
-    if live <= limit:
+    if live <= (SLOWER if choice.sure else LOOSE) * settled_ms:
         return None
-    measured = timing.infer_ms
-    return f"its inferences take {live:.3g} ms here now, {live / measured:.1f}x the {measured:.3g} ms measured"
+    return (
+        f"inferences take {live:.3g} ms now, {live / settled_ms:.1f}x the {settled_ms:.3g} ms they took once this "
+        "service had settled"
+    )
 
 
 def remeasure_in_background(choice: AutoChoice, model: str, settings: Settings, why: str) -> bool:
@@ -665,14 +692,14 @@ def remeasure_in_background(choice: AutoChoice, model: str, settings: Settings, 
         if last is not None and now - last < REMEASURE_EVERY_S:
             return False
         _REMEASURED[key] = now
-    _say(f"measuring {model} again: {choice.backend} {why}")
+    _say(f"measuring {model} again: {choice.backend}'s {why}")
 
     def again() -> None:
         with _MEASURING:
             try:
                 measure(model, settings, say=_say)
             except EdgeError as exc:
-                print(f"error: {exc}", file=sys.stderr, flush=True)
+                _say(str(exc), error=True)
         stored_results(key, model, settings)  # sets _PICKED from what is stored now
 
     threading.Thread(target=again, name="auto-remeasure", daemon=True).start()
@@ -689,15 +716,17 @@ def remeasured(choice: AutoChoice) -> tuple[str, str] | bool | None:
     return _PICKED.get(choice.key)
 
 
-def _say(line: str) -> None:
-    print(f"--backend auto: {line}", file=sys.stderr, flush=True)
+def _say(line: str, error: bool = False) -> None:
+    """A line of auto's: through the service's logger (time and level, as every other line) in a service, else on
+    stderr as a command's progress (`error:` in front of a failure)."""
+    if _LINES_TO_LOG:
+        log.log(logging.WARNING if error else logging.INFO, "--backend auto: %s", line)
+        return
+    print(f"error: {line}" if error else f"--backend auto: {line}", file=sys.stderr, flush=True)
 
 
 def _measure_now(model: str, settings: Settings) -> None:
     """Time the engines (each in a child of its own) with progress on stderr; a failure is one `error:` line, and
     the caller falls back to the ranking. The caller holds `measuring_on_this_machine`."""
     _say(f"timing the engines that can run {model} on this machine (once; kept in {cache_path(settings)})")
-    try:
-        _measure(model, settings, say=_say)
-    except EdgeError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+    _measure(model, settings, say=_say)

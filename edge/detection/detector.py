@@ -96,8 +96,9 @@ class Detector:
         wanted = class_minimums(spec.labels, classes, conf) if classes else None
         self._own = _reporting(conf, iou, max_detections, wanted)
         self._least = conf  # a class named without its own score gets this one
-        # `--backend auto` serving on the ranking's choice while the engines are timed: True once another won
-        self.superseded: Callable[[], bool] = lambda: False
+        # `--backend auto` serving on the ranking's choice while the engines are timed: the engine that won instead
+        # ("openvino on AUTO"), once another one did
+        self.superseded: Callable[[], str | None] = lambda: None
         self.recent_inference_ms: collections.deque[float] = collections.deque(maxlen=RECENT)  # the live figure
         tensor, pre = backend.inputs[0], spec.preprocessing
         if backend.pixels is not None:  # the engine converts BGR pixels itself: hand it the letterboxed frame

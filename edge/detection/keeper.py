@@ -188,14 +188,13 @@ class DetectorKeeper:
     def _superseded(self) -> bool:
         with self._lock:
             detector = self.detector
-            if detector is None or not detector.superseded():
+            faster = detector.superseded() if detector is not None else None
+            if detector is None or not faster:
                 return False
             busy = self.generation in self._held
             self._retire()
             self._set_state("loading", None)
-        log.info(
-            "--backend auto measured another engine faster than %s: loading the measured pick", detector.backend.key
-        )
+        log.info("--backend auto measured %s faster than %s: loading it", faster, detector.backend.key)
         if not busy:  # an inference in progress closes it itself when it returns (`infer`)
             detector.close()
         return True

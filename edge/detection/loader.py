@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -196,49 +198,63 @@ def pixel_steps(spec: ModelSpec) -> PixelSteps:
     return PixelSteps(reverse_channels=pre.color == "RGB", mean=pre.mean, std=pre.std)
 
 
-def _watch_live(detector: Detector, choice: AutoChoice, model: str, settings: Settings) -> Callable[[], bool]:
-    """`superseded` for a detector on a measured pick: the service's own inference times are checked against the
-    measurement; when they call for it the engines are measured again (in the background, bounded), and True comes
-    back once another engine won. When this one won again, its note says so."""
-    from edge_inference.edge.detection.autoselect import live_check, remeasure_in_background, remeasured
+def _watch_live(detector: Detector, choice: AutoChoice, model: str, settings: Settings) -> Callable[[], str | None]:
+    """`superseded` for a detector on a measured pick: once the service has settled (EDGE_AUTO_SETTLE_S), its
+    inference times then are the figure later ones are checked against; when they call for it the engines are
+    measured again (in the background, bounded), and the new pick is named once another engine won. When this one
+    won again, its note says so."""
+    from edge_inference.edge.detection.autoselect import (
+        LIVE_SAMPLES,
+        live_check,
+        named_pick,
+        remeasure_in_background,
+        remeasured,
+    )
 
-    asked = False
+    asked, since = False, time.monotonic()
+    settled_ms: float | None = None
 
-    def superseded() -> bool:
-        nonlocal asked
+    def superseded() -> str | None:
+        nonlocal asked, settled_ms
         if not asked:
-            why = live_check(choice, list(detector.recent_inference_ms))
+            recent = list(detector.recent_inference_ms)
+            if time.monotonic() - since < settings.auto_settle_s or len(recent) < LIVE_SAMPLES:
+                return None
+            if settled_ms is None:
+                settled_ms = statistics.median(recent)  # this service's own load, once it has settled
+                return None
+            why = live_check(choice, recent, settled_ms)
             asked = why is not None and remeasure_in_background(choice, model, settings, why)
-            return False
+            return None
         picked = remeasured(choice)
         if picked is False:
-            return False  # still measuring
-        if picked is not None and picked != (choice.backend, choice.device):
-            return True
+            return None  # still measuring
+        if isinstance(picked, tuple) and picked != (choice.backend, choice.device):
+            return named_pick(picked)
         detector.backend.notes[0:1] = [
             f"--backend auto chose {choice.backend} on {choice.device}: fastest here when measured again "
             f"(its live inference times had slowed; `edge backends --bench {model}` shows the figures)"
         ]
-        asked = False
+        asked, settled_ms = False, None
         detector.recent_inference_ms.clear()
-        return False
+        return None
 
     return superseded
 
 
-def _watch_measurement(detector: Detector, choice: AutoChoice, model: str) -> Callable[[], bool]:
-    """`superseded` for a detector on auto's provisional choice: True once another engine measured faster; when
+def _watch_measurement(detector: Detector, choice: AutoChoice, model: str) -> Callable[[], str | None]:
+    """`superseded` for a detector on auto's provisional choice: the engine measured faster, once one was; when
     this one won, its note says so from then on."""
 
-    def superseded() -> bool:
+    def superseded() -> str | None:
         if not choice.measured:
-            return False
-        if choice.superseded():
-            return True
+            return None
+        if faster := choice.superseded():
+            return faster
         notes = detector.backend.notes
         settled = f"--backend auto chose {choice.backend} on {choice.device}: fastest here when measured"
         notes[0:1] = [f"{settled} (`edge backends --bench {model}` shows the figures)"]
-        detector.superseded = lambda: False
-        return False
+        detector.superseded = lambda: None
+        return None
 
     return superseded

@@ -169,7 +169,7 @@ def destination_findings(config: ServiceConfig, settings: Settings) -> list[Find
     try:
         found = configured_broker(config, settings)
         if found is not None:
-            findings.append(_broker_answer(found[1].description, *ask_broker(*found)))
+            findings.append(_broker_answer(found[1].description, found[1].username, *ask_broker(*found)))
     except FAILURES as exc:
         findings.append(Finding("mqtt", str(exc), "problem"))
     for index, webhook in enumerate(config.webhooks):
@@ -177,10 +177,10 @@ def destination_findings(config: ServiceConfig, settings: Settings) -> list[Find
     return findings
 
 
-def _broker_answer(broker: str, answered: bool, why: str | None) -> Finding:
+def _broker_answer(broker: str, user: str | None, answered: bool, why: str | None) -> Finding:
     """A broker that is down may come back (a warning: events wait); one that refuses this user never will."""
     if why is None:
-        return Finding("mqtt", f"{broker} takes this device's user")
+        return Finding("mqtt", f"{broker} logs in user {user}" if user else f"{broker} takes clients with no user")
     if answered:
         return Finding("mqtt", f"{broker}: {why}; no event would reach it", "problem")
     return Finding("mqtt", f"{broker}: {why}; events would wait in the outbox", "warning")
