@@ -9,12 +9,17 @@ from pydantic import BaseModel
 from edge_inference.edge.runtime.health import StreamHealth
 
 
-class DetectionOut(BaseModel):
+class UploadDetection(BaseModel):
+    """A detection in one image, as `edge detect --json` prints it: an upload is never tracked."""
+
     label: str
     class_id: int
     score: float
     box: list[float]
-    track_id: int | None = None  # present when the stream tracks objects
+
+
+class DetectionOut(UploadDetection):
+    track_id: int | None = None  # present when the stream tracks objects and the box belongs to a track
 
 
 class DetectResponse(BaseModel):
@@ -23,7 +28,7 @@ class DetectResponse(BaseModel):
     height: int
     model: str
     backend: str
-    detections: list[DetectionOut]
+    detections: list[UploadDetection]
     timings_ms: dict[str, float]
 
 

@@ -18,6 +18,7 @@ from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.models.detection import BoxXYXY
 from edge_inference.service.flush_clock import FlushClock
 from tests.conftest import MEDIA, VTEST
+from tests.helpers import run_edge
 from tests.server import running_server, sse_data
 
 
@@ -183,6 +184,19 @@ def test_post_detect_raw_and_multipart(server):
         assert set(body) == {"source", "width", "height", "model", "backend", "detections", "timings_ms"}
         assert (body["width"], body["height"]) == (1280, 720) and body["detections"][0]["label"] == "cat"
     assert form.json()["source"] == "cat.jpg"
+
+
+def test_post_detect_answers_the_json_edge_detect_prints(server):
+    """The README calls them the same JSON: POST /detect added `"track_id": null` to every detection, which
+    `edge detect --json` has never printed (an upload is not tracked). The same keys, the same objects."""
+    path = MEDIA / "cat_720p.jpg"
+    posted = server.client.post("/api/v1/detect", content=path.read_bytes(), headers={"content-type": "image/jpeg"})
+    printed = run_edge("detect", str(path), "--json", "-m", "yolox-nano", "-b", "onnx", "-d", "cpu")
+    assert posted.status_code == 200 and printed.returncode == 0, printed.stderr
+    answered, record = posted.json(), json.loads(printed.stdout)
+    assert set(answered) == set(record)
+    assert [set(d) for d in answered["detections"]] == [set(d) for d in record["detections"]]
+    assert [d["label"] for d in answered["detections"]] == [d["label"] for d in record["detections"]]
 
 
 def test_an_upload_is_answered_at_the_thresholds_and_classes_it_asks_for(server):

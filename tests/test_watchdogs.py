@@ -131,6 +131,37 @@ def test_a_camera_that_flaps_is_degraded_and_no_delivering_stream_is_down(tmp_pa
         http.shutdown()
 
 
+def test_a_camera_that_is_switched_off_is_no_flapping_camera_and_health_says_why():
+    """A camera that is simply off read "unstable: 5 reconnects in 60 s" (its own open retries counted as a
+    camera that keeps dropping), and the service was degraded with `problems` empty. Its retries are the backoff's,
+    not reconnects; the service's problems name the stream and what its source says."""
+    from edge_inference.edge.config import ServiceConfig, StreamConfig
+    from edge_inference.edge.runtime.health import service_health
+    from edge_inference.edge.runtime.streams import StreamManager
+
+    off = StreamConfig(id="porch", source="http://127.0.0.1:9/video.mjpg", mode="live", model=str(SSD_ONNX))
+    photo = StreamConfig(id="desk", source=str(VTEST), model=str(SSD_ONNX), backend="onnx", loop=True)
+    manager = StreamManager(ServiceConfig(streams=[off, photo]))
+    porch = manager.pipelines["porch"]
+    assert porch.capture is not None
+    opens: list[float] = []
+    source = porch.capture.source
+    real_open = source.open
+    source.open = lambda: (opens.append(time.monotonic()), real_open())[1]  # type: ignore[method-assign]
+    manager.start()
+    try:
+        wait_for(lambda: len(opens) >= 6, "six tries to open the camera", timeout=120)  # 0.5 + 1 + 2 + 4 + 8 s apart
+        porch_health = porch.health()
+        health = service_health(manager, strict=False)
+    finally:
+        manager.stop()
+    assert porch_health.state == "reconnecting" and porch_health.unstable is None, porch_health
+    assert porch.stats.snapshot().reconnects == 0
+    assert health.status == "degraded"
+    (problem,) = health.problems
+    assert problem.startswith("stream porch: reconnecting: ") and "127.0.0.1:9" in problem, problem
+
+
 def test_a_model_that_cannot_load_is_retried_until_it_can(tmp_path):
     mirror, cache = tmp_path / "mirror", tmp_path / "cache"
     (mirror / "onnx").mkdir(parents=True)  # the mirror is empty: like an accelerator not yet plugged in

@@ -17,13 +17,17 @@ from edge_inference.edge.stream.sources import Frame, FrameSource
 from edge_inference.models.agreement import agreement
 
 WINDOW = 150  # recent frames the agreement is computed over
+# frames both members processed before their agreement is given: over the first few a box or two more swing it
+# (0.82 after 30 s on two nearly identical engines, then 0.998)
+AGREEMENT_FRAMES = 30
 
 
 @dataclass(frozen=True)
 class Agreement:
     reference: str  # the member every other is compared with
     frames: int  # frames both processed, over which mAP@0.5 is computed
-    map50: float | None
+    map50: float | None  # None until AGREEMENT_FRAMES frames were both processed
+    needs: int = AGREEMENT_FRAMES  # the frames both must have processed before map50 is given
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,8 @@ class CompareGroup:
             detector = member.detector
             mine = dict(list(member.recent)[-WINDOW:])
             common = sorted(set(ref_recent) & set(mine))
-            score = agreement([ref_recent[i] for i in common], [mine[i] for i in common]) if common else None
+            enough = len(common) >= AGREEMENT_FRAMES
+            score = agreement([ref_recent[i] for i in common], [mine[i] for i in common]) if enough else None
             map50 = None if score is None or score.map50 is None else round(score.map50, 4)
             rows.append(
                 CompareRow(

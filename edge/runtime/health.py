@@ -41,6 +41,11 @@ class ServiceHealth:
     problems: list[str]  # the service's own, beside the streams': events not stored, labels the model lacks, ...
 
 
+def stream_problem(stream_id: str, health: StreamHealth) -> str:
+    """A stream that delivers no frames, in the service's problems: degraded never comes without a reason."""
+    return f"stream {stream_id}: {health.state}" + (f": {health.error}" if health.error else "")
+
+
 def is_live(manager: StreamManager) -> bool:
     return manager.watchdog.alive and all(p.workers_alive for p in manager.pipelines.values())
 
@@ -58,6 +63,8 @@ def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
         streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
     problems = manager.events.problems
     problems += manager.label_problems.values()
+    problems += [stream_problem(stream_id, health) for stream_id, health in streams.items() if not health.up]
+    problems += [f"stream {stream_id}: {health.unstable}" for stream_id, health in streams.items() if health.unstable]
     problems += [
         p.tracker.placement_problem for p in manager.pipelines.values() if p.tracker and p.tracker.placement_problem
     ]

@@ -69,7 +69,7 @@ class CaptureLoop:
                     self._begin("open")
                     self.source.open()
                 except SourceError as exc:
-                    self._failed(describe_error(exc, self.source))
+                    self._failed(describe_error(exc, self.source), dropped=False)
                     self.stop.wait(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
@@ -118,8 +118,12 @@ class CaptureLoop:
             self.index += 1
         return "stopped"
 
-    def _failed(self, message: str) -> None:
-        self.on_reconnect()
+    def _failed(self, message: str, dropped: bool = True) -> None:
+        """`dropped`: a source that was running went away (a reconnect, counted towards "unstable"); a source that
+        cannot be opened at all (a camera switched off) is retried at the backoff's pace, and its own retries are no
+        flapping."""
+        if dropped:
+            self.on_reconnect()
         self.source.close()
         self.on_state("reconnecting", message)
 

@@ -12,6 +12,7 @@ from edge_inference.edge.detection.timings import percentile
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_text
 from edge_inference.edge.tools.bench import PairResult
+from edge_inference.models.registry import REGISTRY
 
 
 def summary(result: PairResult) -> dict[str, Any]:
@@ -72,7 +73,22 @@ def table(results: list[PairResult], machine: str) -> str:
             f"{row['postprocess_p50_ms']:>6.2f}{row['end_to_end_p50_ms']:>8.2f}{row['end_to_end_p95_ms']:>7.2f}"
             f"{row['fps']:>7.1f}{row['cpu_ms_per_frame']:>7.1f}{row['cpu_percent']:>6.0f}{row['peak_rss_mib']:>8.0f}{agree:>7}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + agreement_notes(results))
+
+
+def agreement_notes(results: list[PairResult]) -> list[str]:
+    """Under the table: why a pair agrees with its model's reference pair less than rounding explains (one of the two
+    files is a conversion with another NMS or another quantisation), where the figure is read."""
+    references = {r.pair.model: r.file for r in results if r.reference}
+    notes = []
+    for result in results:
+        if not result.ok or result.reference:
+            continue
+        reference = references.get(result.pair.model)
+        entry = next((e for n in (result.file, reference) if (e := REGISTRY.get(n or "")) and e.differs), None)
+        if entry is not None:
+            notes.append(f"# mAP50 of {result.file} against {reference}: {entry.differs}")
+    return list(dict.fromkeys(notes))
 
 
 def writable_folder(out: Path) -> None:

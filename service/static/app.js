@@ -275,7 +275,8 @@ function showCompare(groups) {
   body.replaceChildren(...groups.flatMap((g) => g.backends.map((b) => {
     const row = document.createElement("tr");
     const a = b.agreement;
-    const agreement = a.map50 === null ? "–" : (a.reference === b.stream ? "reference" : `${a.map50.toFixed(3)} (${a.frames} frames)`);
+    const agreement = a.reference === b.stream ? "reference"
+      : a.map50 === null ? `– (${a.frames} of ${a.needs} frames)` : `${a.map50.toFixed(3)} (${a.frames} frames)`;
     for (const value of [b.stream, b.backend, b.device || "", b.fps_processed.toFixed(1), b.fps_dropped.toFixed(1),
       fmt(b.latency_ms.inference), fmt(b.latency_ms.end_to_end), agreement]) {
       row.appendChild(el("td", { textContent: value }));
