@@ -579,8 +579,8 @@ def load_config(path: Path | str) -> ServiceConfig:
         data = load_yaml(raw := path.read_bytes())
     except FileNotFoundError:
         hint = "deploy/streams.example.yaml shows one"
-        if get_settings().in_container:  # set by our image: the file is the user's to mount
-            hint = f"mount yours: -v $PWD/streams.yaml:{path}:ro ({hint})"
+        if get_settings().in_container:  # set by our image: the file is the user's to mount, wherever it points
+            raise ConfigError(f"no config at {path}: mount yours: -v $PWD/streams.yaml:{path}:ro ({hint})") from None
         raise ConfigError(f"no config at {path}: {path_meant(path) or hint}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None

@@ -138,3 +138,34 @@ def test_quotes_around_an_environment_value_are_not_part_of_it(monkeypatch, tmp_
     assert get_settings().token.get_secret_value() == 'a"b"'  # type: ignore[union-attr]
     config = {"source": "rtsp://admin:${PORCH_PASSWORD}@cam/s1"}
     assert filled_from_environment(config, {"PORCH_PASSWORD": '"pa ss"'}) == {"source": "rtsp://admin:pa ss@cam/s1"}
+
+
+def test_listening_on_every_address_prints_addresses_another_machine_can_open(tmp_path):
+    """`--host 0.0.0.0` printed `http://0.0.0.0:PORT/?token=...`, which no other machine can open. The start-up
+    lines name this machine's own addresses instead (each one a socket here can bind: an address of this machine,
+    neither the wildcard nor loopback)."""
+    import re
+    import socket
+
+    from tests.conftest import VTEST
+    from tests.inprocess import SSD_ONNX
+    from tests.server import running_server
+
+    args = ["--source", str(VTEST), "-m", SSD_ONNX, "-b", "onnx", "--host", "0.0.0.0"]
+    with running_server(args, tmp_path / "serve.log") as server:
+        server.wait_until("/health/live")
+        log = server.log
+    first = re.search(r"edge: serving on http://(\S+):(\d+) ", log)
+    assert first is not None, log
+    also = re.search(r"also at (.*)", log)
+    hosts = [first.group(1)] + (re.findall(r"http://([^,\s]+):\d+", also.group(1)) if also else [])
+    assert "0.0.0.0" not in log.split("Uvicorn running")[0], log
+    assert re.search(r"dashboard http://(\S+):\d+/\?token=", log), log
+    for host in hosts:
+        if host == "localhost":  # a machine with no network yet
+            continue
+        address = host.strip("[]")
+        assert not address.startswith("127.") and address != "::1", hosts
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family) as probe:
+            probe.bind((address, 0))  # one of this machine's own addresses

@@ -386,3 +386,52 @@ def test_a_reader_that_has_what_it_wanted_ends_the_run_without_a_word():
         child.kill()
     assert first["source"] == str(VTEST) and child.returncode == 1
     assert child.stderr.read() == ""
+
+
+def _on_a_terminal(*args: str) -> tuple[int, str, str]:
+    """`edge ARGS` with stderr on a pseudo-terminal of 100 columns (a user's terminal), stdout on a pipe: (exit
+    status, what the terminal showed, stdout)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import sys
+    import termios
+
+    terminal, child_end = pty.openpty()
+    fcntl.ioctl(child_end, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_inference", *args], stdout=subprocess.PIPE, stderr=child_end, text=True
+    )
+    os.close(child_end)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 4096)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        shown += chunk
+    out = proc.stdout.read() if proc.stdout else ""
+    proc.wait(timeout=120)
+    os.close(terminal)
+    return proc.returncode, shown.decode(errors="replace"), out
+
+
+def test_a_video_shows_its_progress_on_a_terminal_and_nowhere_else(tmp_path):
+    """`edge detect clip.avi` ran 795 frames for 30 s with nothing on the terminal. A progress bar is drawn there,
+    on stderr, counting the video's frames; `--json`'s lines on stdout and a log (no terminal) stay clean."""
+    capture, clip = cv2.VideoCapture(str(VTEST)), tmp_path / "walkway.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"MJPG"), 10, (768, 576))
+    for _ in range(30):
+        writer.write(capture.read()[1])
+    writer.release()
+    capture.release()
+    model = ["-m", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx"), "-b", "onnx"]
+    status, shown, out = _on_a_terminal("detect", str(clip), *model, "--json")
+    assert status == 0, shown
+    assert "walkway.avi:" in shown and "0/30 [" in shown and "frame/s" in shown, shown  # the bar, with its total
+    assert len(out.splitlines()) == 30 and all(line.startswith("{") for line in out.splitlines())
+    logged = run_edge("detect", str(clip), *model)
+    assert logged.returncode == 0 and "/30 [" not in logged.stderr and "\r" not in logged.stderr, logged.stderr

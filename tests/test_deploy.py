@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 import yaml
@@ -97,3 +101,39 @@ def test_the_systemd_unit_starts_the_edge_the_readme_installs_for_it():
     install = f"sudo python3 -m venv {venv} && sudo {venv}/bin/pip install"
     assert install in unit and install in (REPO / "README.md").read_text()
     assert f"{program} serve --config /etc/edge/streams.yaml --check" in unit  # the try-it line runs the same one
+
+
+def test_the_images_first_run_without_a_config_says_which_file_to_mount(tmp_path):
+    """`docker run IMAGE` with nothing mounted: the entrypoint and command the Dockerfile gives, in the environment it
+    sets, run here. It said "there is no folder /etc/edge" (the path hint won over the mount hint); it must name the
+    file to mount, in one line."""
+    text = (REPO / "Dockerfile").read_text()
+    final = text.split("\nFROM ")[-1]
+    entrypoint = json.loads(
+        next(line for line in final.splitlines() if line.startswith("ENTRYPOINT ")).split(" ", 1)[1]
+    )
+    command = json.loads(next(line for line in final.splitlines() if line.startswith("CMD ")).split(" ", 1)[1])
+    env_block = final.split("\nENV ", 1)[1].split("\nCOPY", 1)[0].replace("\\\n", " ")
+    image_env = dict(pair.split("=", 1) for pair in env_block.split())
+    assert image_env["EDGE_IN_CONTAINER"] == "1"
+    config = command[command.index("--config") + 1]
+    if Path(config).exists():  # a machine with its own /etc/edge: the same message for a path that is not there
+        command[command.index("--config") + 1] = config = str(tmp_path / "etc/edge/streams.yaml")
+    env = {
+        **os.environ,
+        "EDGE_IN_CONTAINER": "1",
+        "EDGE_MODEL_CACHE": str(tmp_path / "models"),
+        "EDGE_DATA_DIR": str(tmp_path / "data"),
+    }
+    assert entrypoint[0] == "edge"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_inference", *entrypoint[1:], *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"-v $PWD/streams.yaml:{config}:ro" in errors[0] and "there is no folder" not in errors[0], errors[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 import threading
 import time
 from urllib.parse import quote
@@ -386,3 +387,19 @@ def test_a_password_with_characters_that_end_the_address_is_refused_with_how_to_
         written.close()
         with pytest.raises(SourceError, match="answers but sent no video: check the stream's path and the credentials"):
             open_source(f"rtsp://viewer:wrong@{address}").open()
+
+
+def test_a_folder_of_stills_plays_as_a_slideshow_unless_unpaced(tmp_path):
+    """A looping folder of stills ran unpaced (40 fps, a whole core) where a user expects a slideshow: a photo a
+    second unless the stream's `fps` says otherwise, never sooner (a busy machine only makes it later); `--no-pace`
+    still runs them as fast as they are processed."""
+    for index, name in enumerate(("cat_720p.jpg", "kite_and_cold.jpg")):
+        shutil.copy(MEDIA / name, tmp_path / f"{index}.jpg")
+    assert open_source(str(tmp_path)).fps == 1.0 and open_source(str(tmp_path), fps=4.0).fps == 4.0
+    assert open_source(str(VTEST)).fps is None  # a video's rate is its own, read once it is open
+    pipeline = StreamPipeline("stills", open_source(str(tmp_path), fps=4.0), _loader, pace=True, loop=True)
+    _run_until(pipeline, lambda: pipeline.stats.frames_processed >= 5)
+    started = [t.captured_at - t.capture_ms / 1e3 for t in pipeline.stats._recent]
+    assert len(started) >= 5
+    for index, at in enumerate(started):
+        assert at - started[0] >= index / 4.0 - 0.02, (index, at - started[0])

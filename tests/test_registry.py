@@ -160,3 +160,16 @@ def test_a_cache_that_cannot_be_written_says_where_to_put_it(tmp_path):
     proc = run_edge("detect", str(MODELS.parent / "media/cat_720p.jpg"), env={"EDGE_MODEL_CACHE": str(blocker)})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "unexpected" not in proc.stderr
     assert proc.stderr.startswith(f"error: cannot write the model cache {blocker} ("), proc.stderr
+
+
+def test_describe_takes_the_model_as_pull_does_and_describes_that_very_file():
+    """`edge models describe yolox-nano` was refused (an extra argument) though `pull yolox-nano` takes the name so;
+    `--model yolox-nano` timed the engines and described the fastest one's own file (`yolox-nano-openvino`)."""
+    for args in (("yolox-nano",), ("--model", "yolox-nano")):
+        proc = run_edge("models", "describe", *args)
+        assert proc.returncode == 0, proc.stderr
+        described = json.loads(proc.stdout)
+        assert (described["model"], described["backend"]) == ("yolox-nano", "onnx"), described
+        assert "--backend auto: timing" not in proc.stderr
+    other = json.loads(run_edge("models", "describe", "yolox-nano-openvino").stdout)
+    assert (other["model"], other["backend"]) == ("yolox-nano-openvino", "openvino")
