@@ -41,33 +41,45 @@ class ServiceHealth:
     problems: list[str]  # the service's own, beside the streams': events not stored, labels the model lacks, ...
 
 
-def stream_problem(stream_id: str, health: StreamHealth) -> str:
-    """A stream that delivers no frames, in the service's problems: degraded never comes without a reason."""
-    return f"stream {stream_id}: {health.state}" + (f": {health.error}" if health.error else "")
-
-
 def is_live(manager: StreamManager) -> bool:
     return manager.watchdog.alive and all(p.workers_alive for p in manager.pipelines.values())
 
 
 def service_health(manager: StreamManager, strict: bool) -> ServiceHealth:
-    streams: dict[str, StreamHealth] = {}
-    starting = False
-    all_up, any_up = True, False
-    for stream_id, pipeline in manager.pipelines.items():
-        health = pipeline.health()
-        up = health.state in UP_STATES
-        all_up &= up and health.unstable is None
-        any_up |= up
-        starting |= health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0
-        streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
-    problems = manager.events.problems
-    problems += manager.label_problems.values()
-    problems += [stream_problem(stream_id, health) for stream_id, health in streams.items() if not health.up]
-    problems += [f"stream {stream_id}: {health.unstable}" for stream_id, health in streams.items() if health.unstable]
+    streams, first_loads = _stream_healths(manager)
+    problems = [*manager.events.problems, *manager.label_problems.values(), *_stream_problems(streams, first_loads)]
     problems += [
         p.tracker.placement_problem for p in manager.pipelines.values() if p.tracker and p.tracker.placement_problem
     ]
-    status: Status = "starting" if starting else "ok" if all_up and not problems else "degraded" if any_up else "down"
+    all_up = all(h.up and h.unstable is None for h in streams.values())
+    any_up = any(h.up for h in streams.values())
+    status: Status = (
+        "starting" if first_loads else "ok" if all_up and not problems else "degraded" if any_up else "down"
+    )
     ready = status == "ok" or (status == "degraded" and not strict)
     return ServiceHealth(status, ready, strict, streams, problems)
+
+
+def _stream_healths(manager: StreamManager) -> tuple[dict[str, StreamHealth], set[str]]:
+    """Each stream's health, and the streams on their model's first load with nothing failed yet (starting)."""
+    streams: dict[str, StreamHealth] = {}
+    first_loads: set[str] = set()
+    for stream_id, pipeline in manager.pipelines.items():
+        health = pipeline.health()
+        if health.state == "loading" and pipeline.stats.load_failures == 0 and health.detector_restarts == 0:
+            first_loads.add(stream_id)
+        up = health.state in UP_STATES
+        streams[stream_id] = StreamHealth(**asdict(health), up=up, fps=pipeline.stats.fps_processed())
+    return streams, first_loads
+
+
+def _stream_problems(streams: dict[str, StreamHealth], first_loads: set[str]) -> list[str]:
+    """Streams that deliver no frames (past their first load and their source's first open) or keep dropping, in the
+    service's problems: degraded or down never comes without a reason there."""
+    problems = []
+    for stream_id, health in streams.items():
+        if not health.up and stream_id not in first_loads and health.state != "connecting":
+            problems.append(f"stream {stream_id}: {health.state}" + (f": {health.error}" if health.error else ""))
+        if health.unstable:
+            problems.append(f"stream {stream_id}: {health.unstable}")
+    return problems
