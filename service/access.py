@@ -13,9 +13,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
+import logging
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +30,21 @@ from edge_inference.edge.config import MIN_TOKEN_LENGTH, ServerConfig
 from edge_inference.edge.config_paths import with_path_meant
 from edge_inference.edge.errors import EdgeError, counted
 from edge_inference.edge.settings import Settings
+from edge_inference.service.form_key import KEY_BYTES, ClientGone, read_form_key
+from edge_inference.service.guesses import WrongTokens
 
+log = logging.getLogger("edge.access")
 COOKIE = "edge_token"
 LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1", "[::1]"]
 OPEN_PATHS = {"/health/live"}
 FORM_KEY_PATHS = ("/v1/vision/",)  # the token may come as the form's `api_key` instead (service/deepstack.py)
-FORM_KEY_NEEDED = "edge_form_key_needed"
+BODY_DEADLINE = "edge_body_deadline"
+DEFAULT_BODY_S = 30.0  # server.send_timeout_s's default
+WRONG_FORM_KEY = "api_key is not this service's token (server.token, EDGE_TOKEN, or the one printed)"
+MISSING_FORM_KEY = (
+    f"this service needs its token: send it as the form's api_key, before the image (within its first "
+    f"{KEY_BYTES // 1024} KiB, as deepstack-python does), or as 'Authorization: Bearer <token>'"
+)
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 SIGN_IN_PAGE = """<!doctype html><meta charset="utf-8"><title>edge-inference: token needed</title>
 <body style="font: 16px system-ui; margin: 2rem; max-width: 40rem">
@@ -124,13 +135,15 @@ class AccessPolicy:
         return not (self.metrics_public and path in ("/metrics", "/api/v1/metrics"))
 
 
-def _left_to_the_form(scope: Scope, websocket: bool) -> bool:
-    """DeepStack's clients (Blue Iris, Home Assistant's deepstack_object) send the key as a form field, which only
-    the route reads: marked, it refuses the request unless the token is there."""
-    if websocket or not scope["path"].startswith(FORM_KEY_PATHS):
-        return False
-    scope.setdefault("state", {})[FORM_KEY_NEEDED] = True
-    return True
+def _key_in_the_form(scope: Scope, websocket: bool) -> bool:
+    """DeepStack's clients (Blue Iris, Home Assistant's deepstack_object) send the key as the form's `api_key`."""
+    return not websocket and scope["path"].startswith(FORM_KEY_PATHS) and scope.get("method") == "POST"
+
+
+def body_deadline(scope: Scope) -> float:
+    """When the request's body must have come, on the event loop's clock: one clock from its first byte (the
+    header's end), for every read of it, whatever waits between (the upload gate)."""
+    return float(scope.get("state", {}).get(BODY_DEADLINE, asyncio.get_running_loop().time() + DEFAULT_BODY_S))
 
 
 def _origin_allowed(origin: str, headers: Headers, policy: AccessPolicy) -> bool:
@@ -140,7 +153,12 @@ def _origin_allowed(origin: str, headers: Headers, policy: AccessPolicy) -> bool
     return bool(parts.netloc) and parts.netloc == headers.get("host")  # same origin
 
 
-async def _respond(send: Send, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]) -> None:
+def deepstack_failure(status: int, error: str) -> dict[str, object]:
+    """A refusal in DeepStack's own shape, which its clients read (`success`, `error`)."""
+    return {"success": False, "error": error, "code": status}
+
+
+async def _respond(send: Send, status: int, body: dict[str, object], headers: list[tuple[bytes, bytes]]) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -148,14 +166,18 @@ async def _respond(send: Send, status: int, body: dict[str, str], headers: list[
 
 
 class AccessMiddleware:
-    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, body_s: float = DEFAULT_BODY_S) -> None:
         self.app = app
         self.policy = policy
+        self.body_s = body_s
+        self.guesses = WrongTokens()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "http":  # the body's one clock starts now, with its first byte
+            scope.setdefault("state", {})[BODY_DEADLINE] = asyncio.get_running_loop().time() + self.body_s
         headers = Headers(scope=scope)
         websocket = scope["type"] == "websocket"
         origin = headers.get("origin")
@@ -170,10 +192,13 @@ class AccessMiddleware:
             if given is not None and self.policy.accepts(given) and not websocket and path == "/":
                 await self._swap_for_cookie(scope, send, given, query)
                 return
-            if not any(self.policy.accepts(c) for c in self._candidates(headers, given) if c is not None):
-                if _left_to_the_form(scope, websocket):
-                    await self.app(scope, receive, send)
+            candidates = [c for c in self._candidates(headers, given) if c is not None]
+            if not any(self.policy.accepts(c) for c in candidates):
+                if _key_in_the_form(scope, websocket):
+                    await self._with_form_key(scope, receive, send, headers)
                     return
+                if candidates:  # a token was given, and it is not this one: guessing is slowed and said
+                    await self.guesses.refused(scope)
                 await self._refuse(
                     scope,
                     send,
@@ -185,6 +210,24 @@ class AccessMiddleware:
                 )
                 return
         await self.app(scope, receive, send)
+
+    async def _with_form_key(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        """The form's `api_key`, read before anything else is done for the request (`form_key.py`)."""
+        try:
+            found = await read_form_key(receive, headers.get("content-type", ""), body_deadline(scope))
+        except ClientGone:
+            log.debug("%s: the client went away before its form's key came", scope["path"])
+            return
+        if found.timed_out:
+            await _respond(send, 408, deepstack_failure(408, "the form's api_key did not arrive in time"), [])
+            return
+        if not self.policy.accepts(found.key):
+            if found.key is not None:
+                await self.guesses.refused(scope)
+            why = WRONG_FORM_KEY if found.key is not None else MISSING_FORM_KEY
+            await _respond(send, 401, deepstack_failure(401, why), [(b"www-authenticate", b'Bearer realm="edge"')])
+            return
+        await self.app(scope, found.replaying(receive), send)
 
     @staticmethod
     def _candidates(headers: Headers, query_token: str | None) -> list[str | None]:

@@ -87,7 +87,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
             allow_headers=["Authorization", "Content-Type"],
             allow_methods=["GET", "POST"],
         )
-    app.add_middleware(AccessMiddleware, policy=access)
+    app.add_middleware(AccessMiddleware, policy=access, body_s=config.server.send_timeout_s)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
     _declare_unknown_streams(api.router)
     app.include_router(api.router, prefix=API_PREFIX)

@@ -13,7 +13,6 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from edge_inference.service.access import FORM_KEY_NEEDED, AccessPolicy
 from edge_inference.service.api import manager_of
 from edge_inference.service.errors import quoted
 from edge_inference.service.upload_options import UploadAsks
@@ -47,7 +46,6 @@ class Answer(BaseModel):
 
 
 DEFAULT_MIN_CONFIDENCE = 0.45  # DeepStack's own default
-WRONG_KEY = "api_key is not this service's token (server.token, EDGE_TOKEN, or the one printed)"
 FORM = {
     "multipart/form-data": {
         "schema": {
@@ -91,17 +89,8 @@ async def detection(request: Request) -> JSONResponse:
     responses={200: {"model": ModelList, "description": "the names custom/<name> takes"}, 401: ANSWERS[401]},
 )
 async def custom_list(request: Request) -> JSONResponse:
-    if request.scope.get("state", {}).get(FORM_KEY_NEEDED):
-        policy: AccessPolicy = request.app.state.access
-        kind = request.headers.get("content-type", "")
-        form = (
-            await request.form()
-            if kind.startswith(("multipart/form-data", "application/x-www-form-urlencoded"))
-            else {}
-        )
-        key = form.get("api_key")
-        if not policy.accepts(key if isinstance(key, str) else None):
-            return failure(401, WRONG_KEY)
+    """The caller is known before this runs: its token in a header, or its form's api_key read by the access check
+    (at most the form's first bytes: `form_key.py`), never the whole body."""
     return JSONResponse({"success": True, "models": list(manager_of(request).pipelines)})
 
 
@@ -139,13 +128,9 @@ async def _detect(request: Request, stream: str | None) -> dict[str, Any]:
     limit = int(server.max_upload_mb * 1_000_000)
     if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         raise HTTPException(400, "send a form with the image as its `image` file, as DeepStack takes it")
-    checked = not request.scope.get("state", {}).get(FORM_KEY_NEEDED)
 
-    def run(body: bytes) -> dict[str, Any]:
+    def run(body: bytes) -> dict[str, Any]:  # the caller is known: the access check read the form's key first
         data, name, fields = file_and_fields(body, request.headers, limit)
-        policy: AccessPolicy = request.app.state.access
-        if not checked and not policy.accepts(fields.get("api_key")):
-            raise HTTPException(401, WRONG_KEY)
         asks = UploadAsks(conf=_min_confidence(fields.get("min_confidence")))
         return uploads.detect(stream_id, data, name, int(server.max_upload_megapixels * 1_000_000), asks)
 

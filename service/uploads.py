@@ -9,6 +9,7 @@ with 503, while the stream's own retries (with backoff) say in /health/ready whe
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 
 from edge_inference.backends import brief
 from edge_inference.edge.detection.detector import Detector
@@ -24,9 +26,11 @@ from edge_inference.edge.detection.report import result_record
 from edge_inference.edge.errors import counted
 from edge_inference.edge.runtime.streams import StreamManager, detector_config
 from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
+from edge_inference.service.access import body_deadline
 from edge_inference.service.limits import UploadGate, busy
 from edge_inference.service.upload_options import UploadAsks
 
+log = logging.getLogger("edge.uploads")
 RETRY_LOAD_AFTER_S = 10.0
 
 
@@ -49,7 +53,9 @@ async def run_upload(request: Request, limit: int, work: Callable[[bytes], dict[
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The raw body, refused with 413 past `limit` bytes (declared or read) and 408 past `timeout_s`."""
+    """The raw body, refused with 413 past `limit` bytes (declared or read) and 408 once `timeout_s` has passed
+    since its first byte (one clock, started by the access check, whatever waited meanwhile). A client that goes
+    away mid-body is one quiet line."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
@@ -61,11 +67,22 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
             if len(body) > limit:
                 raise HTTPException(413, f"image is larger than the {limit / 1e6:g} MB limit (max_upload_mb)")
 
+    left = body_deadline(request.scope) - asyncio.get_running_loop().time()
     try:
-        await asyncio.wait_for(read(), timeout_s)
+        await asyncio.wait_for(read(), max(0.0, min(left, timeout_s)))
     except TimeoutError:
         raise HTTPException(408, f"the upload did not arrive within {timeout_s:g} s") from None
+    except ClientDisconnect:
+        log.debug("%s: the client went away mid-body", request.url.path)
+        raise ClientWentAway from None
     return bytes(body)
+
+
+class ClientWentAway(HTTPException):
+    """Nobody is there to answer: the route ends, quietly (`errors.py` sends nothing and logs nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__(499, "the client went away")
 
 
 def file_part(body: bytes, headers: Headers, limit: int) -> tuple[bytes, str]:

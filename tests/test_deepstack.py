@@ -3,6 +3,9 @@ uses; Blue Iris and Agent DVR send the same form) against a real server with a t
 
 from __future__ import annotations
 
+import socket
+import time
+
 import httpx
 import pytest
 from deepstack.core import DeepstackException, DeepstackObject, get_objects_summary
@@ -58,3 +61,108 @@ def test_a_deepstack_client_gets_the_detections_of_the_api_with_its_key_as_the_t
         assert httpx.post(f"{server.base}/v1/vision/custom/list", data={"api_key": "wrong"}).status_code == 401
         # the key is a token as good as the others: without it, nothing else on the service opens
         assert httpx.get(f"{server.base}/api/v1/streams").status_code == 401
+
+
+def _slow_form(port: int, path: str, first: bytes, total: int) -> socket.socket:
+    """A client that sends a form's header and its first bytes, then nothing more: `total` bytes declared."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: multipart/form-data; boundary=b0undary\r\n"
+        f"Content-Length: {total}\r\n\r\n".encode()
+        + first
+    )
+    return sock
+
+
+def _answer(sock: socket.socket, timeout: float = 60) -> str:
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("latin-1")
+
+
+IMAGE_FIRST = (
+    b'--b0undary\r\nContent-Disposition: form-data; name="image"; filename="x.jpg"\r\nContent-Type: image/jpeg\r\n\r\n'
+)
+
+
+def test_the_caller_is_known_before_any_work_is_done_for_a_deepstack_form(tmp_path):
+    """The key came in the body and was looked at only once the whole body was read, inside the upload gate: ten
+    unauthenticated sockets trickling bodies held every upload slot (an authenticated detect got 503), and
+    `custom/list` wrote a 597 MB form to disk before its 401. Now the form's first bytes are read for the key, outside
+    any shared slot, and the rest is never read for a caller who is not known."""
+    streams = f"streams:\n  - id: yard\n    source: {VTEST}\n    model: {SSD_ONNX}\n    loop: true\n"
+    config = tmp_path / "streams.yaml"
+    config.write_text(streams)
+    image = PHOTO.read_bytes()
+    with running_server(["--config", str(config)], tmp_path / "serve.log", token=TOKEN) as server:
+        server.wait_until("/health/ready", timeout=180)
+        # ten slow unauthenticated uploads: the image first, a byte and then nothing of the 20 MB they declare
+        slow = [_slow_form(server.port, "/v1/vision/detection", IMAGE_FIRST + b"\xff", 20_000_000) for _ in range(10)]
+        try:
+            for _ in range(3):  # an authenticated upload still gets its answer, again and again
+                answer = server.client.post("/api/v1/detect", content=image, timeout=120)
+                assert answer.status_code == 200, answer.text
+            # a form whose key is wrong is refused as soon as the key has come, the rest (50 MB) never read
+            wrong = _slow_form(
+                server.port,
+                "/v1/vision/custom/list",
+                b'--b0undary\r\nContent-Disposition: form-data; name="api_key"\r\n\r\nnot-the-token\r\n--b0undary\r\n',
+                50_000_000,
+            )
+            head = _answer(wrong)
+            assert head.startswith("HTTP/1.1 401"), head
+            wrong.close()
+            # a form that sends 20 KiB of image before any key: refused once the key can no longer be where it must
+            keyless = _slow_form(server.port, "/v1/vision/custom/list", IMAGE_FIRST + b"\0" * 20_000, 50_000_000)
+            head = _answer(keyless)
+            assert head.startswith("HTTP/1.1 401"), head
+            keyless.close()
+        finally:
+            for sock in slow:
+                sock.close()
+        # a client gone mid-body is a quiet line, not tracebacks (unauthenticated, it was a log flood)
+        for path in ("/v1/vision/detection", "/api/v1/detect"):
+            headers = {"Authorization": f"Bearer {TOKEN}"} if path.startswith("/api") else {}
+            sock = _slow_form(server.port, path, IMAGE_FIRST + b"\xff\xd8", 1_000_000)
+            if headers:
+                sock.close()
+                sock = socket.create_connection(("127.0.0.1", server.port))
+                sock.sendall(
+                    f"POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n"
+                    "Content-Type: image/jpeg\r\nContent-Length: 1000000\r\n\r\n".encode()
+                    + b"\xff\xd8" * 100
+                )
+            time.sleep(0.5)
+            sock.close()
+        assert server.client.get("/health/live").status_code == 200
+        time.sleep(1)
+        log = server.log
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+
+
+def test_token_guessing_is_slowed_and_said_once_per_client(tmp_path):
+    """307 wrong tokens a second on one connection, and nothing logged. Past ten wrong tokens a minute, each further
+    401 to that client waits; the log says so, once a minute per client. The right token is not held back."""
+    streams = f"streams:\n  - id: yard\n    source: {VTEST}\n    model: {SSD_ONNX}\n    loop: true\n"
+    config = tmp_path / "streams.yaml"
+    config.write_text(streams)
+    with running_server(["--config", str(config)], tmp_path / "serve.log", token=TOKEN) as server:
+        server.wait_until("/health/ready", timeout=180)
+        with httpx.Client(base_url=server.base, timeout=60) as guesser:
+            took = []
+            for attempt in range(20):
+                started = time.monotonic()
+                answer = guesser.get("/api/v1/streams", headers={"Authorization": f"Bearer guess-{attempt:04d}"})
+                took.append(time.monotonic() - started)
+                assert answer.status_code == 401
+        assert all(seconds >= 0.25 for seconds in took[10:]), took  # held back: never sooner, on any machine
+        assert server.client.get("/api/v1/streams").status_code == 200  # the right token, from the same address
+        log = server.log
+    said = [line for line in log.splitlines() if "wrong tokens in the last minute" in line]
+    assert len(said) == 1 and "client 127.0.0.1 sent 11 wrong tokens" in said[0], said
+    assert "guess-" not in log  # what was guessed is not written down
