@@ -28,7 +28,16 @@ from edge_inference.backends.engine import check_engine_options
 from edge_inference.backends.names import backend_named
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.config_frigate import frigate_camera, from_frigate_file, is_frigate_file, points_from_text
-from edge_inference.edge.config_messages import NAME, OWN_KEYS, explain, load_yaml, unreadable_text, yaml_problem
+from edge_inference.edge.config_messages import (
+    NAME,
+    OWN_KEYS,
+    ConfigShapeError,
+    explain,
+    load_yaml,
+    read_config_bytes,
+    unreadable_text,
+    yaml_problem,
+)
 from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source, path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import get_settings
@@ -466,12 +475,25 @@ class MqttConfig(BaseModel):
     password: SecretStr | None = None
     ca_file: Path | None = None  # mqtts: a private CA; default: the system's
     client_id: str | None = None  # default: edge-inference-<device_id>
-    topic_prefix: str = Field(default="edge-inference", pattern=r"^[^#+]+$")
+    topic_prefix: str = "edge-inference"
     device_id: str | None = Field(default=None, pattern=NAME)  # default: the host name; unique per device
     discovery: bool = True  # Home Assistant MQTT discovery
     discovery_prefix: str = "homeassistant"
     stats_interval_s: float = Field(default=30, gt=0)
     keepalive_s: int = Field(default=30, ge=5)
+
+    @field_validator("topic_prefix", "discovery_prefix")
+    @classmethod
+    def _a_topic_to_publish_to(cls, value: str) -> str:
+        """MQTT forbids a NUL in any topic (the broker drops the connection of a client that sends one, and every
+        message waited) and wildcards in a topic published to."""
+        if not value:
+            raise ValueError("must not be empty")
+        if "\0" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            raise ValueError("holds a NUL (or a lone surrogate), which MQTT forbids in a topic: remove it")
+        if "+" in value or "#" in value:
+            raise ValueError("holds + or #, MQTT's wildcards, which a topic published to may not hold")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -576,7 +598,9 @@ def load_config(path: Path | str) -> ServiceConfig:
     path = Path(path).expanduser()
     try:
         # bytes: PyYAML reads UTF-8 and, by their byte-order mark, UTF-16 files (Windows Notepad's "Unicode")
-        data = load_yaml(raw := path.read_bytes())
+        data = load_yaml(raw := read_config_bytes(path))
+    except ConfigShapeError as exc:
+        raise ConfigError(f"config {path} {exc}") from None
     except FileNotFoundError:
         hint = "deploy/streams.example.yaml shows one"
         if get_settings().in_container:  # set by our image: the file is the user's to mount, wherever it points

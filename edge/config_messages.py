@@ -6,6 +6,7 @@ import difflib
 import re
 import unicodedata
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, get_args
 
 import yaml
@@ -235,9 +236,76 @@ class _UniqueKeysLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config of many cameras is a few KB
+MAX_CONFIG_VALUES = 100_000  # values, once every alias (`*name`) is counted where it is used
+MAX_CONFIG_DEPTH = 64  # levels of nesting: a config needs a handful
+
+
+class ConfigShapeError(ValueError):
+    """A config no person writes: too large, nested too deep, or aliases that expand without end."""
+
+
+def read_config_bytes(path: Path) -> bytes:
+    """At most MAX_CONFIG_BYTES of the file (`--config /dev/zero` was read until memory ran out)."""
+    with path.open("rb") as handle:
+        data = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigShapeError(
+            f"is larger than {MAX_CONFIG_BYTES // 1024} KiB: a config is a few KB of YAML; is this the right file?"
+        )
+    return data
+
+
+def _check_shape(root: yaml.Node) -> None:
+    """Counts what the document holds with every alias expanded where it is used, as a program walking the loaded
+    config meets it (PyYAML's safe loader shares them, so a "billion laughs" loads in no time and grew to 1.24 GB
+    later): memoised per node, iteratively, so neither a long chain of aliases nor a deep nesting recurses here."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        sizes[id(node)] = min(1 + sum(sizes[id(child)] for child in children), MAX_CONFIG_VALUES + 1)
+        depths[id(node)] = 1 + max((depths[id(child)] for child in children), default=0)
+        if sizes[id(node)] > MAX_CONFIG_VALUES:
+            raise ConfigShapeError(
+                f"expands to more than {MAX_CONFIG_VALUES} values once its aliases (*name) are counted where they are "
+                f"used (line {node.start_mark.line + 1}): a config is never that large; write the values out"
+            )
+        if depths[id(node)] > MAX_CONFIG_DEPTH:
+            raise ConfigShapeError(f"nests deeper than {MAX_CONFIG_DEPTH} levels: a config needs a handful")
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
 def load_yaml(data: bytes | str) -> Any:
-    """yaml.safe_load, with a key given twice refused where it is."""
-    return yaml.load(data, Loader=_UniqueKeysLoader)  # noqa: S506 - a SafeLoader subclass
+    """yaml.safe_load, with a key given twice refused where it is, and a document no person writes (too deep, or
+    aliases expanding past MAX_CONFIG_VALUES) refused before anything is built from it."""
+    loader = _UniqueKeysLoader(data)
+    try:
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise ConfigShapeError(f"nests deeper than {MAX_CONFIG_DEPTH} levels: a config needs a handful") from None
+        if node is None:
+            return None
+        _check_shape(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 # PyYAML's words for the two mistakes users make most, and what each usually is

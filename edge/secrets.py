@@ -120,6 +120,11 @@ _SECRET_HEADER = re.compile(
     r"([\'\"])(.*?)(\2)"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
+# A header dumped unquoted, as the websockets library's debug log writes a handshake: `< cookie: edge_token=...`
+_HEADER_LINE = re.compile(
+    r"(?im)^([<>]?\s*(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-auth-token)\s*:\s*)(\S.*)$"
+)
+_TOKEN_COOKIE = re.compile(r"\b(edge_token=)([^;\s'\"]+)")  # the service's own cookie, wherever it is written
 
 
 def _mask_param(match: re.Match[str]) -> str:
@@ -145,6 +150,9 @@ def mask_text(text: str) -> str:
     lowered = text.lower()
     if any(word in lowered for word in ("authorization", "cookie", "x-api-key", "x-auth-token")):
         text = _SECRET_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}{m.group(4)}", text)
+        text = _HEADER_LINE.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    if "edge_token=" in text:
+        text = _TOKEN_COOKIE.sub(lambda m: f"{m.group(1)}{MASK}", text)
     if any(word in lowered for word in ("bearer", "basic", "token")):
         text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
     return text

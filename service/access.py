@@ -35,6 +35,7 @@ from edge_inference.service.guesses import WrongTokens
 
 log = logging.getLogger("edge.access")
 COOKIE = "edge_token"
+TOKEN_FILE_BYTES = 4096
 LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1", "[::1]"]
 OPEN_PATHS = {"/health/live"}
 FORM_KEY_PATHS = ("/v1/vision/",)  # the token may come as the form's `api_key` instead (service/deepstack.py)
@@ -66,8 +67,12 @@ def is_loopback(host: str) -> bool:
 
 def _read_token_file(path: Path) -> str:
     try:
+        with path.expanduser().open("rb") as handle:
+            raw = handle.read(TOKEN_FILE_BYTES + 1)  # `EDGE_TOKEN_FILE=/dev/zero` was read until memory ran out
+        if len(raw) > TOKEN_FILE_BYTES:
+            raise EdgeError(f"the token file {path} is longer than {TOKEN_FILE_BYTES} bytes: it holds one token")
         # utf-8-sig: a byte-order mark from a Windows editor would be part of the token, and no client would match it
-        token = path.expanduser().read_text(encoding="utf-8-sig").strip()
+        token = raw.decode("utf-8-sig").strip()
     except FileNotFoundError:
         raise EdgeError(with_path_meant(f"there is no token file {path}", path)) from None
     except OSError as exc:
@@ -96,6 +101,14 @@ def _given_token(server: ServerConfig, settings: Settings) -> str | None:
     else:
         return None
     token = token.strip()
+    unsendable = sorted({c for c in token if not (c.isascii() and c.isprintable())})
+    if unsendable:
+        shown = ", ".join(repr(c) for c in unsendable[:5])
+        raise EdgeError(
+            f"the token from {source} holds {shown}, which no HTTP header can carry (nor most clients type): give "
+            "one of ASCII letters, digits and punctuation (make one with: python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(24))')"
+        )
     if len(token) < MIN_TOKEN_LENGTH:
         raise EdgeError(
             f"the token from {source} has {counted(len(token), 'character')}; give one of at least "

@@ -425,6 +425,7 @@ def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
+@router.head("/health/live", include_in_schema=False)  # load balancers that probe with HEAD: not a 405
 @router.get("/health/live", response_model=Health, summary="The process is sound", responses={503: {}})
 def live(request: Request) -> JSONResponse:
     """200 while the event loop answers and every stream's threads are alive (or being restarted)."""
@@ -433,6 +434,7 @@ def live(request: Request) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=200 if alive else 503)
 
 
+@router.head("/health/ready", include_in_schema=False)
 @router.get(
     "/health/ready",
     response_model=Health,

@@ -100,8 +100,9 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
     # Conventional unversioned paths for Prometheus scrapers and container health checks.
     app.add_api_route("/metrics", api.metrics, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/health/live", api.live, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/health/ready", api.ready, methods=["GET"], include_in_schema=False)
+    # HEAD too: some load balancers probe with it, and a 405 reads as down
+    app.add_api_route("/health/live", api.live, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route("/health/ready", api.ready, methods=["GET", "HEAD"], include_in_schema=False)
     return app
 
 

@@ -314,3 +314,75 @@ def test_a_damaged_video_does_not_write_ffmpegs_complaints_into_the_log(tmp_path
     # FFmpeg's own words are there to be had: the user's setting wins
     told = read_both(OPENCV_FFMPEG_LOGLEVEL="16")
     assert "[OPENCV:FFMPEG:16] moov atom not found" in told.stdout and "error while decoding" in told.stdout
+
+
+def test_probes_that_use_head_are_answered(tmp_path):
+    """Some load balancers probe with HEAD: it was 405, which reads as a service that is down."""
+    from tests.conftest import VTEST
+    from tests.inprocess import SSD_ONNX
+    from tests.server import running_server
+
+    with running_server(["--source", str(VTEST), "-m", SSD_ONNX, "--loop"], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
+        for path in ("/health/live", "/health/ready", "/api/v1/health/live", "/api/v1/health/ready"):
+            answer = server.client.head(path)
+            assert answer.status_code == 200 and answer.content == b"", (path, answer.status_code)
+        log = server.log
+    assert "Traceback" not in log
+
+
+ONE_STREAM = f"streams:\n  - id: main\n    source: {VTEST}\n    model: {MEDIA.parent / 'models/onnx/nanodet_m.onnx'}\n"
+
+
+def _laughs() -> str:
+    """A "billion laughs": nine levels of ten aliases each, 10^9 values once expanded, under a key not starting
+    with x- (so it is walked like any other value)."""
+    levels = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for depth in range(1, 9):
+        name, previous = chr(ord("a") + depth), chr(ord("a") + depth - 1)
+        levels.append(f"{name}: &{name} [{', '.join([f'*{previous}'] * 10)}]")
+    return "\n".join(levels) + "\nstreams: []\n"
+
+
+@pytest.mark.parametrize(
+    "case, text, env, expected",
+    [
+        ("aliases that never end", _laughs(), {}, "expands to more than 100000 values once its aliases"),
+        ("20,000-deep brackets", "streams: " + "[" * 20_000 + "]" * 20_000 + "\n", {}, "nests deeper than 64"),
+        ("a NUL in topic_prefix", 'mqtt:\n  url: mqtt://127.0.0.1:9\n  topic_prefix: "edge\\0x"\nstreams: []\n', {},
+         "mqtt.topic_prefix: holds a NUL"),
+        ("a token no header carries", ONE_STREAM, {"EDGE_TOKEN": "tökén-with-umlauts-1234"},
+         "which no HTTP header can carry"),
+        ("a token file that never ends", ONE_STREAM, {"EDGE_TOKEN_FILE": "/dev/zero"},
+         "is longer than 4096 bytes"),
+    ],
+)  # fmt: skip
+def test_every_input_is_bounded_and_refused_in_one_line(tmp_path, case, text, env, expected):
+    """Each of these grew to gigabytes, ended in "unexpected RecursionError ... report it" or a MemoryError, or was
+    taken and broke later (a broker dropping every connection, a token no client could send): one line at start."""
+    config = tmp_path / "streams.yaml"
+    config.write_text(text)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_inference", "serve", "--config", str(config), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+        check=False,
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1, (case, proc.stderr[-2000:])
+    assert expected in errors[0] and "Traceback" not in proc.stderr and "unexpected" not in errors[0], errors[0]
+    assert time.monotonic() - started < 120  # refused, not worked through
+
+
+def test_a_config_that_never_ends_is_refused_unread():
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_inference", "serve", "--config", "/dev/zero", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1 and "error: config /dev/zero is larger than 1024 KiB" in proc.stderr, proc.stderr

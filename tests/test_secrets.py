@@ -104,6 +104,15 @@ def test_the_api_token_never_reaches_the_log_at_any_level(tmp_path):
                 websocket.recv(timeout=60)
         cookie = {"Cookie": f"edge_token={token}", "Authorization": f"Bearer {wrong}"}
         assert httpx.get(f"{server.base}/api/v1/streams?token={token}", headers=cookie, timeout=30).status_code == 200
+        # the cookie on a WebSocket's handshake: the websockets library dumps its headers unquoted at debug level
+        with connect(
+            f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws", open_timeout=60, additional_headers=cookie
+        ) as websocket:
+            websocket.recv(timeout=60)
+        # the dashboard's ?token= swapped for the cookie; DeepStack's api_key in a form, right and wrong
+        assert httpx.get(f"{server.base}/?token={token}", timeout=30).status_code == 303
+        for key in (token, wrong):
+            httpx.post(f"{server.base}/v1/vision/custom/list", data={"api_key": key}, timeout=30)
         wait_for(lambda: "CAMKEY" in server.log or "door" in server.log, "the camera to be tried", timeout=60)
         log = server.log
     assert "WebSocket /api/v1/streams/main/ws?token=***" in log  # the line is there, the token is not
