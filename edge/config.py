@@ -452,7 +452,8 @@ class ServerConfig(BaseModel):
 
 
 class StorageConfig(BaseModel):
-    """Where events and their snapshots are kept (EDGE_DATA_DIR wins), and for how long."""
+    """Where events and their snapshots are kept (this setting, else EDGE_DATA_DIR: the file wins, as for the
+    server's host and port), and for how long."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import sqlite3
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -14,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from edge_inference.edge.errors import EdgeError, counted
+from edge_inference.edge.events.store import StoreBusy
 from edge_inference.edge.secrets import mask_text
 
 log = logging.getLogger("edge.service")
@@ -120,7 +122,21 @@ def invalid(where: str, name: str, message: str, value: object) -> RequestValida
     return RequestValidationError([{"loc": (where, name), "msg": message, "type": "value_error", "input": value}])
 
 
+async def _store_busy(request: Request, exc: Exception) -> JSONResponse:
+    """A read of the events store that a stalled disk holds up: 503 at once, never a hang."""
+    return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "10"})
+
+
+async def _store_damaged(request: Request, exc: Exception) -> JSONResponse:
+    """The events database damaged while serving: the recorder moves it aside and opens a fresh one."""
+    log.warning("%s %s: the events database is damaged (%s)", request.method, request.url.path, exc)
+    detail = f"the events database is damaged ({exc}); a fresh one is being opened: try again shortly"
+    return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "5"})
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(StoreBusy, _store_busy)
+    app.add_exception_handler(sqlite3.DatabaseError, _store_damaged)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(EdgeError, _user_error)

@@ -16,7 +16,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from edge_inference.edge.events.recorder import EventRecorder, RecordedChange, missed_changes
-from edge_inference.edge.events.store import EventQuery, EventStore
+from edge_inference.edge.events.store import EventQuery, EventStore, StoreBusy
 from edge_inference.edge.stream.publish import Subscription
 from edge_inference.service.api import EVENT_STREAM, manager_of, media
 from edge_inference.service.errors import invalid, quoted
@@ -136,7 +136,12 @@ async def change_feed(
     the service."""
 
     async def missed() -> list[RecordedChange]:
-        return [] if store is None or told is None else await run_in_threadpool(missed_changes, store, told)
+        if store is None or told is None:
+            return []
+        try:
+            return await run_in_threadpool(missed_changes, store, told)
+        except StoreBusy:  # a stalled disk: the live changes go on; what was missed is replayed another time
+            return []
 
     dropped = 0
     pending = await missed() if replay else []

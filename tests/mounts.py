@@ -63,3 +63,46 @@ def leave_free(folder: Path, free_bytes: int, name: str = "filler") -> Path:
     assert size > 0
     filler.write_bytes(b"\0" * size)
     return filler
+
+
+class Freezable:
+    """An ext4 file system on a loop device, frozen and thawed as `fsfreeze` does (a disk that stops answering: a
+    dying SD card, a NAS gone away, a snapshot tool): every write to it waits until the thaw."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.frozen = False
+
+    def freeze(self) -> None:
+        subprocess.run(["fsfreeze", "--freeze", str(self.path)], check=True)
+        self.frozen = True
+
+    def thaw(self) -> None:
+        if self.frozen:
+            subprocess.run(["fsfreeze", "--unfreeze", str(self.path)], check=True)
+            self.frozen = False
+
+
+@contextlib.contextmanager
+def freezable(path: Path, size_mb: int = 64) -> Iterator[Freezable]:
+    """Skips with the reason where a loop device cannot be mounted or frozen here (not root, no mkfs.ext4)."""
+    if shutil.which("mkfs.ext4") is None or shutil.which("fsfreeze") is None:
+        pytest.skip("mkfs.ext4 and fsfreeze are needed (Debian's e2fsprogs and util-linux)")
+    image = path.with_name(path.name + ".img")
+    with open(image, "wb") as file:
+        file.truncate(size_mb * 1024 * 1024)
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True)
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = made.returncode == 0 and (
+        subprocess.run(["mount", "-o", "loop", str(image), str(path)], capture_output=True).returncode == 0
+    )
+    if not mounted:
+        image.unlink(missing_ok=True)
+        pytest.skip("cannot mount a loop device here (needs root and loop devices)")
+    disk = Freezable(path)
+    try:
+        yield disk
+    finally:
+        disk.thaw()  # never leave it frozen: whatever waits on it would wait for good
+        subprocess.run(["umount", "-l", str(path)], check=False)
+        image.unlink(missing_ok=True)

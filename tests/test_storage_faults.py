@@ -20,7 +20,7 @@ from edge_inference.edge.events.store import EventQuery
 from tests.conftest import REPO, VTEST
 from tests.helpers import run_edge
 from tests.mosquitto import Broker, Subscriber, require_mosquitto
-from tests.mounts import fill, leave_free, tmpfs
+from tests.mounts import fill, freezable, leave_free, tmpfs
 from tests.server import Server, sse_data
 from tests.test_events import _event_change, _store
 
@@ -241,3 +241,158 @@ def test_a_disk_running_out_gives_room_from_the_oldest_snapshots_then_pauses_the
         watch.check_disk(now=300)
         assert watch.snapshots_allowed and watch.problem is None
         store.close()
+
+
+def test_a_stalled_disk_never_stops_live_events_and_health_says_it_is_stalled(tmp_path):
+    """`fsfreeze` on the data folder's file system: detection went on, but SSE and MQTT received no event change for
+    the whole stall, `/health/ready` said ok, and `/api/v1/stats` and `/api/v1/events` hung for two minutes behind
+    a write holding the store. Now event changes keep reaching SSE and MQTT, health says the storage is stalled,
+    the routes that read the store answer (503 at once where they need it), and after the thaw everything told
+    live meanwhile is stored."""
+    require_mosquitto()
+    broker = Broker(tmp_path / "broker")
+    broker.start()
+    data = tmp_path / "data"
+    subscriber = Subscriber(broker, ["edge-inference/+/events"])
+    with freezable(data) as disk:
+        config = events_config(tmp_path, data, min_free_mb=0)  # a 64 MB file system: below the example's 200
+        server = Server(["--config", str(config)], tmp_path / "serve.log", env={"EDGE_MQTT_URL": broker.url})
+        try:
+            server.wait_until("/health/ready", timeout=180)
+            wait_for(lambda: event_figures(server)["recorded"] >= 1, "a first event stored", server)
+            disk.freeze()
+            sent_before = len(subscriber.event_changes())
+            # live changes keep coming while nothing can be written
+            changes = sse_data(server.client, "/api/v1/events/stream", "event", 3, timeout=120)
+            assert all(change["type"] in ("start", "update", "end") for change in changes)
+            subscriber.wait_for(lambda: len(subscriber.event_changes()) > sent_before + 2, what="MQTT while frozen")
+            wait_for(
+                lambda: any("a write has been waiting" in p for p in readiness(server)["problems"]),
+                "health to say the storage is stalled",
+                server,
+            )
+            health = readiness(server)
+            assert health["status"] == "degraded", health
+            stats = server.client.get("/api/v1/stats", timeout=30)
+            assert stats.status_code == 200 and "a write has been waiting" in stats.json()["events"]["storage_problem"]
+            listed = server.client.get("/api/v1/events", timeout=30)
+            assert listed.status_code == 503 and "stalled or frozen disk" in listed.json()["detail"], listed.text
+            recorded = event_figures(server)["recorded"]
+            disk.thaw()
+            wait_for(lambda: event_figures(server)["recorded"] > recorded, "what was told live stored after", server)
+            wait_for(lambda: readiness(server)["status"] == "ok", "healthy again after the thaw", server)
+            assert server.client.get("/api/v1/events").status_code == 200
+        finally:
+            disk.thaw()
+            server.stop()
+            subscriber.close()
+            broker.stop()
+    log = server.log
+    assert "Traceback" not in log
+    assert log.count("a write has been waiting") == 1 and log.count("storage answers again after a") == 1, log
+
+
+def test_an_event_whose_end_the_full_disk_refused_is_ended_once_there_is_room(tmp_path):
+    """Events whose end was lost to a full disk stayed `end: null` until a restart, and a failed snapshot left a
+    zero-byte `.part` file behind for good. The event's latest row is written once the disk takes rows again, and no
+    partial file stays."""
+    data = tmp_path / "data"
+    with tmpfs(data, 4096):
+        config = events_config(tmp_path, data, min_free_mb=0)
+        server = Server(["--config", str(config)], tmp_path / "serve.log")
+        try:
+            server.wait_until("/health/ready", timeout=180)
+            wait_for(lambda: event_figures(server)["recorded"] >= 1, "a first event stored", server)
+            filler = fill(data)
+            wait_for(lambda: event_figures(server)["lost"] >= 3, "changes lost on the full disk", server)
+            filler.unlink()
+            wait_for(lambda: readiness(server)["status"] == "ok", "storing again", server)
+            time.sleep(2)  # the walkway's people come and go: ends are written as they come
+        finally:
+            server.stop()
+        # after the stop every event the service saw ended is stored ended: open ones are those still on screen at stop
+        assert not list((data / "snapshots").glob(".*.part"))
+        store = _store(data)
+        try:
+            rows = store.query(EventQuery(limit=500))
+        finally:
+            store.close()
+    assert rows and all(row.event.end is not None for row in rows), [r.event.id for r in rows if r.event.end is None]
+
+
+def test_a_database_damaged_while_serving_is_moved_aside_as_at_start(tmp_path):
+    """Losses were counted and health degraded, but `GET /api/v1/events` answered 500 with a traceback and nothing
+    recovered until a restart. Now it is treated as at start: moved aside, a fresh one opened, said; the route
+    answers 503 for the read that found it, and events are stored again."""
+    data = tmp_path / "data"
+    store = _store(data)
+    zones = tuple(f"zone-{z:03d}-{'z' * 30}" for z in range(100))  # 4 KB a row: a database larger than SQLite's cache
+    for i in range(3000):  # an hour ago, within retention, and ended (none left open for the service to end)
+        start = time.time() - 3600 + i
+        change = _event_change(event_id=f"old-{i:04d}", start=start, end=start + 1, zones=zones)
+        store.record(change.event, None, [])
+    store.close()
+    server = Server(["--config", str(events_config(tmp_path, data))], tmp_path / "serve.log")
+    try:
+        server.wait_until("/health/ready", timeout=180)
+        size = (data / "events.db").stat().st_size
+        with open(data / "events.db", "r+b") as file:  # garbage over half the pages: more than SQLite's cache holds
+            file.seek(size // 10 // 4096 * 4096)
+            file.write(os.urandom(size // 2 // 4096 * 4096))
+        found = server.client.get("/api/v1/events", params={"zone": "nowhere", "limit": 500})  # reads every row whole
+        assert found.status_code == 503, (found.status_code, found.text[:300])
+        assert "found damaged while serving" in found.json()["detail"], found.text[:300]
+        (kept,) = data.glob("events.db.damaged-*")
+        assert f"moved to {kept}" in event_figures(server)["storage_notice"]
+        wait_for(lambda: server.client.get("/api/v1/events").status_code == 200, "the fresh database read", server)
+        recorded = event_figures(server)["recorded"]
+        wait_for(lambda: event_figures(server)["recorded"] > recorded, "events stored in the fresh one", server)
+        listed = server.client.get("/api/v1/events", params={"limit": 500}).json()["events"]
+        assert not any(e["id"].startswith("old-") for e in listed), ([e["id"] for e in listed][:5], server.log[-3000:])
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log and "found damaged while serving" in server.log
+
+
+def test_a_moved_aside_databases_snapshots_count_under_the_cap(tmp_path):
+    """A damaged database's snapshots (7.8 MB in one run) stayed outside the retention cap for good: no row names
+    them any more. They count under `max_snapshot_mb`, the oldest going first."""
+    data = tmp_path / "data"
+    store = _store(data, max_snapshot_mb=1)
+    try:
+        orphans = []
+        for index in range(4):  # 4 x 400 KB left by a database moved aside
+            orphan = data / "snapshots" / f"gone-{index}.jpg"
+            orphan.write_bytes(b"\xff" * 400_000)
+            os.utime(orphan, (1000 + index, 1000 + index))
+            orphans.append(orphan)
+        store.prune()
+    finally:
+        store.close()
+    kept = [orphan.exists() for orphan in orphans]
+    assert kept == [False, False, True, True]  # 1.6 MB -> under 1 MB: the two oldest went
+
+
+def test_the_data_folder_follows_the_rule_host_and_port_follow(tmp_path):
+    """`storage.data_dir` in the config and EDGE_DATA_DIR disagreed about precedence with host and port: the
+    environment silently won (and the systemd unit and the image set it). One rule: the file, then the environment,
+    then the default; the start-up log names the folder and where it came from."""
+    from edge_inference.edge.config import ServiceConfig
+    from edge_inference.edge.events.layer import data_dir_chosen
+    from edge_inference.edge.settings import Settings
+
+    in_file, in_env = tmp_path / "from-file", tmp_path / "from-env"
+    both = ServiceConfig.model_validate({"streams": [{"id": "a", "source": "0"}], "storage": {"data_dir": in_file}})
+    chosen, said = data_dir_chosen(both, Settings(data_dir=in_env))
+    assert chosen == in_file and f"EDGE_DATA_DIR={in_env} is not used" in said
+    env_only = ServiceConfig.model_validate({"streams": [{"id": "a", "source": "0"}]})
+    assert data_dir_chosen(env_only, Settings(data_dir=in_env)) == (in_env, "EDGE_DATA_DIR")
+    config = events_config(tmp_path, in_file)
+    server = Server(["--config", str(config)], tmp_path / "serve.log", env={"EDGE_DATA_DIR": str(in_env)})
+    try:
+        server.wait_until("/health/ready", timeout=180)
+        wait_for(lambda: event_figures(server)["recorded"] >= 1, "an event stored", server)
+    finally:
+        server.stop()
+    assert (in_file / "events.db").exists() and not in_env.exists()
+    assert f"events are kept in {in_file} (storage.data_dir in the config; EDGE_DATA_DIR={in_env}" in server.log

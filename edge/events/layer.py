@@ -30,7 +30,19 @@ AVAILABILITY_CHECK_S = 1.0
 
 
 def data_dir(config: ServiceConfig, settings: Settings) -> Path:
-    return settings.data_dir or config.storage.data_dir or default_data_dir()
+    return data_dir_chosen(config, settings)[0]
+
+
+def data_dir_chosen(config: ServiceConfig, settings: Settings) -> tuple[Path, str]:
+    """The data folder and where it came from, by the rule host and port follow: the config file's own setting, then
+    the environment (EDGE_DATA_DIR, as the systemd unit and the image set it), then the default. The environment
+    used to win here alone, silently, against the file."""
+    if config.storage.data_dir is not None:
+        ignored = f"; EDGE_DATA_DIR={settings.data_dir} is not used: the config file wins" if settings.data_dir else ""
+        return config.storage.data_dir, f"storage.data_dir in the config{ignored}"
+    if settings.data_dir is not None:
+        return settings.data_dir, "EDGE_DATA_DIR"
+    return default_data_dir(), "the default (set storage.data_dir or EDGE_DATA_DIR to move it)"
 
 
 def mqtt_link(config: ServiceConfig, settings: Settings) -> MqttLink | None:
@@ -54,18 +66,19 @@ class EventLayer:
         self.store: EventStore | None = None
         self.recorder: EventRecorder | None = None
         self.storage: StorageWatch | None = None
-        self.storage_notice: str | None = None  # what opening the store took (a damaged database moved aside)
+        self._opening_notice: str | None = None  # what opening the store took (a damaged database moved aside)
         self.senders: list[OutboxSender] = []
         self._pipelines: dict[str, StreamPipeline] = {}
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="event-ticker", daemon=True)
-        self._data_dir = data_dir(config, settings)
+        self._data_dir, source = data_dir_chosen(config, settings)
         if self.builders:
+            log.info("events are kept in %s (%s)", self._data_dir, source)
             self._open_store(self._data_dir)
 
     def _open_store(self, folder: Path) -> None:
         opened = open_store(folder, self.config.storage)
-        self.store, self.storage_notice = opened.store, opened.notice
+        self.store, self._opening_notice = opened.store, opened.notice
         self.storage = StorageWatch(self.store, self.config.storage, opened.problem)
         destinations = [(w.sink, "event") for w in self.webhooks]
         if self.mqtt is not None:
@@ -80,6 +93,11 @@ class EventLayer:
         if self.mqtt is not None:
             self.recorder.listeners.append(self._publish_event_state)
             self.recorder.unstored.append(self._publish_unstored)
+
+    @property
+    def storage_notice(self) -> str | None:
+        """What keeping the store took: a damaged database moved aside, at start or while serving (the latest)."""
+        return (self.store.notice if self.store is not None else None) or self._opening_notice
 
     @property
     def problem(self) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from edge_inference.edge.config import ConfigError, StorageConfig
-from edge_inference.edge.events.store import LOCK_FILE, DamagedDatabase, EventStore, FolderInUse
+from edge_inference.edge.events.store import LOCK_FILE, DamagedDatabase, EventStore, FolderInUse, move_aside
 
 log = logging.getLogger("edge.events")
 DISK_CHECK_S = 10.0
@@ -44,7 +44,7 @@ def open_store(folder: Path, config: StorageConfig) -> OpenedStore:
     except FolderInUse as exc:
         return _in_use(folder, exc, config)
     except DamagedDatabase as exc:
-        kept = _move_aside(folder / EventStore.DATABASE)
+        kept = move_aside(folder / EventStore.DATABASE)
         notice = f"the events database was damaged ({exc}): moved to {kept}; a fresh one is in use"
         log.warning("%s", notice)
     except OSError as exc:
@@ -117,17 +117,6 @@ def _not_stored(problem: str, fix: str, config: StorageConfig) -> OpenedStore:
     return OpenedStore(None, f"{problem}: {fix}", None)
 
 
-def _move_aside(database: Path) -> Path:
-    """The damaged file and its WAL and shared memory, renamed with the time: kept for whoever wants to look."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    kept = database.with_name(f"{database.name}.damaged-{stamp}")
-    for suffix in ("", "-wal", "-shm"):
-        part = Path(f"{database}{suffix}")
-        if part.exists():
-            part.replace(Path(f"{kept}{suffix}"))
-    return kept
-
-
 class StorageWatch:
     """Whether events are being stored now, and why not: read by health and the stats, written by the recorder."""
 
@@ -137,30 +126,64 @@ class StorageWatch:
         self.fixed_problem = problem  # no store at all: stays until a restart
         self.write_problem: str | None = None
         self.disk_problem: str | None = None
-        self.failed_writes = 0  # all of these are written by the recorder's thread alone
+        self.failed_writes = 0  # written by the writer's thread alone
+        self.stalled_since: float | None = None  # a write the disk has not finished since then (monotonic)
         self._next_disk_check = 0.0
+        self._said = Flapping()  # failing / working again, said at most once a minute
 
     @property
     def problem(self) -> str | None:
-        return self.fixed_problem or self.write_problem or self.disk_problem
+        return self.fixed_problem or self.stall_problem or self.write_problem or self.disk_problem
+
+    @property
+    def stall_problem(self) -> str | None:
+        since = self.stalled_since
+        if since is None:
+            return None
+        folder = self.store.folder if self.store is not None else "the data folder"
+        return (
+            f"storage: a write has been waiting {time.monotonic() - since:.0f} s in {folder} (a stalled or frozen "
+            "disk): event changes still reach live listeners and MQTT, and are stored once the disk answers"
+        )
+
+    def stalled(self, since: float) -> None:
+        """The recorder could wait no longer for the writer (its thread): said once per stall."""
+        if self.stalled_since is None:
+            self.stalled_since = since
+            log.warning("%s", self.stall_problem)
+
+    def answered(self, waiting: int) -> None:
+        """The writer's thread finished a write: a stall, if there was one, is over."""
+        since, self.stalled_since = self.stalled_since, None
+        if since is not None:
+            log.warning(
+                "storage answers again after a %.0f s stall; %d changes told live meanwhile are being stored",
+                time.monotonic() - since,
+                waiting,
+            )
 
     @property
     def snapshots_allowed(self) -> bool:
         return self.disk_problem is None
 
     def failed(self, what: str, exc: Exception) -> None:
-        """A write failed: said once when writes start failing, counted every time."""
+        """A write failed: said when writes start failing (at most once a minute), counted every time."""
         self.failed_writes += 1
         first = self.write_problem is None
         self.write_problem = f"events are not being stored: {what} failed ({_reason(exc)})"
-        if first:
-            log.error("%s; they still reach live listeners and MQTT, and are counted as lost", self.write_problem)
+        if first and (flips := self._said.changed(failing=True)) is not None:
+            log.error(
+                "%s; they still reach live listeners and MQTT, and are counted as lost%s",
+                self.write_problem,
+                flips,
+            )
 
     def succeeded(self) -> None:
         if self.write_problem is None:
             return
         self.write_problem = None
-        log.warning("storing events works again (%d writes failed since start)", self.failed_writes)
+        if (flips := self._said.changed(failing=False)) is not None:
+            log.warning("storing events works again (%d writes failed since start)%s", self.failed_writes, flips)
 
     def check_disk(self, now: float | None = None) -> None:
         """Every DISK_CHECK_S: room made from the oldest snapshots when free space is below storage.min_free_mb."""
@@ -181,9 +204,38 @@ class StorageWatch:
                 f"the data folder {self.store.folder} has {free / MB:.0f} MB free, under storage.min_free_mb "
                 f"({self.config.min_free_mb:g}): snapshots are paused; free some space"
             )
-        if problem != self.disk_problem:
+        if (problem is None) != (self.disk_problem is None):  # said when it starts and ends, not at every MB
             log.warning("%s", problem or "the data folder has room again: snapshots resume")
-            self.disk_problem = problem
+        self.disk_problem = problem
+
+
+class Flapping:
+    """A state that flips between failing and working (a disk full to the last few KB: a row fits, the next does
+    not) is said at most once a minute, a failure and its recovery: 13 alternating lines in 80 s said nothing the
+    first two had not. The flips left unsaid are counted in the next line said."""
+
+    EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self._failing_said_at: float | None = None
+        self._recovery_due = False  # the last failure was said: its recovery is said too
+        self._unsaid = 0
+
+    def changed(self, failing: bool, now: float | None = None) -> str | None:
+        """A flip: the words to add to its line when it is said, None when it is left unsaid."""
+        now = time.monotonic() if now is None else now
+        if failing:
+            due = self._failing_said_at is None or now - self._failing_said_at >= self.EVERY_S
+            if due:
+                self._failing_said_at = now
+            self._recovery_due = due
+        else:
+            due, self._recovery_due = self._recovery_due, False
+        if not due:
+            self._unsaid += 1
+            return None
+        unsaid, self._unsaid = self._unsaid, 0
+        return f" ({unsaid} flips between failing and working since the last line, left unsaid)" if unsaid else ""
 
 
 def _free_bytes(folder: Path) -> int:

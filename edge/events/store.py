@@ -8,6 +8,7 @@ Snapshots are JPEG files beside the database (written before the row that names 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -17,6 +18,7 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +123,33 @@ class DamagedDatabase(Exception):
     """events.db exists but SQLite finds it damaged (a corrupt page, not a database at all)."""
 
 
+class StoreBusy(Exception):
+    """A read waited READ_WAIT_S for a write that holds the store (a stalled disk): answer without the store."""
+
+
+READ_WAIT_S = 2.0  # what a read waits for a write in progress before it gives up (a frozen disk holds one for minutes)
+
+
+def move_aside(database: Path) -> Path:
+    """The damaged file and its WAL and shared memory, renamed with the time: kept for whoever wants to look."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = database.with_name(f"{database.name}.damaged-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(f"{database}{suffix}")
+        if part.exists():
+            part.replace(Path(f"{kept}{suffix}"))
+    return kept
+
+
+class StoreDamaged(StoreBusy):
+    """The database was found damaged while serving: moved aside and a fresh one opened; this call got nothing."""
+
+
+def _damaged(exc: sqlite3.Error) -> bool:
+    """SQLite's word that the file itself is bad (a corrupt page, not a database), not that it is busy or full."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
+
+
 class EventStore:
     DATABASE = "events.db"
 
@@ -133,9 +162,7 @@ class EventStore:
         try:
             self.snapshots.mkdir(parents=True, exist_ok=True)
             self._held = hold_folder(folder)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            # a label filter matches as the config's labels do: "Person", "traffic_light" (as topics write it)
-            self._db.create_function("label_key", 1, label_key, deterministic=True)
+            self._connect()
         except (OSError, sqlite3.Error) as exc:
             self._let_go()
             raise OSError(f"cannot keep events in {folder}: {exc}") from exc
@@ -151,6 +178,26 @@ class EventStore:
             raise DamagedDatabase(str(exc)) from exc
         self._lock = threading.Lock()  # one connection, shared by the recorder, the senders and the API
         self.sinks: set[str] = set()  # destinations with a sender: counted even while nothing waits for them
+        self.notice: str | None = None  # the last time a database found damaged while serving was replaced
+        for part in self.snapshots.glob(".*.part"):  # snapshots a full disk or a crash cut short
+            part.unlink(missing_ok=True)
+
+    def _connect(self) -> None:
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # a label filter matches as the config's labels do: "Person", "traffic_light" (as topics write it)
+        self._db.create_function("label_key", 1, label_key, deterministic=True)
+
+    def _replace_damaged(self, exc: sqlite3.Error) -> None:
+        """As at start, while serving: the damaged file moved aside, a fresh one opened, said. The lock held."""
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        kept = move_aside(self.path)
+        self._connect()
+        self._prepare()
+        self.notice = (
+            f"the events database was found damaged while serving ({exc}): moved to {kept}; a fresh one is in use"
+        )
+        log.warning("%s", self.notice)
 
     def _prepare(self) -> None:
         """WAL, the schema, and a quick check of every page: a damaged file is found now, not at a later write."""
@@ -173,6 +220,25 @@ class EventStore:
             self._db.close()
             self._let_go()
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The store for a read, waited for READ_WAIT_S at most: the API answers 503 at once rather than hang behind
+        a write the disk holds."""
+        if not self._lock.acquire(timeout=READ_WAIT_S):
+            raise StoreBusy(
+                f"the events database in {self.folder} is held by a write the disk has not finished for over "
+                f"{READ_WAIT_S:g} s (a stalled or frozen disk): try again later"
+            )
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if not _damaged(exc):
+                raise
+            self._replace_damaged(exc)
+            raise StoreDamaged(f"{self.notice}: try again") from None
+        finally:
+            self._lock.release()
+
     def _let_go(self) -> None:
         if self._held is not None:
             os.close(self._held)  # the lock goes with the descriptor
@@ -183,11 +249,15 @@ class EventStore:
         """Written (and flushed) before the row that names it; a crash leaves at worst an unnamed file."""
         name = f"{event_id}.jpg"
         temporary = self.snapshots / f".{name}.part"
-        with open(temporary, "wb") as file:
-            file.write(jpeg)
-            file.flush()
-            os.fsync(file.fileno())
-        temporary.replace(self.snapshots / name)
+        try:
+            with open(temporary, "wb") as file:
+                file.write(jpeg)
+                file.flush()
+                os.fsync(file.fileno())
+            temporary.replace(self.snapshots / name)
+        except OSError:
+            temporary.unlink(missing_ok=True)  # a full disk left 38 empty .part files that nothing removed
+            raise
         return name
 
     def record(self, event: Event, snapshot: tuple[str, int] | None, messages: list[Outgoing]) -> float:
@@ -213,8 +283,15 @@ class EventStore:
                     [(sink, topic, payload, int(retain), now) for sink, topic, payload, retain in messages],
                 )
                 self._db.execute("COMMIT")
-            except BaseException:
+            except sqlite3.DatabaseError as exc:
+                if _damaged(exc):
+                    self._replace_damaged(exc)
+                    raise StoreDamaged(f"{self.notice}: this change was not stored") from None
                 if self._db.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
+                    self._db.execute("ROLLBACK")
+                raise
+            except BaseException:
+                if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
             self._position = now
@@ -255,7 +332,7 @@ class EventStore:
 
     def outbox_counts(self) -> dict[str, dict[str, int]]:
         """Per destination: messages waiting, and messages dropped because the outbox was full."""
-        with self._lock:
+        with self._reading():
             waiting = dict(self._db.execute("SELECT sink, COUNT(*) FROM outbox GROUP BY sink").fetchall())
             dropped = dict(self._db.execute("SELECT sink, count FROM outbox_dropped").fetchall())
         sinks = sorted({*self.sinks, *waiting, *dropped})
@@ -286,12 +363,12 @@ class EventStore:
             params.extend([query.cursor[0], query.cursor[0], query.cursor[1]])
         # only the fixed clauses above are joined; every value is a parameter
         sql = f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY start DESC, id DESC LIMIT ?"  # noqa: S608
-        with self._lock:
+        with self._reading():
             rows = self._db.execute(sql, [*params, query.limit]).fetchall()
         return [_stored(row) for row in rows]
 
     def get(self, event_id: str) -> StoredEvent | None:
-        with self._lock:
+        with self._reading():
             row = self._db.execute(f"SELECT {COLUMNS} FROM events WHERE id=?", (event_id,)).fetchone()  # noqa: S608
         return None if row is None else _stored(row)
 
@@ -303,14 +380,14 @@ class EventStore:
 
     @property
     def position(self) -> float:
-        """The newest change's position (0 with none stored)."""
-        with self._lock:
-            return self._position
+        """The newest change's position (0 with none stored). Read without the lock (a float is read whole): the
+        event loop asks it, and must never wait for a write."""
+        return self._position
 
     def changed_since(self, position: float, limit: int) -> list[tuple[StoredEvent, float, float]]:
         """Events changed after `position`, oldest change first, with the positions of their start and of their
         last change."""
-        with self._lock:
+        with self._reading():
             rows = self._db.execute(
                 f"SELECT {COLUMNS} FROM events WHERE updated > ? ORDER BY updated LIMIT ?",  # noqa: S608
                 (position, limit),
@@ -318,7 +395,7 @@ class EventStore:
         return [(_stored(row), float(row[13]), float(row[12])) for row in rows]
 
     def snapshot_path(self, event_id: str) -> Path | None:
-        with self._lock:
+        with self._reading():
             row = self._db.execute("SELECT snapshot FROM events WHERE id=?", (event_id,)).fetchone()
         if row is None or row[0] is None:
             return None
@@ -355,11 +432,26 @@ class EventStore:
         return sum(size for *_, size in chosen)
 
     def _over_snapshot_cap(self) -> list[str]:
+        """The snapshots to remove for the cap, the lock held: first files no row names (a damaged database's, moved
+        aside with their rows: 7.8 MB that stayed forever), oldest first, then the oldest events' snapshots."""
         cap = int(self.config.max_snapshot_mb * 1024 * 1024)
         (total,) = self._db.execute("SELECT COALESCE(SUM(snapshot_bytes), 0) FROM events").fetchone()
+        named = {row[0] for row in self._db.execute("SELECT snapshot FROM events WHERE snapshot IS NOT NULL")}
+        orphans = sorted(
+            (entry.stat().st_mtime, entry.name, entry.stat().st_size)
+            for entry in os.scandir(self.snapshots)
+            if entry.is_file() and entry.name.endswith(".jpg") and entry.name not in named
+        )
+        total += sum(size for *_, size in orphans)
+        removed: list[str] = []
+        for _, name, size in orphans:
+            if total <= cap:
+                break
+            removed.append(name)
+            total -= size
         chosen = self._oldest_snapshots(total - cap) if total > cap else []
         self._forget_snapshots(chosen)
-        return [name for _, name, _ in chosen]
+        return removed + [name for _, name, _ in chosen]
 
     def _oldest_snapshots(self, needed: int) -> list[tuple[str, str, int]]:
         """(event id, file, bytes) of the oldest snapshots that together reach `needed` bytes; the lock held."""
