@@ -595,11 +595,13 @@ class ServiceConfig(BaseModel):
         return streams
 
 
-def load_config(path: Path | str) -> ServiceConfig:
-    path = Path(path).expanduser()
+def _parsed(path: Path) -> Any:
+    """The config file's YAML, or a ConfigError saying why not: missing, unreadable, too large, not YAML."""
+    raw = b""
     try:
         # bytes: PyYAML reads UTF-8 and, by their byte-order mark, UTF-16 files (Windows Notepad's "Unicode")
-        data = load_yaml(raw := read_config_bytes(path))
+        raw = read_config_bytes(path)
+        return load_yaml(raw)
     except ConfigShapeError as exc:
         raise ConfigError(f"config {path} {exc}") from None
     except FileNotFoundError:
@@ -613,6 +615,11 @@ def load_config(path: Path | str) -> ServiceConfig:
         raise ConfigError(f"config {path} {unreadable_text(exc, raw)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path} is not valid YAML{yaml_problem(exc)}") from None
+
+
+def load_config(path: Path | str) -> ServiceConfig:
+    path = Path(path).expanduser()
+    data = _parsed(path)
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping with a 'streams:' list")
     data = {key: value for key, value in data.items() if not str(key).startswith(OWN_KEYS)}

@@ -40,6 +40,11 @@ LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1", "[::1]"]
 OPEN_PATHS = {"/health/live"}
 FORM_KEY_PATHS = ("/v1/vision/",)  # the token may come as the form's `api_key` instead (service/deepstack.py)
 BODY_DEADLINE = "edge_body_deadline"
+ASK_FOR_THE_KEY = (
+    "this service needs its API token: send 'Authorization: Bearer <token>', or open the dashboard once with "
+    "?token=<token>. The token is the one the service was given (server.token or token_file in its config, EDGE_TOKEN "
+    "or EDGE_TOKEN_FILE), or, when none was given, the one edge serve made and printed at start-up"
+)
 DEFAULT_BODY_S = 30.0  # server.send_timeout_s's default
 WRONG_FORM_KEY = "api_key is not this service's token (server.token, EDGE_TOKEN, or the one printed)"
 MISSING_FORM_KEY = (
@@ -198,31 +203,29 @@ class AccessMiddleware:
         if origin and unsafe and not _origin_allowed(origin, headers, self.policy):
             await self._refuse(scope, send, 403, "cross-origin request refused (Origin is not this service)")
             return
-        path = scope["path"]
-        if self.policy.needs_token(path):
-            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-            given = query.get("token")
-            if given is not None and self.policy.accepts(given) and not websocket and path == "/":
-                await self._swap_for_cookie(scope, send, given, query)
-                return
-            candidates = [c for c in self._candidates(headers, given) if c is not None]
-            if not any(self.policy.accepts(c) for c in candidates):
-                if _key_in_the_form(scope, websocket):
-                    await self._with_form_key(scope, receive, send, headers)
-                    return
-                if candidates:  # a token was given, and it is not this one: guessing is slowed and said
-                    await self.guesses.refused(scope)
-                await self._refuse(
-                    scope,
-                    send,
-                    401,
-                    "this service needs its API token: send 'Authorization: Bearer <token>', or open the "
-                    "dashboard once with ?token=<token>. The token is the one the service was given (server.token "
-                    "or token_file in its config, EDGE_TOKEN or EDGE_TOKEN_FILE), or, when none was given, the one "
-                    "edge serve made and printed at start-up",
-                )
-                return
+        if self.policy.needs_token(scope["path"]):
+            await self._with_token(scope, receive, send, headers)
+            return
         await self.app(scope, receive, send)
+
+    async def _with_token(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
+        """The request on, where it carries the token; else the form's key read, or a refusal."""
+        websocket = scope["type"] == "websocket"
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        given = query.get("token")
+        if given is not None and self.policy.accepts(given) and not websocket and scope["path"] == "/":
+            await self._swap_for_cookie(scope, send, given, query)
+            return
+        candidates = [c for c in self._candidates(headers, given) if c is not None]
+        if any(self.policy.accepts(c) for c in candidates):
+            await self.app(scope, receive, send)
+            return
+        if _key_in_the_form(scope, websocket):
+            await self._with_form_key(scope, receive, send, headers)
+            return
+        if candidates:  # a token was given, and it is not this one: guessing is slowed and said
+            await self.guesses.refused(scope)
+        await self._refuse(scope, send, 401, ASK_FOR_THE_KEY)
 
     async def _with_form_key(self, scope: Scope, receive: Receive, send: Send, headers: Headers) -> None:
         """The form's `api_key`, read before anything else is done for the request (`form_key.py`)."""
