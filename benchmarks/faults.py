@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from benchmarks.common import MODELS, SHARED, VTEST, machine, pct
 from benchmarks.hostile import jpeg_claiming, png_bomb, serve_flapping_camera, serve_stalling_camera
@@ -476,8 +478,154 @@ def token_case() -> Row:
         server.stop()
 
 
+def slow_unauthenticated_bodies_case() -> Row:
+    """Ten unauthenticated clients trickling DeepStack forms (the image first, a byte then nothing of the 20 MB they
+    declare), beside an authenticated upload and the liveness probe: the caller is known before any work is done."""
+    photo = PHOTO.read_bytes()
+    server = Served(["--source", str(VTEST), "--loop", "--model", SSD], token="faults-token-1234")
+    try:
+        server.wait(lambda: server.answers("/health/ready"))
+        quiet = [post(server, photo, "image/jpeg") for _ in range(5)]
+        head = (
+            b'--b0undary\r\nContent-Disposition: form-data; name="image"; filename="x.jpg"\r\n'
+            b"Content-Type: image/jpeg\r\n\r\n\xff"
+        )
+        socks = []
+        for _ in range(10):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(
+                b"POST /v1/vision/detection HTTP/1.1\r\nHost: localhost\r\n"
+                b"Content-Type: multipart/form-data; boundary=b0undary\r\nContent-Length: 20000000\r\n\r\n" + head
+            )
+            socks.append(sock)
+        live: list[float] = []
+        try:
+            with httpx.Client(base_url=server.base, timeout=60) as probe:
+                for _ in range(20):
+                    t0 = time.perf_counter()
+                    probe.get("/health/live")
+                    live.append((time.perf_counter() - t0) * 1e3)
+            busy = [post(server, photo, "image/jpeg") for _ in range(5)]
+        finally:
+            for sock in socks:
+                sock.close()
+        statuses = sorted({status for status, _ in busy})
+        median = lambda answers: sorted(seconds for _, seconds in answers)[len(answers) // 2] * 1e3  # noqa: E731
+        return Row(
+            "10 unauthenticated DeepStack forms trickling (image first, 20 MB declared)",
+            f"authenticated POST /detect {'/'.join(map(str, statuses))}, median {median(busy):.0f} ms "
+            f"(alone: {median(quiet):.0f} ms); /health/live p95 {pct(live, 95):.1f} ms, max {max(live):.1f} ms",
+            "-",
+            f"{server.rss_mib():.0f}",
+            "none held an upload slot",
+        )
+    finally:
+        server.stop()
+
+
+def token_guessing_case() -> Row:
+    server = Served(["--source", str(VTEST), "--loop", "--model", SSD], token="faults-token-1234")
+    try:
+        server.wait(lambda: server.answers("/health/ready"))
+        with httpx.Client(base_url=server.base, timeout=60) as guesser:
+            t0 = time.monotonic()
+            for attempt in range(40):
+                guesser.get("/api/v1/streams", headers={"Authorization": f"Bearer guess-{attempt:05d}"})
+            took = time.monotonic() - t0
+        said = server.log.count("wrong tokens in the last minute")
+        return Row(
+            "40 wrong tokens on one connection",
+            f"{40 / took:.1f} guesses a second (the first 10 at once, then one every 0.25 s); {said} log line",
+            "-",
+            f"{server.rss_mib():.0f}",
+            "-",
+        )
+    finally:
+        server.stop()
+
+
+def stalled_disk_case(work: Path, seconds: float = 40.0) -> Row | None:
+    """The data folder's file system frozen (`fsfreeze`, a loop-mounted ext4) while people walk, then thawed."""
+    from tests.mounts import freezable
+    from tests.test_storage_faults import events_config
+
+    data = work / "frozen"
+    try:
+        context = freezable(data)
+        disk = context.__enter__()
+    except (OSError, subprocess.CalledProcessError, pytest.skip.Exception) as exc:  # cannot be made here: said
+        print(f"  stalled disk: skipped, {exc}", file=sys.stderr)
+        return None
+    server = Served(["--config", str(events_config(work, data, min_free_mb=0))])
+    try:
+        server.wait(lambda: server.answers("/health/ready"), 180)
+        events = lambda: server.client.get("/api/v1/stats").json()["events"]  # noqa: E731
+        server.wait(lambda: events()["recorded"] >= 1, 180)
+        changes: list[dict] = []
+        stop = threading.Event()
+
+        def listen() -> None:
+            with (
+                httpx.Client(base_url=server.base, timeout=None) as client,
+                client.stream("GET", "/api/v1/events/stream") as response,
+            ):
+                for line in response.iter_lines():
+                    if stop.is_set():
+                        return
+                    if line.startswith("data:"):
+                        changes.append({"at": time.monotonic()})
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        disk.freeze()
+        frozen_at = time.monotonic()
+        time.sleep(seconds)
+        health = server.client.get("/health/ready").json()
+        t0 = time.perf_counter()
+        listed = server.client.get("/api/v1/events").status_code
+        listed_ms = (time.perf_counter() - t0) * 1e3
+        recorded = events()["recorded"]
+        disk.thaw()
+        thawed_at = time.monotonic()
+        back = server.wait(lambda: events()["recorded"] > recorded, 180)
+        stop.set()
+        during = sum(frozen_at <= c["at"] <= thawed_at for c in changes)
+        stalled = next((p for p in health["problems"] if "a write has been waiting" in p), "not said")
+        return Row(
+            f"data folder's disk frozen {seconds:.0f} s (fsfreeze on a loop-mounted ext4)",
+            f"{during} event changes reached SSE while frozen; ready {health['status']}: {stalled[:70]}...; "
+            f"GET /api/v1/events {listed} in {listed_ms:.0f} ms",
+            "-",
+            f"{server.rss_mib():.0f}",
+            f"stored again {back:.1f} s after the thaw",
+        )
+    finally:
+        disk.thaw()
+        server.stop()
+        context.__exit__(None, None, None)
+
+
+CASES = {
+    "slow-bodies": slow_unauthenticated_bodies_case,
+    "guessing": token_guessing_case,
+}
+
+
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", choices=[*CASES, "stalled-disk"], help="these cases alone")
+    only = parser.parse_args().only
     rows: list[Row] = []
+    if only:
+        rows = [CASES[name]() for name in only if name in CASES]
+        if "stalled-disk" in only:
+            with tempfile.TemporaryDirectory() as folder:
+                row = stalled_disk_case(Path(folder))
+                rows += [row] if row else []
+        _table(rows)
+        return
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         server = Served(["--source", str(VTEST), "--loop", "--model", SSD])
@@ -503,6 +651,14 @@ def main() -> None:
             rows.append(outage)
     rows.append(sigterm_case())
     rows.append(token_case())
+    rows += [case() for case in CASES.values()]
+    with tempfile.TemporaryDirectory() as folder:
+        stalled = stalled_disk_case(Path(folder))
+        rows += [stalled] if stalled else []
+    _table(rows)
+
+
+def _table(rows: list[Row]) -> None:
     print(f"machine: {machine()}")
     print("| case | answer | /streams p95 ms during (max) | RSS MiB before -> after | lost / recovery |")
     print("|---|---|---|---|---|")
