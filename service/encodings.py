@@ -40,7 +40,15 @@ class EncodingCache:
         self._lock = threading.Lock()  # JPEGs are made on worker threads
 
     def get(self, result: FrameResult, kind: Hashable, make: Callable[[], bytes]) -> bytes:
-        key = (result.stream_id, result.index, result.timing.captured_at, kind)
+        return self.once((result.stream_id, result.index, result.timing.captured_at, kind), make)
+
+    def has(self, result: FrameResult, kind: Hashable) -> bool:
+        """Made already: a caller may then skip the hop to a worker thread that making it would need."""
+        with self._lock:
+            return (result.stream_id, result.index, result.timing.captured_at, kind) in self._items
+
+    def once(self, key: Hashable, make: Callable[[], bytes]) -> bytes:
+        """`make()`'s bytes under `key`, made once for every client asking while it is kept."""
         with self._lock:
             data = self._items.get(key)
             if data is not None:

@@ -41,9 +41,20 @@ class LiveOptions:
 
 
 def _thumb_event(cache: EncodingCache, result: FrameResult, height: int) -> bytes:
-    jpeg = cache.jpeg(result, height, THUMB_QUALITY, True, True)
-    data = json.dumps({"stream": result.stream_id, "frame": result.index, "jpeg": base64.b64encode(jpeg).decode()})
-    return ServerSentEvent(data=data, event="thumb").encode()
+    """The frame's `thumb` event (a small JPEG in base64, in JSON, as SSE): made once for every dashboard. Each live
+    client made its own (about 0.24 ms per client per frame: 50 clients cost 1.6x the CPU per frame of none)."""
+
+    def make() -> bytes:
+        jpeg = cache.jpeg(result, height, THUMB_QUALITY, True, True)
+        thumb = {"stream": result.stream_id, "frame": result.index, "jpeg": base64.b64encode(jpeg).decode()}
+        return ServerSentEvent(data=json.dumps(thumb), event="thumb").encode()
+
+    return cache.get(result, ("thumb", height), make)
+
+
+def _compare_event(manager: StreamManager) -> bytes:
+    figures = compare_snapshots(manager)
+    return ServerSentEvent(data=COMPARE_JSON.dump_json(figures).decode(), event="compare").encode()
 
 
 class LiveChannel:
@@ -95,14 +106,22 @@ class LiveChannel:
             if now - self._sent_thumb.get(stream_id, float("-inf")) >= 1.0 / self.options.thumb_fps:
                 self._sent_thumb[stream_id] = now
                 thumbs.append(newest)
-        if thumbs:  # JPEG encoding is CPU work: off the event loop
-            height = self.options.thumb_height
-            parts += await asyncio.to_thread(lambda: [_thumb_event(self.cache, r, height) for r in thumbs])
+        parts += await self._thumbs(thumbs)
         if self.changes is not None:
             changes = self.changes.drain()
             parts += [ServerSentEvent(data=json.dumps(c.payload), event="change").encode() for c in changes]
         if self.manager.groups and now - self._sent_compare >= COMPARE_EVERY_S:
             self._sent_compare = now
-            figures = await asyncio.to_thread(compare_snapshots, self.manager)
-            parts.append(ServerSentEvent(data=COMPARE_JSON.dump_json(figures).decode(), event="compare").encode())
+            key = ("compare", int(now / COMPARE_EVERY_S))  # the figures of this second, made once for everyone
+            parts.append(await asyncio.to_thread(self.cache.once, key, lambda: _compare_event(self.manager)))
         return b"".join(parts)
+
+    async def _thumbs(self, results: list[FrameResult]) -> list[bytes]:
+        """The frames' thumb events: those another dashboard made already at once, the rest made on a worker thread
+        (JPEG encoding is CPU work, kept off the event loop)."""
+        height = self.options.thumb_height
+        made = [self.cache.has(r, ("thumb", height)) for r in results]
+        ready = [_thumb_event(self.cache, r, height) for r, done in zip(results, made, strict=True) if done]
+        if to_make := [r for r, done in zip(results, made, strict=True) if not done]:
+            ready += await asyncio.to_thread(lambda: [_thumb_event(self.cache, r, height) for r in to_make])
+        return ready

@@ -453,7 +453,7 @@ def test_the_service_never_judges_its_live_inferences_by_the_quiet_measurement(s
     with running_server(args, tmp_path / "serve.log", env=env) as server:
         server.wait_until("/health/ready", timeout=120)
         assert server.client.get("/api/v1/streams").json()[0]["backend"] == "tflite"  # the stored pick
-        server.wait_for_frames("main", 300)  # settled, its own figure taken, and checked against it since
+        server.wait_for_frames("main", 150, timeout=300)  # settled, its own figure taken, and checked against since
         stream = server.client.get("/api/v1/streams").json()[0]
         log = server.log
     assert stream["backend"] == "tflite", log

@@ -1,0 +1,123 @@
+"""What viewers cost the service: CPU per frame (from the kernel) and RSS with N dashboard or event clients against
+none, measured side by side in one run on a real `edge serve` (vtest.avi at its 10 fps, yolox-nano on ONNX Runtime).
+
+    python -m benchmarks.viewers [--clients 50] [--seconds 20] [--rounds 2]
+
+Each client is a plain socket reading its SSE stream as fast as it comes (`/api/v1/live`: every stream's detections,
+thumbnails and changes, as the dashboard's grid; `/api/v1/streams/main/events`: one stream's detections). Phases
+alternate (none, live, none, events, ...) so a busy moment of the machine falls on each alike. Goals (issue 62):
+50 live clients <= 1.10x and 50 event clients <= 1.05x the CPU per frame of none; RSS with 50 live <= 1.15x of none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import selectors
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from benchmarks.common import MODELS, VTEST, machine
+from tests.server import Server
+
+MODEL = str(MODELS / "onnx/yolox_nano.onnx")
+PATHS = {"live": "/api/v1/live", "events": "/api/v1/streams/main/events"}
+
+
+class Readers:
+    """`count` clients on `path`, each read on one selector thread until stopped."""
+
+    def __init__(self, port: int, path: str, count: int) -> None:
+        self.socks = []
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n".encode())
+            sock.setblocking(False)
+            self.socks.append(sock)
+        self.received = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        selector = selectors.DefaultSelector()
+        for sock in self.socks:
+            selector.register(sock, selectors.EVENT_READ)
+        while not self._stop.is_set():
+            for key, _ in selector.select(0.2):
+                try:
+                    self.received += len(key.fileobj.recv(1 << 16))  # type: ignore[union-attr]
+                except BlockingIOError:
+                    continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        for sock in self.socks:
+            sock.close()
+
+
+def phase(server: Server, process: psutil.Process, seconds: float) -> tuple[float, float]:
+    """(CPU ms per frame processed, RSS MiB at the end) over `seconds`."""
+
+    def frames() -> int:
+        return int(server.client.get("/api/v1/stats").json()["streams"]["main"]["frames_processed"])
+
+    cpu0, f0 = sum(process.cpu_times()[:2]), frames()
+    time.sleep(seconds)
+    cpu1, f1 = sum(process.cpu_times()[:2]), frames()
+    return (cpu1 - cpu0) * 1e3 / max(1, f1 - f0), process.memory_info().rss / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        server = Server(
+            ["--source", str(VTEST), "--loop", "-m", MODEL, "-b", "onnx", "-d", "cpu", "--threads", "1"],
+            Path(folder) / "serve.log",
+            env={"EDGE_AUTO_MEASURE": "0"},
+        )
+        try:
+            server.wait_until("/health/ready", timeout=180)
+            server.wait_for_frames("main", 50, timeout=120)
+            process = psutil.Process(server.process.pid)
+            figures: dict[str, list[tuple[float, float]]] = {"none": [], "live": [], "events": []}
+            for _ in range(args.rounds):
+                for kind in ("live", "events"):
+                    figures["none"].append(phase(server, process, args.seconds))
+                    readers = Readers(server.port, PATHS[kind], args.clients)
+                    time.sleep(2)  # connected and streaming before the phase counts
+                    try:
+                        figures[kind].append(phase(server, process, args.seconds))
+                    finally:
+                        readers.close()
+                    received = readers.received / 2**20
+                    print(f"  {kind}: {args.clients} clients took {received:.1f} MiB", flush=True)
+        finally:
+            server.stop()
+    none_cpu = statistics.median(cpu for cpu, _ in figures["none"])
+    none_rss = statistics.median(rss for _, rss in figures["none"])
+    print(f"machine: {machine()}")
+    print(f"no client: {none_cpu:.1f} ms CPU per frame, {none_rss:.0f} MiB RSS ({len(figures['none'])} phases)")
+    for kind, goal in (("live", 1.10), ("events", 1.05)):
+        cpu = statistics.median(c for c, _ in figures[kind])
+        rss = max(r for _, r in figures[kind])
+        ratios = ", ".join(f"{c / none_cpu:.2f}" for c, _ in figures[kind])
+        met = "met" if cpu / none_cpu <= goal else "missed"
+        print(
+            f"{args.clients} {kind} clients: {cpu:.1f} ms CPU per frame = {cpu / none_cpu:.2f}x none "
+            f"(phases {ratios}; goal <= {goal:.2f}: {met}); RSS {rss:.0f} MiB = {rss / none_rss:.2f}x none"
+        )
+
+
+if __name__ == "__main__":
+    main()
