@@ -346,22 +346,28 @@ def broker_outage_case(work: Path) -> Row | None:
         broker.stop()
 
 
+def events_server(work: Path, data: Path) -> Served:
+    """The events example served with its data in `data` (no room kept free), once it has stored an event."""
+    from tests.test_storage_faults import events_config
+
+    server = Served(["--config", str(events_config(work, data, min_free_mb=0))])
+    server.wait(lambda: server.answers("/health/ready"), 180)
+    server.wait(lambda: server.client.get("/api/v1/stats").json()["events"]["recorded"] >= 1, 180)
+    return server
+
+
 def full_disk_case(work: Path) -> Row | None:
     """The data folder's disk (a 4 MB tmpfs) filled while people walk, then given room again."""
     from tests.mounts import fill, tmpfs_mounted
-    from tests.test_storage_faults import events_config
 
     data = work / "full"
     with tmpfs_mounted(data, 4096) as failed:
         if failed:
             print(f"  full disk: skipped, {failed}", file=sys.stderr)
             return None
-        server = Served(["--config", str(events_config(work, data, min_free_mb=0))])
+        server = events_server(work, data)
+        events = lambda: server.client.get("/api/v1/stats").json()["events"]  # noqa: E731
         try:
-            server.wait(lambda: server.answers("/health/ready"), 180)
-            events = lambda: server.client.get("/api/v1/stats").json()["events"]  # noqa: E731
-
-            server.wait(lambda: events()["recorded"] >= 1, 180)
 
             def full() -> tuple[str, str]:
                 filler = fill(data)
@@ -547,7 +553,6 @@ def token_guessing_case() -> Row:
 def stalled_disk_case(work: Path, seconds: float = 40.0) -> Row | None:
     """The data folder's file system frozen (`fsfreeze`, a loop-mounted ext4) while people walk, then thawed."""
     from tests.mounts import freezable
-    from tests.test_storage_faults import events_config
 
     data = work / "frozen"
     try:
@@ -556,11 +561,9 @@ def stalled_disk_case(work: Path, seconds: float = 40.0) -> Row | None:
     except (OSError, subprocess.CalledProcessError, pytest.skip.Exception) as exc:  # cannot be made here: said
         print(f"  stalled disk: skipped, {exc}", file=sys.stderr)
         return None
-    server = Served(["--config", str(events_config(work, data, min_free_mb=0))])
+    server = events_server(work, data)
+    events = lambda: server.client.get("/api/v1/stats").json()["events"]  # noqa: E731
     try:
-        server.wait(lambda: server.answers("/health/ready"), 180)
-        events = lambda: server.client.get("/api/v1/stats").json()["events"]  # noqa: E731
-        server.wait(lambda: events()["recorded"] >= 1, 180)
         changes: list[dict] = []
         stop = threading.Event()
 

@@ -18,10 +18,15 @@ TOKEN = "deepstack-token-1234"
 PHOTO = MEDIA / "kite_and_cold.jpg"
 
 
-def test_a_deepstack_client_gets_the_detections_of_the_api_with_its_key_as_the_token(tmp_path):
-    streams = f"streams:\n  - id: yard\n    source: {VTEST}\n    model: {SSD_ONNX}\n    loop: true\n"
+def _yard(tmp_path):
+    """A config with one stream, `yard`, on the pedestrian video."""
     config = tmp_path / "streams.yaml"
-    config.write_text(streams)
+    config.write_text(f"streams:\n  - id: yard\n    source: {VTEST}\n    model: {SSD_ONNX}\n    loop: true\n")
+    return config
+
+
+def test_a_deepstack_client_gets_the_detections_of_the_api_with_its_key_as_the_token(tmp_path):
+    config = _yard(tmp_path)
     image = PHOTO.read_bytes()
     with running_server(["--config", str(config)], tmp_path / "serve.log", token=TOKEN) as server:
         server.wait_until("/health/ready", timeout=180)
@@ -95,9 +100,7 @@ def test_the_caller_is_known_before_any_work_is_done_for_a_deepstack_form(tmp_pa
     unauthenticated sockets trickling bodies held every upload slot (an authenticated detect got 503), and
     `custom/list` wrote a 597 MB form to disk before its 401. Now the form's first bytes are read for the key, outside
     any shared slot, and the rest is never read for a caller who is not known."""
-    streams = f"streams:\n  - id: yard\n    source: {VTEST}\n    model: {SSD_ONNX}\n    loop: true\n"
-    config = tmp_path / "streams.yaml"
-    config.write_text(streams)
+    config = _yard(tmp_path)
     image = PHOTO.read_bytes()
     with running_server(["--config", str(config)], tmp_path / "serve.log", token=TOKEN) as server:
         server.wait_until("/health/ready", timeout=180)
@@ -148,9 +151,7 @@ def test_the_caller_is_known_before_any_work_is_done_for_a_deepstack_form(tmp_pa
 def test_token_guessing_is_slowed_and_said_once_per_client(tmp_path):
     """307 wrong tokens a second on one connection, and nothing logged. Past ten wrong tokens a minute, each further
     401 to that client waits; the log says so, once a minute per client. The right token is not held back."""
-    streams = f"streams:\n  - id: yard\n    source: {VTEST}\n    model: {SSD_ONNX}\n    loop: true\n"
-    config = tmp_path / "streams.yaml"
-    config.write_text(streams)
+    config = _yard(tmp_path)
     with running_server(["--config", str(config)], tmp_path / "serve.log", token=TOKEN) as server:
         server.wait_until("/health/ready", timeout=180)
         with httpx.Client(base_url=server.base, timeout=60) as guesser:
