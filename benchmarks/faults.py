@@ -608,9 +608,50 @@ def stalled_disk_case(work: Path, seconds: float = 40.0) -> Row | None:
         context.__exit__(None, None, None)
 
 
+def live_burst_case(clients: int = 200) -> Row:
+    """A burst of dashboards: `clients` connections to `/api/v1/live` opened at once (the limits raised for it),
+    the liveness probe timed throughout, the server's RSS at its peak."""
+    from benchmarks.viewers import Readers
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = Path(folder) / "burst.yaml"
+        config.write_text(
+            f"server:\n  max_connections: {clients + 50}\n  max_clients_per_stream: {clients + 10}\n"
+            f"streams:\n  - id: main\n    source: {VTEST}\n    loop: true\n    model: {SSD}\n"
+        )
+        server = Served(["--config", str(config)])
+        try:
+            server.wait(lambda: server.answers("/health/ready"))
+            rss_before = server.rss_mib()
+            peak = rss_before
+            probes: list[float] = []
+            readers = Readers(server.port, "/api/v1/live", clients)
+            try:
+                with httpx.Client(base_url=server.base, timeout=60) as probe:
+                    for _ in range(100):  # 10 s
+                        t0 = time.perf_counter()
+                        probe.get("/health/live")
+                        probes.append((time.perf_counter() - t0) * 1e3)
+                        peak = max(peak, server.rss_mib())
+                        time.sleep(0.1)
+            finally:
+                readers.close()
+            return Row(
+                f"a burst of {clients} /api/v1/live clients (limits raised)",
+                f"/health/live p95 {pct(probes, 95):.0f} ms, max {max(probes):.0f} ms; "
+                f"{readers.received / 2**20:.0f} MiB sent in 10 s",
+                "-",
+                f"{rss_before:.0f} -> peak {peak:.0f}",
+                "-",
+            )
+        finally:
+            server.stop()
+
+
 CASES = {
     "slow-bodies": slow_unauthenticated_bodies_case,
     "guessing": token_guessing_case,
+    "live-burst": live_burst_case,
 }
 
 

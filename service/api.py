@@ -427,8 +427,9 @@ def metrics(request: Request) -> Response:
 
 @router.head("/health/live", include_in_schema=False)  # load balancers that probe with HEAD: not a 405
 @router.get("/health/live", response_model=Health, summary="The process is sound", responses={503: {}})
-def live(request: Request) -> JSONResponse:
-    """200 while the event loop answers and every stream's threads are alive (or being restarted)."""
+async def live(request: Request) -> JSONResponse:
+    """200 while the event loop answers and every stream's threads are alive (or being restarted). On the event loop
+    itself, never queued behind the worker threads other routes wait for: a probe is answered ahead of them."""
     alive = is_live(manager_of(request))
     body = Health(status="alive" if alive else "unsound", streams={})
     return JSONResponse(body.model_dump(), status_code=200 if alive else 503)
@@ -441,7 +442,8 @@ def live(request: Request) -> JSONResponse:
     summary="Can the service do its job: ok, degraded (200 unless strict_ready), starting or down (503)",
     responses={503: {"model": Health}},
 )
-def ready(request: Request) -> JSONResponse:
+async def ready(request: Request) -> JSONResponse:
+    """As `live`, on the event loop: the figures it reads are in memory, nothing waits."""
     health = service_health(manager_of(request), request.app.state.config.server.strict_ready)
     body = Health(status=health.status, strict=health.strict, streams=health.streams, problems=health.problems)
     return JSONResponse(body.model_dump(), status_code=200 if health.ready else 503)
