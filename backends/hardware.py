@@ -30,11 +30,50 @@ def under(path: str, root: Path | None = None) -> Path:
     return (root or system_root()) / path.lstrip("/")
 
 
+# Places this user may not look at, met while looking (debugfs is root's alone: 0700): what they would have said
+# cannot be told, and `edge doctor` says so. Never an error: the service and its probes run as a user of their own
+# (the systemd unit's `edge`, the image's 10001), where Python's `Path.exists()` raised PermissionError.
+NOT_ALLOWED: set[str] = set()
+
+
 def read_text(path: Path) -> str:
     try:
         return path.read_text(errors="replace").strip()
+    except PermissionError:
+        NOT_ALLOWED.add(str(path.parent))
+        return ""
     except OSError:
         return ""
+
+
+def exists(path: Path) -> bool:
+    """Whether `path` exists; False where this user may not look (noted in NOT_ALLOWED)."""
+    try:
+        return path.exists()
+    except PermissionError:
+        NOT_ALLOWED.add(str(path.parent))
+        return False
+
+
+def is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except PermissionError:
+        NOT_ALLOWED.add(str(path.parent))
+        return False
+
+
+def listed(base: Path, pattern: str) -> list[Path]:
+    """`base.glob(pattern)`, sorted; [] where this user may not list it (noted in NOT_ALLOWED)."""
+    if not is_dir(base):
+        return []
+    try:
+        if not os.access(base, os.R_OK | os.X_OK):
+            raise PermissionError(base)
+        return sorted(base.glob(pattern))
+    except PermissionError:
+        NOT_ALLOWED.add(str(base))
+        return []
 
 
 def _read(path: Path) -> str:
@@ -52,7 +91,7 @@ class UsbDevice:
 def usb_devices(root: Path | None = None) -> list[UsbDevice]:
     base = under("/sys/bus/usb/devices", root)
     found = []
-    for device in sorted(base.glob("*")) if base.is_dir() else []:
+    for device in listed(base, "*"):
         vendor, product = _read(device / "idVendor"), _read(device / "idProduct")
         if vendor and product:
             speed = _read(device / "speed")
@@ -83,8 +122,7 @@ def coral_usb_devices(root: Path | None = None) -> list[str]:
 
 def device_nodes(pattern: str, root: Path | None = None) -> list[Path]:
     """Nodes under /dev matching a glob (e.g. 'apex_*', 'accel/accel*'), as paths inside the system root."""
-    dev = under("/dev", root)
-    return sorted(dev.glob(pattern)) if dev.is_dir() else []
+    return listed(under("/dev", root), pattern)
 
 
 def coral_pcie_devices(root: Path | None = None) -> list[str]:
@@ -94,9 +132,9 @@ def coral_pcie_devices(root: Path | None = None) -> list[str]:
 def nvidia_gpus(root: Path | None = None) -> list[str]:
     gpus: list[str] = []
     base = under("/proc/driver/nvidia/gpus", root)
-    for info in sorted(base.glob("*/information")) if base.is_dir() else []:
+    for info in listed(base, "*/information"):
         model = next(
-            (line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("Model:")),
+            (line.split(":", 1)[1].strip() for line in read_text(info).splitlines() if line.startswith("Model:")),
             "NVIDIA GPU",
         )
         gpus.append(f"cuda:{len(gpus)}  {model}")
@@ -107,7 +145,7 @@ def hailo_pci_devices(root: Path | None = None) -> list[str]:
     """'Hailo-8/8L at 0000:01:00.0' for each Hailo on the PCIe bus, whether or not its driver is loaded."""
     base = under("/sys/bus/pci/devices", root)
     found = []
-    for device in sorted(base.glob("*")) if base.is_dir() else []:
+    for device in listed(base, "*"):
         if _read(device / "vendor") == HAILO_VENDOR:
             found.append(f"{HAILO_PCI_IDS.get(_read(device / 'device'), 'Hailo device')} at {device.name}")
     return found
@@ -132,7 +170,7 @@ def rknpu_nodes(root: Path | None = None) -> list[Path]:
     """The RKNPU driver's node: /dev/rknpu (older kernels), or its debugfs/sysfs entry on the DRM driver."""
     found = device_nodes("rknpu*", root)
     for place in ("/sys/kernel/debug/rknpu", "/sys/class/misc/rknpu", "/sys/module/rknpu"):
-        if under(place, root).exists():
+        if exists(under(place, root)):
             found.append(under(place, root))
     return found
 
@@ -155,7 +193,7 @@ def intel_accelerators(root: Path | None = None) -> list[str]:
     this machine has nothing for it but the CPU.
     """
     found = []
-    for node in sorted(under("/sys/class/drm", root).glob("renderD*")):
+    for node in listed(under("/sys/class/drm", root), "renderD*"):
         if _read(node / "device" / "vendor") == INTEL_VENDOR:
             found.append(f"GPU  Intel graphics at /dev/dri/{node.name}")
     found += [f"NPU  /dev/accel/{p.name}" for p in device_nodes("accel/accel*", root)]

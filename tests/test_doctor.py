@@ -4,11 +4,18 @@ the service's user may not open and whose CPU has been throttled: each problem r
 from __future__ import annotations
 
 import json
+import os
 import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests import fake_devices
+from tests.conftest import REPO
 from tests.helpers import run_edge
 
 
@@ -91,3 +98,61 @@ def test_doctor_lists_the_hardware_decoders_ffmpeg_and_the_board_offer(tmp_path)
     assert decoders["preset-rpi-64-h264"]["status"] == "ok" and decoders["preset-vaapi"]["status"] == "ok"
     missing = decoders["presets"]["detail"]
     assert "preset-nvidia (no /dev/nvidia0)" in missing and "preset-jetson-h264 (FFmpeg lacks h264_nvmpi)" in missing
+
+
+SYSTEM_PYTHON = "/usr/bin/python3.11"  # Debian's: a Python any user may run (pyenv's lives under root's 0700 home)
+
+
+@pytest.fixture(scope="module")
+def nobodys_place() -> Iterator[Path]:
+    """A folder `nobody` may enter (pytest's own temporary folders are root's alone: 0700)."""
+    place = Path(tempfile.mkdtemp(prefix="edge-nobody-"))
+    place.chmod(0o755)
+    yield place
+    shutil.rmtree(place, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def nobodys_edge(nobodys_place: Path) -> str:
+    """The basic install in a venv any user may run, made by root; its Python, for `nobody` to run."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        pytest.skip(f"{SYSTEM_PYTHON} is not here: no Python that an unprivileged user may run")
+    root = nobodys_place
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"))
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(root / "venv")], check=True, timeout=300)
+    pip = [str(root / "venv/bin/python"), "-m", "pip", "install", "--quiet", str(source)]
+    installed = subprocess.run(pip, capture_output=True, text=True, timeout=900, check=False)
+    if installed.returncode != 0 and "No matching distribution" in installed.stderr:
+        pytest.skip("the package index cannot be reached here")
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return str(root / "venv/bin/python")
+
+
+def _as_nobody(python: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`edge ARGS` run by the unprivileged `nobody` (as the systemd unit's `edge` and the image's 10001 run it)."""
+    command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, "-m", "edge_inference"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=180, check=False, cwd="/")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to be nobody")
+def test_an_rk3588_board_is_looked_at_by_a_user_who_may_not_read_debugfs(nobodys_place, nobodys_edge):
+    """The suite runs as root, so it never saw this: as the service's own user, `Path('/sys/kernel/debug/rknpu')
+    .exists()` raises PermissionError (debugfs is 0700), and `edge backends`, `edge doctor` and the rknn engine's
+    probe ended in "unexpected PermissionError". Not allowed is "cannot tell", and doctor says so."""
+    root = nobodys_place / "root"
+    fake_devices.rk3588(root)
+    (root / "sys/kernel/debug").chmod(0o700)  # as debugfs is: root's alone
+    home = nobodys_place / "home"
+    home.mkdir(mode=0o777)
+    home.chmod(0o777)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "EDGE_"))}
+    env |= {"EDGE_SYSROOT": str(root), "HOME": str(home), "EDGE_MODEL_CACHE": str(home / "models")}
+    backends = _as_nobody(nobodys_edge, "backends", env=env)
+    assert backends.returncode == 0 and "Traceback" not in backends.stderr, backends.stderr[-2000:]
+    assert "unexpected" not in backends.stdout + backends.stderr
+    doctor = _as_nobody(nobodys_edge, "doctor", "--json", env=env)
+    assert doctor.returncode == 0 and "Traceback" not in doctor.stderr, doctor.stderr[-2000:]
+    findings = json.loads(doctor.stdout)["findings"]
+    told = [f for f in findings if f["subject"] == "cannot tell"]
+    assert told and "/sys/kernel/debug" in told[0]["detail"], findings

@@ -23,9 +23,12 @@ from typing import Literal
 from edge_inference.backends import engines
 from edge_inference.backends.hardware import (
     CORAL_USB_IDS,
+    NOT_ALLOWED,
     coral_usb,
     device_nodes,
+    exists,
     hailo_pci_devices,
+    listed,
     nvidia_gpus,
     read_text,
     rknpu_nodes,
@@ -201,7 +204,7 @@ def _coral_usb_permissions(root: Path, account: Account) -> Iterator[Finding]:
         if not (bus.isdigit() and number.isdigit()):
             continue
         node = under(f"/dev/bus/usb/{int(bus):03d}/{int(number):03d}", root)
-        if node.exists() and not account.may_open(node):
+        if exists(node) and not account.may_open(node):
             yield Finding(
                 "permissions",
                 f"/{node.relative_to(root)}",
@@ -252,7 +255,7 @@ def check_decoders(root: Path) -> Iterator[Finding]:
         kind, _, needed = preset.needs.partition(":")
         has = needed in (offered.hwaccels if kind == "hwaccel" else offered.decoders)
         device = root / preset.device.lstrip("/")
-        if has and device.exists():
+        if has and exists(device):
             yield Finding("decoders", name, "ok", f"{needed} in this FFmpeg and {preset.device} present")
         else:
             unusable.append(f"{name} ({'no ' + preset.device if has else 'FFmpeg lacks ' + needed})")
@@ -311,7 +314,7 @@ def _throttling(root: Path) -> Iterator[Finding]:
 
 
 def _temperature(root: Path) -> Iterator[Finding]:
-    for zone in sorted(under("/sys/class/thermal", root).glob("thermal_zone*")):
+    for zone in listed(under("/sys/class/thermal", root), "thermal_zone*"):
         raw = read_text(zone / "temp")
         if not raw.lstrip("-").isdigit():
             continue
@@ -358,7 +361,21 @@ def run_checks(settings: Settings, user: str | None = None) -> list[Finding]:
         *check_decoders(root),
         *check_system(root),
         *check_models(settings),
+        *_not_allowed(root),
     ]
+
+
+def _not_allowed(root: Path) -> Iterator[Finding]:
+    """Places this user may not look at (debugfs is root's alone): what they would show is not known, and said."""
+    places = sorted({f"/{Path(p).relative_to(root)}" if Path(p).is_relative_to(root) else p for p in NOT_ALLOWED})
+    if places:
+        yield Finding(
+            "permissions",
+            "cannot tell",
+            "info",
+            f"this user may not look in {', '.join(places)}: what they hold is not known here",
+            "run `sudo edge doctor` to look there too",
+        )
 
 
 def blocks_serving(findings: list[Finding]) -> bool:
