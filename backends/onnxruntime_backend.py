@@ -10,6 +10,7 @@ minutes on a Jetson). The caches live in `tensorrt/` under the model cache folde
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +92,22 @@ def parse_device(device: str) -> tuple[str, str]:
     return name, detail or "0"
 
 
-def tensorrt_options(device_id: str, settings: OnnxRuntimeOptions, cache_dir: Path | None) -> dict[str, Any]:
-    """The TensorRT EP's provider options (names from ONNX Runtime's TensorRT EP documentation)."""
+def model_digest(path: Path) -> str:
+    """The model file's content, in 16 hex digits: what its TensorRT engines are kept under."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def tensorrt_options(
+    device_id: str, settings: OnnxRuntimeOptions, cache_dir: Path | None, model: Path | None = None
+) -> dict[str, Any]:
+    """The TensorRT EP's provider options (names from ONNX Runtime's TensorRT EP documentation). Engines are kept
+    in a folder per model content: ONNX Runtime names a cached engine by the model's file name, tensor names and
+    versions, not its weights (`TRTGenerateId`), so a retrained `best.onnx` silently ran the old engine. The timing
+    cache, which holds layer timings and no weights, stays shared."""
     options: dict[str, Any] = {"device_id": int(device_id), "trt_fp16_enable": settings.trt_fp16}
     folder = cache_dir / TENSORRT_CACHE if cache_dir else None
     folder = Path(settings.trt_cache_dir) if settings.trt_cache_dir else folder
@@ -100,7 +115,9 @@ def tensorrt_options(device_id: str, settings: OnnxRuntimeOptions, cache_dir: Pa
         return options
     folder.mkdir(parents=True, exist_ok=True)
     if settings.trt_engine_cache:
-        options |= {"trt_engine_cache_enable": True, "trt_engine_cache_path": str(folder)}
+        engines = folder / f"engines-{model_digest(model)}" if model is not None else folder
+        engines.mkdir(parents=True, exist_ok=True)
+        options |= {"trt_engine_cache_enable": True, "trt_engine_cache_path": str(engines)}
     if settings.trt_timing_cache:
         options |= {"trt_timing_cache_enable": True, "trt_timing_cache_path": str(folder)}
     return options
@@ -142,7 +159,13 @@ class OnnxRuntimeBackend(Backend):
 
 
 def _providers(
-    ort: Any, name: str, detail: str, options: BackendOptions, settings: OnnxRuntimeOptions, notes: list[str]
+    ort: Any,
+    name: str,
+    detail: str,
+    options: BackendOptions,
+    settings: OnnxRuntimeOptions,
+    notes: list[str],
+    model: Path | None = None,
 ) -> list[Any]:
     """The providers to ask for: the wanted one first when this ONNX Runtime has it, else the CPU (if allowed)."""
     wanted = PROVIDERS[name]
@@ -167,7 +190,7 @@ def _providers(
     if name == "cuda":
         return [cuda, "CPUExecutionProvider"]
     try:
-        trt = (wanted, tensorrt_options(detail, settings, options.cache_dir))
+        trt = (wanted, tensorrt_options(detail, settings, options.cache_dir, model))
     except OSError as exc:  # a cache folder that cannot be made: run, rebuilding the engine each time, and say so
         notes.append(f"TensorRT caches off (the engine is rebuilt at every load): {exc}")
         uncached = settings.model_copy(update={"trt_engine_cache": False, "trt_timing_cache": False})
@@ -263,7 +286,7 @@ def load(path: Path, options: BackendOptions) -> OnnxRuntimeBackend:
     chosen = options.device.lower() == "auto"
     name, detail = _auto_device(ort, notes) if chosen else parse_device(options.device)
     wanted = PROVIDERS[name]
-    providers = _providers(ort, name, detail, options, settings, notes)
+    providers = _providers(ort, name, detail, options, settings, notes, path)
     session_options = _session_options(ort, options, settings)
     reason = ""
     if providers == ["CPUExecutionProvider"]:

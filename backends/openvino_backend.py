@@ -157,6 +157,21 @@ def compile_config(device: str, hint: str, threads: int | None, lanes: int, prec
     return {"PERFORMANCE_HINT": hint}
 
 
+OPENVINO_CACHE = "openvino"  # compiled GPU/NPU blobs, under the model cache
+
+
+def cache_config(device: str, available: list[str], cache_dir: Path | None) -> dict[str, Any]:
+    """OpenVINO's model cache for the devices that compile for a long time (a GPU's kernels, an NPU's blob: seconds
+    to a minute at every start without it); OpenVINO keys its blobs by the model and the device's settings. The
+    CPU compiles in moments and keeps nothing on disk."""
+    base = device.split(":")[0].split(".")[0]
+    accelerators = [d for d in available if d.split(".")[0] in ("GPU", "NPU")]
+    compiles_long = base in ("GPU", "NPU") or (base in ("AUTO", "MULTI", "HETERO") and bool(accelerators))
+    if cache_dir is None or not compiles_long:
+        return {}
+    return {"CACHE_DIR": str(cache_dir / OPENVINO_CACHE)}
+
+
 def _read(core: Any, path: Path) -> Any:
     weights = path.with_suffix(".bin")
     if path.suffix.lower() == ".xml" and not weights.is_file():  # OpenVINO's own words: "Check 'm_weights_provider'"
@@ -248,6 +263,7 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
     pixels = None if converted is None else options.pixels  # asked for (`describe` decided) and the model fits
     model = model if converted is None else converted
     config = compile_config(device, settings.performance_hint, options.threads, options.lanes, settings.precision)
+    config |= cache_config(device, list(core.available_devices), options.cache_dir)
     try:
         compiled = core.compile_model(model, device, config)
     except RuntimeError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes.util
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -424,3 +425,36 @@ def test_the_command_line_takes_engine_options_and_lists_them(tmp_path):
     assert {o["name"]: o["default"] for o in options["onnx"]}["trt_fp16"] is True
     assert {o["name"]: o["default"] for o in options["hailo"]} == {"scheduler": "round_robin"}
     assert options["tflite"] == []
+
+
+def test_tensorrt_engines_are_kept_per_model_content(monkeypatch, tmp_path):
+    """ONNX Runtime names a cached TensorRT engine by the model's file name, tensor names and versions, not by its
+    weights (`TRTGenerateId`): a retrained `best.onnx` in the same place silently ran the old engine. The engine
+    cache is a folder per model content; the timing cache (layer timings, no weights) stays shared."""
+    sessions = onnxruntime_gpu.install(monkeypatch)
+    best = tmp_path / "models" / "best.onnx"
+    best.parent.mkdir()
+    folders = []
+    for weights in (YOLOX, MODELS / "onnx/nanodet_m.onnx", YOLOX):  # retrained, then the first weights back
+        shutil.copy(weights, best)
+        open_backend("onnx", best, BackendOptions("tensorrt", cache_dir=tmp_path / "cache")).close()
+        trt = sessions[-1]["options"]["TensorrtExecutionProvider"]
+        folders.append((trt["trt_engine_cache_path"], trt["trt_timing_cache_path"]))
+    engines = [engine for engine, _ in folders]
+    assert engines[0] != engines[1] and engines[0] == engines[2]
+    assert len({timing for _, timing in folders}) == 1 and all(Path(e).parent == Path(folders[0][1]) for e in engines)
+
+
+def test_openvino_keeps_what_it_compiles_for_a_gpu_or_npu(tmp_path):
+    """OpenVINO on a GPU or an NPU compiled the model at every start (seconds to a minute): its model cache is set
+    under the model cache for them, AUTO included where such a device is there. The CPU keeps nothing on disk."""
+    from edge_inference.backends.openvino_backend import cache_config
+
+    cache = tmp_path / "cache"
+    assert cache_config("GPU", ["CPU", "GPU"], cache) == {"CACHE_DIR": str(cache / "openvino")}
+    assert cache_config("NPU", ["CPU", "NPU"], cache) == {"CACHE_DIR": str(cache / "openvino")}
+    assert cache_config("AUTO", ["CPU", "GPU.0"], cache) == {"CACHE_DIR": str(cache / "openvino")}
+    assert cache_config("AUTO", ["CPU"], cache) == cache_config("CPU", ["CPU"], cache) == {}
+    assert cache_config("GPU", ["GPU"], None) == {}
+    open_backend("openvino", MODELS / "openvino/yolox_nano.xml", BackendOptions("CPU", cache_dir=cache)).close()
+    assert not (cache / "openvino").exists()  # here: the CPU alone
