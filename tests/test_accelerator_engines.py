@@ -227,14 +227,16 @@ def test_tensorrt_gets_cuda_behind_it_fp16_and_its_caches_under_the_model_cache(
     cache = str(tmp_path / "tensorrt")
     (session,) = sessions
     assert session["providers"] == ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
-    assert session["options"]["TensorrtExecutionProvider"] == {
+    trt = session["options"]["TensorrtExecutionProvider"]
+    engines = Path(trt.pop("trt_engine_cache_path"))
+    assert trt == {
         "device_id": "0",
         "trt_fp16_enable": "True",
         "trt_engine_cache_enable": "True",
-        "trt_engine_cache_path": cache,
         "trt_timing_cache_enable": "True",
         "trt_timing_cache_path": cache,
     }
+    assert engines.parent == Path(cache) and engines.name.startswith("engines-")  # a folder per model content
     assert session["options"]["CUDAExecutionProvider"] == {"device_id": "0"}
     assert Path(cache).is_dir() and detector.backend.device == "TensorrtExecutionProvider:0"
     assert detector.detect(skimage_photo("astronaut")).detections  # runs (on the CPU provider here)
