@@ -7,6 +7,7 @@ Every path is read under the system root, `/` unless EDGE_SYSROOT names another 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,16 +49,16 @@ def read_text(path: Path) -> str:
 
 def exists(path: Path) -> bool:
     """Whether `path` exists; False where this user may not look (noted in NOT_ALLOWED)."""
-    try:
-        return path.exists()
-    except PermissionError:
-        NOT_ALLOWED.add(str(path.parent))
-        return False
+    return _looked(path.exists, path)
 
 
 def is_dir(path: Path) -> bool:
+    return _looked(path.is_dir, path)
+
+
+def _looked(check: Callable[[], bool], path: Path) -> bool:
     try:
-        return path.is_dir()
+        return check()
     except PermissionError:
         NOT_ALLOWED.add(str(path.parent))
         return False

@@ -89,9 +89,24 @@ async def read_form_key(receive: Receive, content_type: str, deadline: float) ->
         if message["type"] == "http.disconnect":
             raise ClientGone
         found.read.append(message)
-        data += message.get("body", b"")
+        before = len(data)
+        data += message.get("body", b"")[: KEY_BYTES - before]
         complete = not message.get("more_body", False)
-        key = _found(data[:KEY_BYTES], content_type, complete)
+        if not (complete or len(data) >= KEY_BYTES or _may_end_a_field(data, before, content_type)):
+            continue  # nothing new can be whole yet: no parse (a client sending a byte a message costs no more)
+        key = _found(data, content_type, complete)
         if key is not False:
             found.key = key if isinstance(key, str) else None
             return found
+
+
+def _may_end_a_field(data: bytes, before: int, content_type: str) -> bool:
+    """Whether the bytes after `before` end a field: a multipart delimiter or an `&` arrived among them. A field is
+    whole only then, so the form is parsed once per field, not once per message."""
+    if content_type.lower().startswith("application/x-www-form-urlencoded"):
+        return b"&" in data[before:]
+    boundary = re.search(r'boundary="?([^";]+)"?', content_type)
+    if boundary is None:
+        return True
+    delimiter = b"--" + boundary.group(1).encode()
+    return delimiter in data[max(0, before - len(delimiter) + 1) :]

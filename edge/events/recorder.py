@@ -167,12 +167,9 @@ class EventRecorder:
         if not write.told_live:
             self._tell(write)
             return
-        self.watch.stalled(self._oldest_waiting(write))
+        # not stalled before: every earlier write had returned, so the writer is stuck on this one
+        self.watch.stalled(write.queued_at)
         self._tell_unstored(write)
-
-    def _oldest_waiting(self, write: _Write) -> float:
-        """When the write the writer is stuck on was queued: the stall's start (this one's, when none is older)."""
-        return min(write.queued_at, self.watch.stalled_since or write.queued_at)
 
     def _tell(self, write: _Write) -> None:
         """A change the writer finished: told live with its place in the store, or as unstored where it failed."""
