@@ -45,10 +45,11 @@ def _has_rtsp_server() -> bool:
 class RtspCamera:
     """The camera's process; `pause` and `resume` freeze it with its sockets open (a camera gone silent)."""
 
-    def __init__(self, video: Path, login: str = "") -> None:
+    def __init__(self, video: Path | list[Path], login: str = "") -> None:
         self.port = free_port()
+        videos = ":".join(map(str, video if isinstance(video, list) else [video]))
         self.process = subprocess.Popen(
-            [SYSTEM_PYTHON, str(CAMERA_SCRIPT), str(self.port), str(video), "/cam", login],
+            [SYSTEM_PYTHON, str(CAMERA_SCRIPT), str(self.port), videos, "/cam", login],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -77,8 +78,9 @@ class RtspCamera:
 
 
 @contextmanager
-def rtsp_camera(video: Path, login: str = "") -> Iterator[RtspCamera]:
-    """The camera; with `login` ("user:password", the password as the camera knows it) it asks for them."""
+def rtsp_camera(video: Path | list[Path], login: str = "") -> Iterator[RtspCamera]:
+    """The camera; with `login` ("user:password", the password as the camera knows it) it asks for them; with a list
+    of videos, each new session plays the next (a camera whose settings changed)."""
     require_ffmpeg()
     if not _has_rtsp_server():
         _missing("GStreamer's RTSP server for Debian's python3")

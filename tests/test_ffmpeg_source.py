@@ -187,3 +187,51 @@ def test_ffmpeg_messages_never_show_a_cameras_password(tmp_path):
         source.open()
     source.close()
     assert "hunter2" not in str(failure.value) and re.search(r"rtsp://admin:\*\*\*@127\.0\.0\.1:9", str(failure.value))
+
+
+@pytest.fixture(scope="module")
+def resized_camera_clips(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """A camera set from 640x360 to 320x240 while a client watches (3 s, then the new size), and what a session
+    opened later gets (the new size only)."""
+    folder = tmp_path_factory.mktemp("resized")
+    parts = {}
+    for size, seconds in (("640x360", 3), ("320x240", 120)):
+        part = folder / f"{size}.ts"
+        source = f"testsrc2=size={size}:rate=10:duration={seconds}"
+        subprocess.run(
+            [require_ffmpeg(), "-loglevel", "error", "-f", "lavfi", "-i", source, "-c:v", "libx264", str(part)],
+            check=True,
+        )
+        parts[size] = part
+    changed = folder / "changed.ts"
+    changed.write_bytes(parts["640x360"].read_bytes() + parts["320x240"].read_bytes())  # MPEG-TS concatenates
+    return [changed, parts["320x240"]]
+
+
+def test_a_camera_that_changes_resolution_is_reopened_at_the_new_size_and_says_so(tmp_path, resized_camera_clips):
+    """FFmpeg, like OpenCV, squeezes the new size into the old one without a word; the source reads the decoder's
+    size from FFmpeg's log, and a change reopens it (a new start, not a camera that is unstable)."""
+    with rtsp_camera(resized_camera_clips) as camera:
+        config = tmp_path / "streams.yaml"
+        config.write_text(
+            f"streams:\n  - id: door\n    source: {camera.url}\n    ffmpeg: {{}}\n"
+            f"    model: {SSD_ONNX}\n    backend: onnx\n"
+        )
+        with running_server(["--config", str(config)], tmp_path / "log") as server:
+            server.wait_until("/health/live")
+            sizes: list[tuple[int, int]] = []
+
+            def new_size_seen() -> bool:
+                answer = server.client.get("/api/v1/streams/door/detections/latest")
+                if answer.status_code == 200:
+                    size = (answer.json()["width"], answer.json()["height"])
+                    if not sizes or sizes[-1] != size:
+                        sizes.append(size)
+                return (320, 240) in sizes
+
+            wait_for(new_size_seen, "frames at the camera's new size", timeout=90)
+            assert "changed resolution from 640x360 to 320x240: reopening at 320x240" in server.log
+            figures = server.client.get("/api/v1/stats").json()["streams"]["door"]
+            assert figures["reconnects"] == 0, figures  # a new size is no sign of an unstable camera
+        # the first session's frames at the old size may all fall before the service's first publication
+        assert sizes in ([(640, 360), (320, 240)], [(320, 240)]), sizes

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from edge_inference.edge.stream.sources import Frame, FrameSource, SourceError, describe_error
+from edge_inference.edge.stream.sources import Frame, FrameSource, SourceError, SourceResized, describe_error
 
 OPEN_GRACE_S = 0.2  # how long shutdown waits for an open in progress before leaving it
 MAX_BACKOFF_S = 10.0
 DEFAULT_STALL_S = 5.0
-Outcome = Literal["failed", "ended", "stopped"]
+Outcome = Literal["failed", "resized", "ended", "stopped"]
 SourceState = Literal["connecting", "running", "reconnecting", "ended"]
 StateCallback = Callable[[SourceState, str | None], None]
 
@@ -102,6 +102,9 @@ class CaptureLoop:
             try:
                 self._begin("read")
                 image = self.source.read()
+            except SourceResized as exc:
+                self._failed(str(exc), dropped=False)
+                return "resized"
             except Exception as exc:  # noqa: BLE001 - any read failure (a decoder crash too) is a source failure
                 if not self.stop.is_set():
                     self._failed(describe_error(exc, self.source))

@@ -33,6 +33,7 @@ from edge_inference.edge.stream.images import file_trouble
 from edge_inference.edge.stream.sources import (
     FrameSource,
     SourceError,
+    SourceResized,
     check_password_encoding,
     is_camera,
     is_live,
@@ -118,6 +119,11 @@ _HARDWARE_FAILURES = re.compile(
 
 
 _CONTEXT = re.compile(r"^\[[^\]]+ @ 0x[0-9a-f]+\]\s*")  # FFmpeg's "[h264_v4l2m2m @ 0x55c1...] " prefix
+_LEVEL = re.compile(r"^\[(panic|fatal|error|warning|info|verbose|debug|trace)\]\s*")  # `-loglevel level+...`
+_KEPT_LEVELS = {"panic", "fatal", "error"}  # what the message on failure quotes, as `-loglevel error` printed
+# The filter graph's input, printed each time the decoder's frames change size (FFmpeg 5 to 7):
+# "[graph 0 input from stream 0:0 @ 0x...] [verbose] w:1280 h:720 pixfmt:yuv420p ..."
+_INPUT_SIZE = re.compile(r"^\[graph \d+ input from stream [^\]]*\] \[verbose\] w:(\d+) h:(\d+) ")
 
 
 class FFmpegError(SourceError):
@@ -212,7 +218,7 @@ def command(target: str, settings: FFmpegSettings) -> list[str]:
         "-hide_banner",
         "-nostdin",
         "-loglevel",
-        "error",
+        "level+verbose",  # verbose for the decoder's size (a camera that changes resolution); errors kept
         *inputs,
         *hwaccel,
         *_jetson_resize(settings),
@@ -258,6 +264,8 @@ class FFmpegSource(FrameSource):
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._size = (0, 0)
+        self._decoded: tuple[int, int] | None = None  # the decoder's frame size, as FFmpeg first said it
+        self._resized: tuple[int, int] | None = None  # a later, different one
         self._fps: float | None = None
         self._drainer: threading.Thread | None = None
         self._buffer = bytearray()
@@ -282,6 +290,7 @@ class FFmpegSource(FrameSource):
                 "or remove the stream's ffmpeg block to decode with OpenCV"
             )
         self._stderr.clear()
+        self._decoded = self._resized = None
         process = subprocess.Popen(
             command(self.target, self.settings),
             stdin=subprocess.DEVNULL,
@@ -308,23 +317,43 @@ class FFmpegSource(FrameSource):
         assert process.stderr is not None
         for raw in process.stderr:
             line = raw.decode("utf-8", "replace").strip()
-            if line:
-                self._stderr.append(line)
+            size = _INPUT_SIZE.match(line)
+            if size:
+                self._saw_size((int(size[1]), int(size[2])))
+                continue
+            said = _CONTEXT.sub("", line)
+            level = _LEVEL.match(said)
+            if said and (level is None or level[1] in _KEPT_LEVELS):
+                self._stderr.append(said[level.end() :] if level else said)
+
+    def _saw_size(self, size: tuple[int, int]) -> None:
+        if self._decoded is None:
+            self._decoded = size
+        elif size != self._decoded and self.live:
+            self._resized = size  # a file's sizes are its own: only a camera is reopened for it
 
     def read(self) -> np.ndarray | None:
         process = self._process
         if process is None or process.stdout is None:
             raise SourceError(f"{self.description} is not open")
+        self._check_size()
         marker = process.stdout.readline(HEADER_LIMIT)  # "FRAME" and optional parameters
         # into the same buffer every frame: the BGR image made from it is a new array, handed on
         pipe = cast(io.BufferedReader, process.stdout)  # what Popen gives for stdout=PIPE, bufsize -1
         filled = pipe.readinto(self._buffer) if marker.startswith(b"FRAME") else 0
         if filled == len(self._buffer):
+            self._check_size()  # the size line comes before the frame it is about: this frame may be squeezed
             return cv2.cvtColor(self._frame, cv2.COLOR_YUV2BGR_I420)
         code = self._wait_exit(process)
         if not self.live and code == 0:
             return None  # a file that ended
         raise self._failure("stopped delivering frames")
+
+    def _check_size(self) -> None:
+        resized, decoded = self._resized, self._decoded
+        if resized is not None and decoded is not None:
+            old, new = "x".join(map(str, decoded)), "x".join(map(str, resized))
+            raise SourceResized(f"{self.description} changed resolution from {old} to {new}: reopening at {new}")
 
     def _wait_exit(self, process: subprocess.Popen[bytes]) -> int | None:
         try:
@@ -338,7 +367,7 @@ class FFmpegSource(FrameSource):
         code = self._wait_exit(process) if process is not None else None
         if self._drainer is not None:
             self._drainer.join(timeout=1)  # FFmpeg's last words, written just before it exited
-        lines = [_CONTEXT.sub("", line) for line in self._stderr]
+        lines = list(self._stderr)
         preset = self.settings.preset
         hardware = [line for line in lines if _HARDWARE_FAILURES.search(line)] if preset is not None else []
         if hardware and preset is not None:  # the first complaint names the missing piece; later ones echo it

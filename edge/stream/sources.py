@@ -52,6 +52,11 @@ class SourceError(EdgeError):
     """A source that cannot be opened or stopped delivering; live sources are retried."""
 
 
+class SourceResized(SourceError):
+    """A live source's frames changed size (a camera's resolution set anew): a decoder would squeeze them into the
+    old size, so the source is opened again at the new one (no instability, no backoff)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     image: np.ndarray
