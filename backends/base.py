@@ -100,6 +100,9 @@ class BackendOptions:
     # Inferences come one after another with little between them (a detect loop), not at a camera's pace:
     # ONNX Runtime's threads may then spin-wait during an inference
     back_to_back: bool = False
+    # auto: a process of its own for accelerators and plugins, this one for the CPU engines (backends/isolation.py);
+    # process or thread: as said
+    isolation: str = "auto"
 
 
 @dataclass
@@ -145,6 +148,11 @@ class Backend(ABC):
             return [self.run(tensor) for tensor in tensors]
         outputs = self.run(np.concatenate(tensors))
         return [[output[i : i + 1] for output in outputs] for i in range(len(tensors))]
+
+    def abandon(self, why: str) -> bool:
+        """Stop an engine stuck in an inference, where it can be stopped (a process of its own is killed; a thread
+        cannot be): True when the stuck call will return, raising `why`."""
+        return False
 
     def close(self) -> None:  # noqa: B027 - engines without explicit resources need nothing here
         """Release the engine's resources."""

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from edge_inference.backends.base import BackendError, BackendOptions
+from edge_inference.backends.edgetpu_runtime import cpu_operations_note
 from edge_inference.backends.engine import BackendStatus, Engine, Offer
 from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices
 from edge_inference.backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
@@ -40,7 +41,12 @@ _DEVICE = re.compile(r"^(usb|pci)?(:\d+)?$")
 def parse_device(device: str) -> str | None:
     """'auto'/'edgetpu'/'' -> None (any); 'usb', 'usb:1', 'pci:0', ':0' kept as the delegate expects them."""
     value = device.strip().lower()
-    if value in ("", "auto", "edgetpu", "tpu", "cpu"):
+    if value == "cpu":  # a compiled model's TPU part runs nowhere else: "cpu" would silently mean "any TPU"
+        raise BackendError(
+            "the edgetpu engine runs on an Edge TPU only; for the CPU use --backend tflite with the model's "
+            "uncompiled .tflite (a compiled _edgetpu.tflite runs on the TPU alone)"
+        )
+    if value in ("", "auto", "edgetpu", "tpu"):
         return None
     if not _DEVICE.match(value):
         raise BackendError(f"Edge TPU device {device!r} not understood; use usb, usb:N, pci, pci:N or auto")
@@ -88,7 +94,7 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
             f"`edgetpu_compiler {path.name}` (int8-quantised models only), or run it with --backend tflite"
         )
     library = delegate_library()
-    interpreter_cls, load_delegate, engine = import_litert()
+    interpreter_cls, load_delegate, engine = import_litert(prefer_tflite_runtime=True)
     try:
         # Checked first: LiteRT's Delegate prints a stray traceback for a missing or foreign library.
         if not hasattr(ctypes.CDLL(library), "tflite_plugin_create_delegate"):
@@ -106,6 +112,7 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         raise BackendError(f"cannot use the Edge TPU: {diagnose(library, device)}") from None
     allocate(interpreter, path)
     inputs, outputs = describe(interpreter)
+    on_cpu = cpu_operations_note(path)
     return EdgeTPUBackend(
         key="edgetpu",
         model_path=str(path),
@@ -113,6 +120,7 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         device=f"edgetpu:{device or 'auto'}",
         inputs=inputs,
         outputs=outputs,
+        notes=[on_cpu] if on_cpu else [],
         interpreter=interpreter,
     )
 

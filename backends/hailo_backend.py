@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -71,6 +72,16 @@ def version_mismatch(driver: str | None, runtime: str | None) -> str | None:
     )
 
 
+def unsupported_runtime(runtime: str | None) -> str | None:
+    """HailoRT 5 is the Hailo-10H's runtime, with another API: not usable here, and said so."""
+    if runtime is None or not runtime.split(".")[0].isdigit() or int(runtime.split(".")[0]) < 5:
+        return None
+    return (
+        f"HailoRT {runtime} is HailoRT 5 (Hailo-10H, a different API), which this engine does not run: it targets "
+        "HailoRT 4 on a Hailo-8 or Hailo-8L (hailo-all on Raspberry Pi OS bookworm)"
+    )
+
+
 _ARCHES = re.compile(r"device arch(?:itecture)?:?\s*(\w+).*?hef arch(?:itecture)?:?\s*(\w+)", re.IGNORECASE | re.DOTALL)
 
 
@@ -104,9 +115,49 @@ ROW_FLOATS = 6  # y_min, x_min, y_max, x_max, score, class id
 class HailoOptions(EngineOptions):
     scheduler: Literal["round_robin", "none"] = Field(
         "round_robin",
-        description="HailoRT's model scheduler (shares the chip between streams and processes); none: this process "
-        "activates the model for itself",
+        description="HailoRT's model scheduler (shares the chip between this service's models and streams); none: "
+        "this process activates the model for itself",
     )
+    multi_process_service: bool = Field(
+        False,
+        description="open the chip through HailoRT's multi-process service (hailort_service, started first), so "
+        "that other programs (Frigate, picamera2) can use it beside this service",
+    )
+
+
+class SharedVDevice:
+    """One VDevice for every .hef this process runs: HailoRT gives the chip to the first VDevice that opens it
+    (vdevice.cpp: "there are not enough free devices" for a second, HAILO_OUT_OF_PHYSICAL_DEVICES), and its model
+    scheduler is made to serve several network groups on one. Held while any model uses it."""
+
+    _lock = threading.Lock()
+    _open: ClassVar[dict[tuple[bool, bool], tuple[Any, int]]] = {}  # (scheduled, service) -> (VDevice, users)
+
+    @classmethod
+    def acquire(cls, hp: Any, scheduled: bool, service: bool) -> Any:
+        with cls._lock:
+            device, users = cls._open.get((scheduled, service), (None, 0))
+            if device is None:
+                params = hp.VDevice.create_params()
+                algorithms = hp.HailoSchedulingAlgorithm
+                params.scheduling_algorithm = algorithms.ROUND_ROBIN if scheduled else algorithms.NONE
+                if service:
+                    params.multi_process_service = True
+                device = hp.VDevice(params)
+            cls._open[(scheduled, service)] = (device, users + 1)
+            return device
+
+    @classmethod
+    def release(cls, scheduled: bool, service: bool) -> None:
+        with cls._lock:
+            device, users = cls._open.get((scheduled, service), (None, 0))
+            if device is None:
+                return
+            if users > 1:
+                cls._open[(scheduled, service)] = (device, users - 1)
+                return
+            del cls._open[(scheduled, service)]
+        device.release()
 
 
 def nms_rows(per_class: list[np.ndarray]) -> np.ndarray:
@@ -147,7 +198,7 @@ class HailoBackend(Backend):
 
 
 def require_device() -> None:
-    mismatch = version_mismatch(hailo_driver_version(), runtime_version())
+    mismatch = unsupported_runtime(runtime_version()) or version_mismatch(hailo_driver_version(), runtime_version())
     if mismatch:
         raise BackendError(mismatch)
     if hailo_nodes():
@@ -186,19 +237,19 @@ def load(path: Path, options: BackendOptions) -> HailoBackend:
     import hailo_platform as hp
 
     settings = parse_options("hailo", HailoOptions, options.engine_options)
-    scheduled = settings.scheduler == "round_robin"
+    scheduled, service = settings.scheduler == "round_robin", settings.multi_process_service
     stack = contextlib.ExitStack()
     try:
         hef = hp.HEF(str(path))
         inputs, outputs, nms = _describe(hef, path)
-        params = hp.VDevice.create_params()
-        algorithms = hp.HailoSchedulingAlgorithm
-        params.scheduling_algorithm = algorithms.ROUND_ROBIN if scheduled else algorithms.NONE
-        device = stack.enter_context(hp.VDevice(params))
+        device = SharedVDevice.acquire(hp, scheduled, service)
+        stack.callback(SharedVDevice.release, scheduled, service)
         configure = hp.ConfigureParams.create_from_hef(hef, interface=hp.HailoStreamInterface.PCIe)
         group = device.configure(hef, configure)[0]
-        input_params = hp.InputVStreamParams.make(group, format_type=hp.FormatType.UINT8)
-        output_params = hp.OutputVStreamParams.make(group, format_type=hp.FormatType.FLOAT32)
+        # `quantized` said outright: pyhailort 4.12-4.14 default it to True, and HailoRT then refuses float32
+        # outputs ("must be marked as not quantized", transform.cpp); 4.15+ ignore it
+        input_params = hp.InputVStreamParams.make(group, quantized=True, format_type=hp.FormatType.UINT8)
+        output_params = hp.OutputVStreamParams.make(group, quantized=False, format_type=hp.FormatType.FLOAT32)
         runner = stack.enter_context(hp.InferVStreams(group, input_params, output_params))
         if not scheduled:  # under the scheduler, activate() is refused (4.12/4.13) or a deprecated no-op (4.14+)
             stack.enter_context(group.activate(group.create_params()))
@@ -213,7 +264,7 @@ def load(path: Path, options: BackendOptions) -> HailoBackend:
         key="hailo",
         model_path=str(path),
         engine=f"hailort {runtime_version() or getattr(hp, '__version__', '?')}",
-        device="hailo:0" + ("" if scheduled else " (not scheduled)"),
+        device="hailo:0" + ("" if scheduled else " (not scheduled)") + (" via hailort_service" if service else ""),
         inputs=inputs,
         outputs=outputs,
         metadata=metadata,
@@ -231,7 +282,7 @@ def probe() -> BackendStatus:
         status.problem = "HailoRT's Python API (hailo_platform) is not installed"
         return status
     status.engine = f"hailort {runtime_version() or '?'}"
-    mismatch = version_mismatch(hailo_driver_version(), runtime_version())
+    mismatch = unsupported_runtime(runtime_version()) or version_mismatch(hailo_driver_version(), runtime_version())
     if mismatch or not nodes:
         status.problem = mismatch or (NO_DRIVER.format(found=", ".join(pci)) if pci else NO_DEVICE)
         return status

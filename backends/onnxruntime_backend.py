@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +206,9 @@ _ENGINE_LOG_LINE = re.compile(
     rb"^(?:\x1b\[[0-9;]*m)?\d{4}-\d\d-\d\d [^\n]*\[[EW]:onnxruntime:[^\n]*\n(?:\x1b\[m\n)?", re.MULTILINE
 )
 _LOAD_ERROR = re.compile(r"with error: ([^\n\x1b]+)")
+# ONNX Runtime before 1.23 ignores `enable_fallback=0`: its Python layer prints this on stdout and retries on its
+# fallback providers (onnxruntime_inference_collection.py, InferenceSession.__init__)
+_FALLBACK_BANNER = re.compile(r"^EP Error (.*) when using \[", re.MULTILINE)
 _SOURCE_POSITION = re.compile(r"^/\S+:\d+ [^(]*\([^)]*\) ")  # "/onnxruntime_src/...cc:729 void f(A&, B&) "
 
 
@@ -260,8 +264,12 @@ def _gpu_session(ort: Any, path: Path, session_options: Any, providers: list[Any
         # TensorRT builds its engine while the session is made (minutes on a Jetson): stderr is not held that long,
         # the service's own log goes on meanwhile; its missing libraries come as an exception, not a log line
         building = any(_name_of(p) == PROVIDERS["tensorrt"] for p in attempt)
+        printed = io.StringIO()  # an old ONNX Runtime's fallback banner: never in `edge detect --json`'s answer
         try:
-            with contextlib.nullcontext() if building else held_stderr(take_engine_log):
+            with (
+                contextlib.nullcontext() if building else held_stderr(take_engine_log),
+                contextlib.redirect_stdout(printed),
+            ):
                 session = ort.InferenceSession(
                     str(path), sess_options=session_options, providers=attempt, enable_fallback=0
                 )
@@ -270,6 +278,8 @@ def _gpu_session(ort: Any, path: Path, session_options: Any, providers: list[Any
                 raise unreadable_model(path, "an ONNX", _engine_error(exc)) from None
             failure = failure or _engine_error(exc)
             continue
+        if banner := _FALLBACK_BANNER.search(printed.getvalue()):  # it fell back by itself: its reason is this
+            failure = failure or _engine_error(RuntimeError(banner.group(1)))
         logged = [m.group(1).strip() for line in said if (m := _LOAD_ERROR.search(line))]
         return session, failure or (logged[0] if logged else "its libraries failed to load")
     raise AssertionError("unreachable: the CPU attempt returns or raises")

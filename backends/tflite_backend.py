@@ -26,22 +26,34 @@ from edge_inference.backends.held_stderr import held_stderr
 EDGETPU_OP = "edgetpu-custom-op"
 
 
-def import_litert() -> tuple[Any, Any, str]:
-    """(Interpreter class, load_delegate, engine name); LiteRT first, the old tflite_runtime if that is all there is."""
+def import_litert(prefer_tflite_runtime: bool = False) -> tuple[Any, Any, str]:
+    """(Interpreter class, load_delegate, engine name); LiteRT first, the old tflite_runtime if that is all there is.
+    The Edge TPU prefers tflite_runtime where it is installed: libedgetpu builds are paired with one of its versions
+    (backends/edgetpu_runtime.py), and nothing else installs it."""
+    order = (_tflite_runtime, _litert) if prefer_tflite_runtime else (_litert, _tflite_runtime)
+    for runtime in order:
+        found = runtime()
+        if found is not None:
+            return found
+    raise BackendError("TFLite needs LiteRT: pip install 'edge-inference[tflite]' (or ai-edge-litert)")
+
+
+def _litert() -> tuple[Any, Any, str] | None:
     try:
         import ai_edge_litert
         from ai_edge_litert import interpreter as litert
-
-        return litert.Interpreter, litert.load_delegate, f"ai-edge-litert {getattr(ai_edge_litert, '__version__', '')}"
     except ImportError:
-        pass
+        return None
+    return litert.Interpreter, litert.load_delegate, f"ai-edge-litert {getattr(ai_edge_litert, '__version__', '')}"
+
+
+def _tflite_runtime() -> tuple[Any, Any, str] | None:
     try:
         import tflite_runtime
         from tflite_runtime import interpreter as tfl
-
-        return tfl.Interpreter, tfl.load_delegate, f"tflite_runtime {getattr(tflite_runtime, '__version__', '')}"
     except ImportError:
-        raise BackendError("TFLite needs LiteRT: pip install 'edge-inference[tflite]' (or ai-edge-litert)") from None
+        return None
+    return tfl.Interpreter, tfl.load_delegate, f"tflite_runtime {getattr(tflite_runtime, '__version__', '')}"
 
 
 def _tensor_info(detail: dict[str, Any]) -> TensorInfo:

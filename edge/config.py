@@ -229,6 +229,9 @@ class StreamConfig(BaseModel):
     threads: int | None = Field(default=None, gt=0)
     # Each engine's own settings, a block per engine: {onnx: {trt_fp16: false}, hailo: {scheduler: none}}
     engine_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Where its engine runs: a process of its own (a native crash or hang ends that process, not the service), or
+    # the service's; auto: its own for accelerators and plugin engines, the service's for the CPU engines
+    isolation: Literal["auto", "process", "thread"] = "auto"
     conf: float = Field(default=0.25, ge=0, le=1)
     iou: float = Field(default=0.45, ge=0, le=1)
     # Only these classes are reported (Ultralytics' `classes`, Frigate's `objects.track`): labels or class ids, or a
@@ -541,6 +544,18 @@ class DetectorsConfig(BaseModel):
     # Frames of several streams waiting together run as one batch where the model's batch dimension is dynamic.
     # None of the registry's files has one (their exports fix the batch), so it is unmeasured here and off.
     max_batch: int = Field(default=1, ge=1, le=64)
+    # Where each engine runs, for streams whose isolation is auto: {onnx: process, edgetpu: thread}
+    isolation: dict[str, Literal["auto", "process", "thread"]] = Field(default_factory=dict)
+
+    @field_validator("isolation")
+    @classmethod
+    def _engines_named(cls, isolation: dict[str, str]) -> dict[str, str]:
+        from edge_inference.backends import engine_keys
+
+        unknown = sorted(set(isolation) - set(engine_keys()))
+        if unknown:
+            raise ValueError(f"detectors.isolation names {', '.join(unknown)}: choose from {', '.join(engine_keys())}")
+        return isolation
 
 
 class ServiceConfig(BaseModel):

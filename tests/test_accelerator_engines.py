@@ -34,8 +34,11 @@ EDGETPU_MODEL = MODELS / "tflite" / "ssd_mobilenet_v2_coco_quant_postprocess_edg
 
 
 def _forget_stand_ins() -> None:
+    from edge_inference.backends import hailo_backend
+
     for name in [m for m in sys.modules if m.split(".")[0] in ("hailo_platform", "rknnlite")]:
         del sys.modules[name]
+    hailo_backend.SharedVDevice._open.clear()  # a VDevice of a forgotten stand-in is no device
 
 
 @pytest.fixture
@@ -106,6 +109,69 @@ def test_hailo_without_the_scheduler_activates_for_this_process(vendor):
     backend.close()
     assert hailo_platform.CALLS == ["VDevice(NONE)", "activate", "release"]
     assert backend.device == "hailo:0 (not scheduled)"
+
+
+@pytest.mark.parametrize("version", ["4.13.0", "4.20.0"])
+def test_two_models_share_the_one_vdevice_hailort_gives_the_chip_to(vendor, version):
+    """HailoRT gives the chip to the first VDevice that opens it: a second .hef opening its own failed with
+    HAILO_OUT_OF_PHYSICAL_DEVICES. Both run on one VDevice, released with the last; float outputs are asked for
+    with `quantized=False`, which 4.13 needs and 4.20 ignores."""
+    import hailo_platform as hp
+
+    hp.__version__ = version
+    first = hailo_model(vendor, [NMS_OUTPUT], {0: [PERSON]})
+    second = hp.write_hef(vendor / "other.hef", [NMS_OUTPUT], {2: [PERSON]})
+    hp.CALLS.clear()
+    one, two = (get_engine("hailo").load(model, BackendOptions()) for model in (first, second))
+    frame = np.zeros((1, 640, 640, 3), np.uint8)
+    assert one.run(frame)[0][0, 0, 5] == 0 and two.run(frame)[0][0, 0, 5] == 2
+    one.close()
+    assert two.run(frame)[0].shape == (1, 1, 6)
+    two.close()
+    assert hp.CALLS == ["VDevice(ROUND_ROBIN)", "release"]
+
+
+def test_the_hailo_stand_in_refuses_what_pyhailort_refuses(vendor):
+    """The stand-in's own refusals, as HailoRT's source has them: a second VDevice, float outputs left quantized on
+    4.13, a float32 tensor on a uint8 input; the multi-process service lets a second program in."""
+    import hailo_platform as hp
+
+    hp.__version__ = "4.13.0"
+    model = hailo_model(vendor, [NMS_OUTPUT], {})
+    device = hp.VDevice()
+    with pytest.raises(hp.HailoRTException, match="HAILO_OUT_OF_PHYSICAL_DEVICES"):
+        hp.VDevice()
+    group = device.configure(hp.HEF(str(model)))[0]
+    inputs = hp.InputVStreamParams.make(group, format_type=hp.FormatType.UINT8)
+    with pytest.raises(hp.HailoRTException, match="must be marked as not quantized"):
+        hp.InferVStreams(group, inputs, hp.OutputVStreamParams.make(group, format_type=hp.FormatType.FLOAT32))
+    runner = hp.InferVStreams(
+        group, inputs, hp.OutputVStreamParams.make(group, quantized=False, format_type=hp.FormatType.FLOAT32)
+    )
+    with pytest.raises(hp.HailoRTException, match="item size is 4, not 1"):
+        runner.infer({"yolov8n/input_layer1": np.zeros((1, 640, 640, 3), np.float32)})
+    params = hp.VDevice.create_params()
+    params.multi_process_service = True
+    hp.VDevice(params)  # through hailort_service: the chip is the service's, shared
+    device.release()
+
+
+def test_hailo_through_the_multi_process_service_and_hailort_5(vendor, monkeypatch):
+    import hailo_platform as hp
+
+    from edge_inference.backends import hailo_backend
+
+    model = hailo_model(vendor, [NMS_OUTPUT], {0: [PERSON]})
+    elsewhere = hp.VDevice()  # another program holds the chip
+    options = BackendOptions(engine_options={"multi_process_service": True})
+    backend = get_engine("hailo").load(model, options)
+    assert backend.device == "hailo:0 via hailort_service" and backend.run(np.zeros((1, 640, 640, 3), np.uint8))
+    backend.close()
+    elsewhere.release()
+    monkeypatch.setattr(hailo_backend, "runtime_version", lambda: "5.1.1")
+    with pytest.raises(BackendError, match=r"HailoRT 5.1.1 is HailoRT 5 \(Hailo-10H, a different API\)"):
+        get_engine("hailo").load(model, BackendOptions())
+    assert "Hailo-10H" in (get_engine("hailo").probe().problem or "")
 
 
 def test_hailo_keeps_classes_beyond_the_labels_and_refuses_segmentation_outputs(vendor):
@@ -306,6 +372,22 @@ def test_a_provider_that_cannot_start_is_named_with_what_it_lacks(monkeypatch, c
     assert capfd.readouterr().err == ""  # ONNX Runtime's own log lines are in the message, not beside it
 
 
+def test_an_onnx_runtime_that_falls_back_by_itself_says_what_failed_and_prints_nothing(monkeypatch, capfd):
+    """Before 1.23 ONNX Runtime ignores `enable_fallback=0` (JetPack's wheels are older): a TensorRT that cannot
+    start prints a banner on stdout and the session runs on CUDA. The banner must not reach stdout (`edge detect
+    --json`'s answer), and the line names TensorRT's own reason, not missing libraries."""
+    onnxruntime_gpu.install_gpu_build(
+        monkeypatch, failing={"TensorrtExecutionProvider": "libnvinfer.so.8"}, version=("1.19.2", "12.2")
+    )
+    with pytest.raises(BackendError) as info:
+        open_backend("onnx", YOLOX, BackendOptions("tensorrt"))
+    assert "could not start TensorrtExecutionProvider (Please install TensorRT libraries" in str(info.value)
+    assert "would run on CUDAExecutionProvider" in str(info.value)
+    backend = open_backend("onnx", YOLOX, BackendOptions("tensorrt", allow_fallback=True))
+    assert backend.device == "CUDAExecutionProvider" and "Please install TensorRT" in backend.notes[0]
+    assert capfd.readouterr().out == ""
+
+
 def test_device_auto_runs_on_cuda_where_it_starts_and_on_the_cpu_saying_why_where_not(monkeypatch):
     """`--backend onnx` without a device: a GPU machine's ONNX Runtime runs on CUDA, as Ultralytics picks the GPU;
     where CUDA cannot start, the CPU, with the reason in a note, never an error (nobody asked for CUDA)."""
@@ -425,7 +507,10 @@ def test_the_command_line_takes_engine_options_and_lists_them(tmp_path):
     assert line.startswith("error: engine option onnx.trt_fp16") and "allowed: trt_fp16" in line
     options = {r["key"]: r["options"] for r in json.loads(run_edge("backends", "--json").stdout)}
     assert {o["name"]: o["default"] for o in options["onnx"]}["trt_fp16"] is True
-    assert {o["name"]: o["default"] for o in options["hailo"]} == {"scheduler": "round_robin"}
+    assert {o["name"]: o["default"] for o in options["hailo"]} == {
+        "scheduler": "round_robin",
+        "multi_process_service": False,
+    }
     assert options["tflite"] == []
 
 
@@ -460,3 +545,109 @@ def test_openvino_keeps_what_it_compiles_for_a_gpu_or_npu(tmp_path):
     assert cache_config("GPU", ["GPU"], None) == {}
     open_backend("openvino", MODELS / "openvino/yolox_nano.xml", BackendOptions("CPU", cache_dir=cache)).close()
     assert not (cache / "openvino").exists()  # here: the CPU alone
+
+
+# --- Coral: the runtime pair, and frames through EdgeTPUBackend.run on a stand-in ------------------------------------
+
+LIBEDGETPU_STAND_IN = r"""
+#include <stdlib.h>
+#include <string.h>
+/* Answers as libedgetpu 16.0 does: a delegate where its device is present (STUB_TPU=present), NULL where not. */
+void* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (*report)(const char*)) {
+    const char* tpu = getenv("STUB_TPU");
+    return (tpu && strcmp(tpu, "present") == 0) ? malloc(16) : NULL;
+}
+void tflite_plugin_destroy_delegate(void* delegate) { free(delegate); }
+const char* edgetpu_version(void) {
+    return "BuildLabel(COMPILER=12.2.0,DATE=redacted,TIME=redacted), RuntimeVersion(14)";
+}
+"""
+CORAL_FAKES = Path(__file__).parent / "fakes_coral"
+
+
+@pytest.fixture
+def coral(monkeypatch, tmp_path):
+    """tflite_runtime 2.17.1's stand-in on the path and a libedgetpu stand-in built here, its device present."""
+    if subprocess.run(["cc", "--version"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("no C compiler to build the libedgetpu stand-in")
+    source, library = tmp_path / "edgetpu.c", tmp_path / "libedgetpu.so.1"
+    source.write_text(LIBEDGETPU_STAND_IN)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    monkeypatch.syspath_prepend(str(CORAL_FAKES))
+    monkeypatch.setenv("EDGE_LIBEDGETPU", str(library))
+    monkeypatch.setenv("STUB_TPU", "present")
+    for name in [m for m in sys.modules if m.split(".")[0] == "tflite_runtime"]:
+        monkeypatch.delitem(sys.modules, name)
+    return library
+
+
+def test_the_edge_tpu_engine_runs_frames_on_the_runtime_its_library_is_paired_with(coral, monkeypatch):
+    """With tflite_runtime installed (the runtime libedgetpu builds are paired with) the engine loads the delegate
+    into it, not into LiteRT, and EdgeTPUBackend.run takes frames to detections; a compiled YOLOv8n that left 26
+    operations on the CPU (its head: TRANSPOSE x4, RESHAPE x4 ... beside one edgetpu-custom-op) says so; no device,
+    and `--device cpu`, are each one line."""
+    backend = open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+    assert backend.engine == "tflite_runtime 2.17.1 + libedgetpu.so.1" and not backend.notes
+    twin = MODELS / "tflite" / "ssd_mobilenet_v2_coco_quant_postprocess.tflite"
+    photo = skimage_photo("astronaut")
+    on_tpu = load_detector(DetectorConfig(str(EDGETPU_MODEL), "edgetpu", "usb"))
+    on_cpu = Detector(open_backend("tflite", twin, BackendOptions()), on_tpu.spec)
+    assert on_tpu.detect(photo).detections == on_cpu.detect(photo).detections
+    assert on_tpu.detect(photo).detections  # the astronaut
+    yolo = open_backend("edgetpu", MODELS / "tflite" / "yolov8n_full_integer_quant_edgetpu.tflite", BackendOptions())
+    assert yolo.notes[0].startswith("26 operations of yolov8n_full_integer_quant_edgetpu.tflite run on the CPU")
+    assert "TRANSPOSE x4" in yolo.notes[0]
+    with pytest.raises(BackendError, match="runs on an Edge TPU only; for the CPU use --backend tflite"):
+        open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("cpu"))
+    monkeypatch.setenv("STUB_TPU", "absent")
+    monkeypatch.setenv("EDGE_SYSROOT", str(coral.parent))  # no accelerator on the bus either
+    with pytest.raises(BackendError, match="cannot use the Edge TPU: no Edge TPU found"):
+        open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+
+
+def test_the_edge_tpu_engine_runs_in_a_process_of_its_own(coral):
+    """An accelerator's engine is isolated by default (libedgetpu aborts on a failed USB transfer): the stand-in
+    runtime is found there as here, and frames come back the same."""
+    from edge_inference.backends.isolation import open_engine
+
+    backend = open_engine("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+    try:
+        assert type(backend).__name__ == "IsolatedBackend" and backend.engine.startswith("tflite_runtime 2.17.1")
+        here = open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+        tensor = np.full(here.inputs[0].shape, 114, np.uint8)
+        for ours, theirs in zip(backend.run(tensor), here.run(tensor), strict=True):
+            assert np.array_equal(ours, theirs)
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(
+    ("package", "runtime", "problem"),
+    [
+        ("libedgetpu1-std 16.0tf2.17.1-1.bookworm", "tflite-runtime 2.17.1", None),
+        ("libedgetpu1-std 16.0", "tflite-runtime 2.5.0.post1", None),
+        ("libedgetpu1-std 16.0", "tflite-runtime 2.14.0", "crashes with TFLite runtimes newer than 2.11"),
+        ("libedgetpu1-max 16.0tf2.17.1-1.bookworm", "tflite-runtime 2.15.0", "built for TF 2.17 and the runtime"),
+        ("libedgetpu1-std 16.0tf2.17.1-1.bookworm", "ai-edge-litert 1.2.0", "install the matching tflite_runtime"),
+        (None, "tflite-runtime 2.17.1", None),
+    ],
+)
+def test_doctor_knows_which_libedgetpu_and_runtime_pairs_work(package, runtime, problem):
+    from edge_inference.backends.edgetpu_runtime import pair_problem
+
+    said = pair_problem(package, runtime)
+    assert said is None if problem is None else problem in (said or "")
+
+
+def test_doctor_reads_the_installed_libedgetpu_and_runtime(coral, monkeypatch):
+    from edge_inference.backends import edgetpu_runtime
+    from edge_inference.edge.tools import doctor
+
+    monkeypatch.setattr(doctor, "installed_package", lambda: "libedgetpu1-std 16.0")
+    monkeypatch.setattr(doctor, "runtime_version", lambda: "tflite-runtime 2.17.1")
+    finding = next(doctor.check_edgetpu_runtime())
+    assert finding.status == "warn" and "google-coral/edgetpu#812" in finding.detail
+    monkeypatch.setattr(doctor, "installed_package", lambda: "libedgetpu1-std 16.0tf2.17.1-1.bookworm")
+    finding = next(doctor.check_edgetpu_runtime())
+    assert finding.status == "ok" and "RuntimeVersion(14)" in finding.detail
+    assert edgetpu_runtime.library_build(str(coral)).startswith("BuildLabel(")

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_inference.backends import Backend, BackendOptions, open_backend
+from edge_inference.backends import Backend, BackendOptions
+from edge_inference.backends.isolation import open_engine
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.memory import (
     MIB,
@@ -52,6 +53,7 @@ class EngineKey:
     input_size: tuple[int, int] | None
     engine_options: str = "{}"  # streams with different engine options do not share an engine
     pixels: str = ""  # nor streams that ask the engine for different pre-processing
+    isolation: str = "auto"  # nor one that wants it in a process of its own with one that does not
 
     @classmethod
     def of(cls, engine: str, path: Path, options: BackendOptions) -> EngineKey:
@@ -64,6 +66,7 @@ class EngineKey:
             options.input_size,
             json.dumps(dict(options.engine_options), sort_keys=True, default=str),
             repr(options.pixels) if options.pixels else "",
+            options.isolation,
         )
 
 
@@ -109,6 +112,14 @@ class SharedBackend(Backend):
             if self.released or self.shared.retired:  # a call outlived its handle: free the engine if unheld
                 self.pool.close_if_abandoned(self.shared)
 
+    def abandon(self, why: str) -> bool:
+        """The engine under every stream on it is stuck: stopped where it can be; streams then load a new one."""
+        return self.pool is not None and self.shared is not None and self.pool.abandon(self.shared, why)
+
+    @property
+    def alive(self) -> bool:
+        return self.shared is None or _alive(self.shared)
+
     def close(self) -> None:
         if self.pool is not None and self.shared is not None and not self.released:
             self.released = True
@@ -121,7 +132,7 @@ class DetectorPool:
         *,
         max_batch: int = 1,
         share: bool = True,
-        opener: Opener = open_backend,
+        opener: Opener = open_engine,
         memory: MemoryReading = available_memory,
     ) -> None:
         self.max_batch = max_batch
@@ -257,12 +268,27 @@ class DetectorPool:
     def _live_engine(self, key: EngineKey, stuck_after_s: float) -> SharedEngine | None:
         with self._lock:
             shared = self._engines.get(key)
-            if shared is not None and shared.scheduler.busy_for() > stuck_after_s:
-                log.warning("%s on %s hung; its streams get a freshly loaded engine", Path(key.path).name, key.device)
+            if shared is None:
+                return None
+            dead = not _alive(shared)
+            if dead or shared.scheduler.busy_for() > stuck_after_s:
+                what, name = "died" if dead else "hung", Path(key.path).name
+                log.warning("%s on %s %s; its streams get a freshly loaded engine", name, key.device, what)
                 shared.retired = True
                 self._engines.pop(key)
-                return None
-            return shared
+            else:
+                return shared
+        self.close_if_abandoned(shared)
+        return None
+
+    def abandon(self, shared: SharedEngine, why: str) -> bool:
+        """Retire an engine stuck in an inference; True where its process could be stopped (it is then killed, and
+        every call waiting on it returns)."""
+        with self._lock:
+            shared.retired = True
+            if self._engines.get(shared.key) is shared:
+                self._engines.pop(shared.key)
+        return any([backend.abandon(why) for backend in [shared.backend, *shared.copies]])
 
     def _handle(self, shared: SharedEngine, stream: str) -> SharedBackend:
         inner = shared.backend
@@ -311,6 +337,11 @@ def lone_engine_threads(detector: Detector) -> int | None:
     if not on_cpu or not isinstance(shared, SharedEngine) or len(shared.streams) != 1:
         return None
     return shared.threads
+
+
+def _alive(shared: SharedEngine) -> bool:
+    """False once an engine's process has died (an engine in this process is alive while the process is)."""
+    return all(getattr(backend, "alive", True) for backend in [shared.backend, *shared.copies])
 
 
 def _blank_input(backend: Backend) -> np.ndarray | None:

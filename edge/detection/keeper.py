@@ -18,10 +18,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from edge_inference.backends.isolated import EngineCrashed
 from edge_inference.edge.detection.detector import Detector
 
 log = logging.getLogger("edge.detectors")
@@ -29,6 +31,8 @@ DetectorState = Literal["loading", "failed", "ready"]
 FIRST_LOAD_BACKOFF_S = 1.0
 MAX_LOAD_BACKOFF_S = 60.0
 STUCK_MULTIPLE = 10  # an inference this many times slower than usual on this device is stuck
+CRASH_WINDOW_S = 60.0  # engine deaths this close together back its restarts off
+MAX_RESTART_WAIT_S = 30.0
 
 
 def _ignore(*_: object) -> None:
@@ -67,6 +71,8 @@ class DetectorKeeper:
         # what an inference takes on this device (the warm-up's, then recent ones): on a slow device (a Pi Zero, a
         # large model, emulation) a fixed limit would call every inference stuck and reload forever
         self._recent_s: deque[float] = deque(maxlen=32)
+        self._deaths: deque[float] = deque(maxlen=8)  # when the engine's process died under this stream
+        self._restart_due = False  # an engine died: the watchdog's next check has it loaded again
 
     def current(self) -> tuple[int, Detector | None]:
         with self._lock:
@@ -92,7 +98,11 @@ class DetectorKeeper:
 
     # -- loading -----------------------------------------------------------------------------------------------
     def load(self) -> bool:
-        """Load and warm up, retrying with backoff; True once a detector is in place, False if the stream stopped."""
+        """Load and warm up, retrying with backoff; True once a detector is in place, False if the stream stopped.
+        After engines died one after another, wait first: one that dies at every start must not spin."""
+        wait = self.restart_wait_s()
+        if wait and self._stop.wait(wait):
+            return False
         detector = self._load_with_retry()
         if detector is None:
             return False
@@ -127,6 +137,12 @@ class DetectorKeeper:
             return detector
         return None
 
+    def restart_wait_s(self, now: float | None = None) -> float:
+        """0 after one engine death; then 1, 2, 4 ... 30 s while they keep coming within a minute of each other."""
+        now = time.monotonic() if now is None else now
+        recent = [t for t in self._deaths if now - t < CRASH_WINDOW_S]
+        return 0.0 if len(recent) <= 1 else min(2.0 ** (len(recent) - 2), MAX_RESTART_WAIT_S)
+
     # -- inference ---------------------------------------------------------------------------------------------
     def infer(self, generation: int, detector: Detector, tensor: np.ndarray) -> tuple[list[np.ndarray], float] | None:
         """One inference on `detector`, watched for getting stuck: its outputs and time in ms, or None when the
@@ -142,6 +158,9 @@ class DetectorKeeper:
         outcome: tuple[list[np.ndarray], float] | None = None
         try:
             outcome = detector.infer_timed(tensor)
+        except EngineCrashed as exc:
+            self._engine_died(generation, exc)
+            error = exc
         except Exception as exc:  # noqa: BLE001 - handed to the caller once the stuck-inference bookkeeping is done
             error = exc
         took = time.monotonic() - started
@@ -162,10 +181,30 @@ class DetectorKeeper:
             raise error
         return outcome
 
+    def _engine_died(self, generation: int, exc: EngineCrashed) -> None:
+        """The engine's process is gone: the stream says so now, its frames in flight are dropped (`infer` returns
+        None to each), and the watchdog's next check loads it again."""
+        with self._lock:
+            if generation != self.generation:
+                return  # said already, by the first inference that found it dead
+            self._retire()
+            self._deaths.append(time.monotonic())
+            self._restart_due = True
+            wait = self.restart_wait_s()
+            when = f"in {wait:g} s" if wait else "now"
+            self._set_state("failed", f"{exc}; starting it again {when}")
+        log.warning("%s", exc)
+        self._on_replaced()
+
     def check(self) -> bool:
         """The watchdog's call: True when an inference has outlived the timeout and the keeper gave up on its
-        detector (state `loading`), or when `--backend auto` measured another engine faster than the one it started
-        on; the caller then runs `load` on a thread of its own to put a new one in place."""
+        detector (state `loading`), when its engine's process died, or when `--backend auto` measured another engine
+        faster than the one it started on; the caller then runs `load` on a thread of its own to put a new one in
+        place."""
+        with self._lock:
+            if self._restart_due:
+                self._restart_due = False
+                return True
         if self._superseded():
             return True
         limit = self.stuck_after_s
@@ -173,16 +212,27 @@ class DetectorKeeper:
             started = min(self._started.values(), default=None)
             if started is None or time.monotonic() - started <= limit:
                 return False
+            stuck = self.detector
             self._retire()
             self._on_replaced()
             normal = self.normal_s
             learned = normal is not None and limit > self.inference_timeout_s
             usual = f", {STUCK_MULTIPLE}x the {normal:.2g} s one takes here" if learned else ""
-            self._set_state(
-                "loading",
+        # outside the lock: an engine in a process of its own is killed, and its stuck call returns
+        killed = stuck is not None and stuck.backend.abandon(f"hung {limit:g} s")
+        if killed and stuck is not None:
+            backend = stuck.backend
+            engine = f"the {backend.key} engine ({Path(backend.model_path).name} on {backend.device})"
+            message = f"{engine} hung: no answer in {limit:g} s{usual}; its process was killed, loading it again"
+        else:
+            message = (
                 f"inference did not return within {limit:g} s{usual}: the detector is stuck "
-                "(accelerator unplugged or hung?); reloading it",
+                "(accelerator unplugged or hung?); reloading it"
             )
+        with self._lock:
+            self._set_state("loading", message)
+        if killed:
+            log.warning("%s", message)
         return True
 
     def _superseded(self) -> bool:

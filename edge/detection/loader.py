@@ -59,6 +59,9 @@ class DetectorConfig:
     # or one at a time (the service), or other threads share the cores meanwhile (a pipeline decoding beside it),
     # and the engine's threads must not keep cores busy waiting
     back_to_back: bool = True
+    # where the engine runs: auto, process (a child of its own), thread (this process); by engine where auto
+    isolation: str = "auto"
+    engine_isolation: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # `ONNX`, `Auto`: the engine's key in any case, as devices are read (`cpu`, `CPU`)
@@ -154,8 +157,16 @@ def _open(
     size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
     threads = config.threads or engine_threads()
     own = config.engine_options.get(key, {})
+    isolation = config.isolation if config.isolation != "auto" else config.engine_isolation.get(key, "auto")
     options = BackendOptions(
-        config.device, threads, config.allow_fallback, size, own, settings.model_cache, back_to_back=config.back_to_back
+        config.device,
+        threads,
+        config.allow_fallback,
+        size,
+        own,
+        settings.model_cache,
+        back_to_back=config.back_to_back,
+        isolation=isolation,
     )
     described = _spec_before_loading(key, name, path, options, overrides)
     if described is not None:  # the engine can take the pre-processing, compiled into the model

@@ -41,6 +41,7 @@ def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
         allow_fallback=stream.fallback,
         buffers=buffers,
         engine_options=stream.engine_options,
+        isolation=stream.isolation,
         overrides=SpecOverrides(labels=str(stream.labels) if stream.labels else None, color=stream.color),
         # a camera's engine waits between frames, and a file's lanes run one thread each: nothing to spin for
         back_to_back=False,
@@ -197,7 +198,8 @@ class StreamManager:
 
         def load(buffers: int, threads: int | None = None) -> Detector:
             plan = self.engine_plan(key, requests) if threads is None else EnginePlan(threads, 1)
-            config = replace(detector_config(stream, buffers), threads=plan.threads)
+            isolation = self.config.detectors.isolation
+            config = replace(detector_config(stream, buffers), threads=plan.threads, engine_isolation=isolation)
             opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes, stream.threads is None)
             detector = load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
             self._check_labels(stream, detector)

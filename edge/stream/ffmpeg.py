@@ -398,6 +398,8 @@ class FFmpegSource(FrameSource):
         except subprocess.TimeoutExpired:
             _signal(process, signal.SIGKILL)
             process.wait()
+        if self._drainer is not None:
+            self._drainer.join(timeout=1)  # it reads FFmpeg's stderr to its end: closed under it, it would fail
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()

@@ -417,6 +417,7 @@ class StreamPipeline:
                 continue
             if outcome is None:
                 self._inferred.put((number, SKIP))
+                self.stats.frame_dropped()  # its engine hung or died under it: no result, never a wrong one
                 return  # the keeper gave up on this detector while it was stuck; a new loop runs the next one
             raw, inference_ms = outcome
             self._inferred.put((number, (frame, ready, raw, inference_ms, detector)))

@@ -15,12 +15,15 @@ import pwd
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from edge_inference.backends import engines
+from edge_inference.backends.edgetpu_backend import delegate_library
+from edge_inference.backends.edgetpu_runtime import installed_package, library_build, pair_problem, runtime_version
 from edge_inference.backends.hardware import (
     CORAL_USB_IDS,
     NOT_ALLOWED,
@@ -36,6 +39,7 @@ from edge_inference.backends.hardware import (
     system_root,
     under,
 )
+from edge_inference.backends.isolated import recorded
 from edge_inference.edge.detection.memory import MIB, cgroup_memory_headroom, meminfo_available
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.ffmpeg import FFMPEG, PRESETS, ffmpeg_offers
@@ -121,6 +125,30 @@ def check_engines() -> Iterator[Finding]:
             yield Finding("engines", key, "info", status.problem or "not available", status.install)
     if not usable:
         yield Finding("engines", "any", "fail", "no inference engine can run here", "pip install onnxruntime")
+
+
+def check_edgetpu_runtime() -> Iterator[Finding]:
+    """libedgetpu and the TFLite runtime it is loaded into, where libedgetpu is installed: a pair that is known to
+    crash (Coral's own package with a runtime newer than 2.11) or was built for another TF is a warning."""
+    library = delegate_library()
+    build = library_build(library)
+    if build is None:
+        return  # not installed: the engine's own finding says so
+    package, runtime = installed_package(), runtime_version()
+    problem = pair_problem(package, runtime)
+    said = f"{package or library}: {build}; runtime {runtime or 'none installed'}"
+    fix = "README, Coral Edge TPU: the known-good pairs per system"
+    yield Finding("engines", "edgetpu runtime", "warn" if problem else "ok", problem or said, fix if problem else "")
+
+
+def check_engine_deaths(settings: Settings, shown: int = 3) -> Iterator[Finding]:
+    """The last engine processes that died under the service (recorded in the model cache by
+    backends/isolated.py): a Coral that aborts on a failed USB transfer shows here after the fact."""
+    deaths = recorded(settings.model_cache)
+    for death in deaths[-shown:]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(death.at))
+        fix = "if it repeats: check the device's cable and power (a Pi's USB port browning out) and its runtime"
+        yield Finding("engines", f"{death.engine} died", "warn", f"{when}: {death.line}", fix)
 
 
 def check_devices(root: Path) -> Iterator[Finding]:
@@ -355,6 +383,8 @@ def run_checks(settings: Settings, user: str | None = None) -> list[Finding]:
     account = Account.named(user)
     return [
         *check_engines(),
+        *check_edgetpu_runtime(),
+        *check_engine_deaths(settings),
         *check_devices(root),
         *check_permissions(root, account),
         *check_cameras(root),

@@ -68,6 +68,10 @@ TENSORRT_MISSING = (  # raised when a session asks for TensorRT and its librarie
 )
 
 
+def _ignores_enable_fallback() -> bool:
+    return tuple(int(n) for n in ort.__version__.split(".")[:2]) < (1, 23)
+
+
 class SessionDroppingProviders(ort.InferenceSession):
     """A session whose `failing` providers cannot start: TensorRT raises, as 1.31.1 does without TensorRT's
     libraries; CUDA's provider library logs that it cannot load one it needs and is skipped (as it does where no
@@ -78,7 +82,16 @@ class SessionDroppingProviders(ort.InferenceSession):
     def __init__(self, path: str, sess_options: Any = None, providers: Any = None, **kwargs: Any):
         names, _ = check_and_normalize_provider_args(providers, None, GPU_PROVIDERS)
         if "TensorrtExecutionProvider" in names and "TensorrtExecutionProvider" in self.failing:
-            raise RuntimeError(TENSORRT_MISSING)
+            if not _ignores_enable_fallback():
+                raise RuntimeError(TENSORRT_MISSING)
+            # before 1.23 `enable_fallback=0` is not read: the wrapper prints this and retries (1.19.2's
+            # onnxruntime_inference_collection.py, InferenceSession.__init__ and _create_inference_session)
+            fallback = ["CUDAExecutionProvider", "CPUExecutionProvider"] if "CUDAExecutionProvider" in names else []
+            print("*************** EP Error ***************")
+            print(f"EP Error {TENSORRT_MISSING} when using {providers}")
+            print(f"Falling back to {fallback or ['CPUExecutionProvider']} and retrying.")
+            print("****************************************")
+            names = fallback
         if "CUDAExecutionProvider" in names and "CUDAExecutionProvider" in self.failing:
             library = f"/usr/lib/python3/site-packages/onnxruntime/capi/{PROVIDER_LIBRARY['CUDAExecutionProvider']}"
             os.write(

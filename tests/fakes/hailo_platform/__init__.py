@@ -116,8 +116,18 @@ class ConfigureParams:
 
 class _VStreamParams:
     @staticmethod
-    def make(configured_network: ConfiguredNetwork, format_type: FormatType | None = None, **_: Any) -> dict[str, Any]:
-        return {"format_type": format_type}
+    def make(
+        configured_network: ConfiguredNetwork,
+        quantized: bool | None = None,
+        format_type: FormatType | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        # 4.12-4.14: `quantized=True` unless told (pyhailort.py); 4.15+ ignore it (format type alone decides)
+        if _version() < (4, 15):
+            quantized = True if quantized is None else quantized
+        else:
+            quantized = format_type != FormatType.FLOAT32
+        return {"format_type": format_type, "quantized": quantized}
 
 
 class InputVStreamParams(_VStreamParams):
@@ -170,10 +180,21 @@ class ConfiguredNetwork:
         return self._hef.get_output_vstream_infos()
 
 
+OPEN_VDEVICES: list[VDevice] = []  # the chip is given to the first VDevice that opens it (hailo_pci's mark_as_used)
+
+
 class VDevice:
     def __init__(self, params: VDeviceParams | None = None, *, device_ids: list[str] | None = None):
         self._params = params or VDevice.create_params()
         self.released = False
+        through_service = getattr(self._params, "multi_process_service", False)
+        if not through_service and any(not getattr(d._params, "multi_process_service", False) for d in OPEN_VDEVICES):
+            # vdevice.cpp, VDeviceBase::create_devices (4.20)
+            raise HailoRTException(
+                "Failed to create vdevice. there are not enough free devices. requested: 1, found: 0. "
+                "status = HAILO_OUT_OF_PHYSICAL_DEVICES(74)"
+            )
+        OPEN_VDEVICES.append(self)
         CALLS.append(f"VDevice({self._params.scheduling_algorithm.name})")
 
     @staticmethod
@@ -186,6 +207,8 @@ class VDevice:
 
     def release(self) -> None:
         self.released = True
+        if self in OPEN_VDEVICES:
+            OPEN_VDEVICES.remove(self)
         CALLS.append("release")
 
     def __enter__(self) -> VDevice:
@@ -199,6 +222,12 @@ class VDevice:
 class InferVStreams:
     def __init__(self, configured_net_group: ConfiguredNetwork, input_params: Any, output_params: Any, **_: Any):
         self._group, self._input_params, self._output_params = configured_net_group, input_params, output_params
+        if output_params.get("quantized") and output_params.get("format_type") == FormatType.FLOAT32:
+            # 4.12-4.14: transform.cpp's check on an output's user format (its device side is uint8)
+            raise HailoRTException(
+                "dst-data-type (HAILO_FORMAT_TYPE_FLOAT32) is bigger than src-data-type (HAILO_FORMAT_TYPE_UINT8), "
+                "and must be marked as not quantized. status = HAILO_INVALID_ARGUMENT(2)"
+            )
 
     def __enter__(self) -> InferVStreams:
         return self
@@ -209,6 +238,9 @@ class InferVStreams:
     def infer(self, input_data: dict[str, np.ndarray]) -> dict[str, Any]:
         if not self._group.is_scheduled() and not self._group.active:
             raise HailoRTException("Network group is not activated. status = HAILO_NETWORK_GROUP_NOT_ACTIVATED(69)")
+        for name, array in input_data.items():  # _validate_input_data_format_type (4.20)
+            if array.dtype.itemsize != 1:
+                raise HailoRTException(f"{name} numpy array item size is {array.dtype.itemsize}, not 1")
         (frames,) = {len(array) for array in input_data.values()}
         hef = self._group._hef._hef
         results: dict[str, Any] = {}

@@ -1,0 +1,173 @@
+"""The child side of an isolated engine (backends/isolated.py): loads models on one engine and runs them.
+
+    python -m edge_inference.backends.isolated_worker CONTROL_FD
+
+The control socket carries load and unload requests (one process may hold several models: a chip's one owner) and
+one socket per slot (a lane's turn at a model); each slot is served by a thread of its own. Tensors come and go in
+anonymous shared memory (memfd) whose file descriptors are passed over the sockets: nothing to clean in /dev/shm,
+whoever dies first. This process ends when the service's end of the control socket closes, and with the service
+(PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MESSAGE_BYTES = 1 << 16  # a control message's most: shapes, dtypes, figures, an error line
+MAX_FDS = 2
+ALIGN = 64  # each output starts on a cache line in the shared block
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message and the descriptors passed with it; (None, []) when the other end is gone."""
+    try:
+        data, fds, _flags, _address = socket.recv_fds(sock, MESSAGE_BYTES, MAX_FDS)
+    except OSError:
+        return None, []
+    # the peer is the service or its own child, over a socket pair no other process holds
+    return (pickle.loads(data) if data else None), list(fds)  # noqa: S301
+
+
+def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    socket.send_fds(sock, [pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)], fds or [])
+
+
+def shared_block(size: int, name: str) -> tuple[int, mmap.mmap]:
+    """A new anonymous shared block of `size` bytes: its descriptor (to pass on) and this process's map of it."""
+    fd = os.memfd_create(name)
+    os.ftruncate(fd, max(size, 1))
+    return fd, mmap.mmap(fd, max(size, 1))
+
+
+def mapped(fd: int) -> mmap.mmap:
+    """Maps a block passed by the other side; the descriptor is closed (the map keeps the memory)."""
+    try:
+        return mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def packed(outputs: list[np.ndarray]) -> tuple[list[tuple[tuple[int, ...], str, int]], int]:
+    """Where each output goes in the shared block: (shape, dtype, offset), and the bytes needed."""
+    layout, offset = [], 0
+    for output in outputs:
+        layout.append((tuple(output.shape), output.dtype.str, offset))
+        offset += -(-output.nbytes // ALIGN) * ALIGN
+    return layout, offset
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the service that started it ends, however it ends."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the service ended before the call above
+        os._exit(0)
+
+
+class Slot:
+    """One lane's turn at the engine: a request in, its outputs out, through the slot's own shared blocks."""
+
+    def __init__(self, sock: socket.socket, backend: Any) -> None:
+        self.sock, self.backend = sock, backend
+        self.inputs: mmap.mmap | None = None
+        self.outputs: mmap.mmap | None = None
+
+    def serve(self) -> None:
+        while True:
+            message, fds = receive(self.sock)
+            if message is None:
+                return
+            if fds:  # a larger input block than the last
+                self.inputs = mapped(fds[0])
+            self._answer(message)
+
+    def _answer(self, message: dict[str, Any]) -> None:
+        received = time.perf_counter()
+        assert self.inputs is not None
+        tensor = np.ndarray(message["shape"], np.dtype(message["dtype"]), buffer=self.inputs)
+        try:
+            outputs, engine_ms = self.backend.run_timed(tensor)
+        except Exception as exc:  # noqa: BLE001 - the engine's own refusal goes back to the caller, as in-process
+            send(self.sock, {"error": str(exc), "kind": type(exc).__name__})
+            return
+        layout, needed = packed([np.asarray(o) for o in outputs])
+        fds: list[int] = []
+        if self.outputs is None or needed > len(self.outputs):
+            fd, self.outputs = shared_block(needed * 2, "edge-outputs")  # room for outputs that vary a little
+            fds.append(fd)
+        for output, (shape, dtype, offset) in zip(outputs, layout, strict=True):
+            np.ndarray(shape, np.dtype(dtype), buffer=self.outputs, offset=offset)[...] = output
+        reply = {"outputs": layout, "engine_ms": engine_ms, "wall_ms": (time.perf_counter() - received) * 1e3}
+        try:
+            send(self.sock, reply, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)  # passed: the service maps its own
+
+
+def description(backend: Any) -> dict[str, Any]:
+    """What the service's side needs to stand in for the loaded backend."""
+    described = {
+        name: getattr(backend, name)
+        for name in ("key", "model_path", "engine", "device", "inputs", "outputs", "metadata", "notes", "pixels")
+    }
+    return described | {"parallel": backend.parallel, "lanes": backend.lanes}
+
+
+def load(request: dict[str, Any]) -> Any:
+    from edge_inference.backends import open_backend
+
+    return open_backend(request["engine"], Path(request["path"]), request["options"])
+
+
+def _load(control: socket.socket, request: dict[str, Any], models: dict[int, Any]) -> None:
+    try:
+        models[request["id"]] = load(request)
+    except Exception as exc:  # noqa: BLE001 - the engine's refusal, said by the service as in-process
+        send(control, {"id": request["id"], "error": str(exc), "kind": type(exc).__name__})
+        return
+    send(control, {"id": request["id"], "loaded": description(models[request["id"]]), "pid": os.getpid()})
+
+
+def main(control_fd: int) -> None:
+    """Serves load, slot and unload requests until told to close or the service's end is gone. Several models may
+    live here: a chip's one owner (a Hailo's VDevice, an Edge TPU) is the process that holds all of its models."""
+    die_with_parent()
+    control = socket.socket(fileno=control_fd)
+    models: dict[int, Any] = {}
+    while True:
+        message, fds = receive(control)
+        if message is None or message["op"] == "close":
+            break
+        if message["op"] == "load":
+            _load(control, message, models)
+        elif message["op"] == "slot" and message["id"] in models:
+            slot = Slot(socket.socket(fileno=fds[0]), models[message["id"]])
+            threading.Thread(target=slot.serve, name="slot", daemon=True).start()
+        elif message["op"] == "unload" and message["id"] in models:
+            models.pop(message["id"]).close()
+        else:
+            for fd in fds:
+                os.close(fd)
+    for backend in models.values():
+        backend.close()
+    os._exit(0)  # slot threads may still wait on their sockets: nothing of this process is to be kept
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,75 @@
+"""Which engines run in a process of their own (backends/isolated.py) and which in the service's.
+
+`process` for the engines whose native code can end a process: the accelerators' (Edge TPU, Hailo, RKNN, TensorRT
+and CUDA, OpenVINO on a GPU or NPU) and plugins, whose code nobody here has read. The CPU engines (ONNX Runtime,
+OpenVINO and LiteRT on the CPU) are mature and run in-process by default: `benchmarks/isolation.py` measured the
+split's cost on them (BENCHMARKS.md, issue 57) and `isolation: process` asks for it anyway.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Literal
+
+from edge_inference.backends.base import Backend, BackendOptions
+from edge_inference.backends.engine import get_engine
+
+Isolation = Literal["auto", "process", "thread"]
+ISOLATIONS: tuple[Isolation, ...] = ("auto", "process", "thread")
+ACCELERATOR_ENGINES = ("edgetpu", "hailo", "rknn")  # no CPU to run on: a device's runtime, always
+CPU_WORDS = ("cpu",)
+BUILT_IN_PACKAGE = "edge_inference.backends."
+
+
+def _is_plugin(engine: str) -> bool:
+    load = get_engine(engine).load
+    return not getattr(load, "__module__", "").startswith(BUILT_IN_PACKAGE)
+
+
+def _onnx_on_gpu(device: str) -> bool:
+    """ONNX Runtime's `auto` is CUDA where this build has it; any other device but the CPU is a GPU's."""
+    if device.lower() != "auto":
+        return device.lower() not in CPU_WORDS
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def _openvino_off_cpu(device: str) -> bool:
+    """OpenVINO's AUTO may choose a GPU or NPU where one is present (a render node, an accel node)."""
+    if device.upper() in ("AUTO", ""):
+        return bool(glob.glob("/dev/dri/renderD*") or glob.glob("/dev/accel/accel*"))
+    return device.upper() != "CPU"
+
+
+def runs_isolated(engine: str, options: BackendOptions) -> bool:
+    """Whether this engine, on this device, loads in a child process."""
+    if options.isolation != "auto":
+        return options.isolation == "process"
+    if engine in ACCELERATOR_ENGINES or _is_plugin(engine):
+        return True
+    if engine == "onnx":
+        return _onnx_on_gpu(options.device)
+    if engine == "openvino":
+        return _openvino_off_cpu(options.device)
+    return options.device.lower() not in ("auto", *CPU_WORDS)  # LiteRT with a delegate
+
+
+def open_engine(engine: str, path: Path, options: BackendOptions) -> Backend:
+    """The model loaded in a child process or in this one, as `runs_isolated` says."""
+    from edge_inference.backends import open_backend
+    from edge_inference.backends.isolated import load_isolated
+
+    if runs_isolated(engine, options):
+        return load_isolated(engine, path, options, host=chip_owner(engine, options))
+    return open_backend(engine, path, options)
+
+
+def chip_owner(engine: str, options: BackendOptions) -> str | None:
+    """Models on one accelerator share one process: a Hailo is given to the first VDevice that opens it, and an Edge
+    TPU or an NPU to one process (HailoRT's vdevice.cpp: "not enough free devices" for a second). Other engines'
+    models get a process each."""
+    return f"{engine}|{options.device.lower()}" if engine in ACCELERATOR_ENGINES else None

@@ -1,0 +1,207 @@
+"""Engines in processes of their own (backends/isolated.py): real crashes (abort, a NULL read, a hang, the OOM
+killer) in a plugin engine end its process, never the service; the other streams keep publishing, the crashed one
+is told, comes back by itself, and nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_inference.backends import BackendOptions, engines
+from edge_inference.backends.isolated import EngineCrashed, load_isolated
+from edge_inference.backends.isolation import runs_isolated
+from tests.cgroups import memory_limited
+from tests.conftest import MODELS, VTEST
+from tests.helpers import install_engine_plugin
+from tests.inprocess import SSD_ONNX
+from tests.server import Server, running_server
+from tests.test_watchdogs import wait_for
+
+YOLOX = MODELS / "onnx/yolox_nano.onnx"
+CRASHING_ENGINE = Path(__file__).parent / "plugins" / "crashing_engine.py"
+
+
+@pytest.fixture()
+def crashy_site(tmp_path, monkeypatch):
+    """The crashing engine installed as a plugin distribution is, on this process's path and a service's."""
+    site = install_engine_plugin(tmp_path / "site", "crashy", CRASHING_ENGINE.read_text())
+    monkeypatch.syspath_prepend(str(site))
+    engines.cache_clear()
+    yield site
+    engines.cache_clear()
+
+
+def _service_config(tmp_path: Path, how: str, after: int, **crashy: object) -> Path:
+    streams = [
+        {"id": "steady", "source": str(VTEST), "loop": True, "model": SSD_ONNX, "backend": "onnx"},
+        {
+            "id": "crashy",
+            "source": str(VTEST),
+            "loop": True,
+            "model": str(YOLOX),
+            "backend": "crashy",
+            "engine_options": {"crashy": {"how": how, "after": after}},
+            **crashy,
+        },
+    ]
+    config = tmp_path / "streams.json"
+    config.write_text(json.dumps({"streams": streams}))
+    return config
+
+
+class Watch:
+    """Both streams' latest frames and the service's readiness, polled: the longest gap between the steady
+    stream's new frames, the crashy stream's frames after its engine died, and what health said meanwhile."""
+
+    def __init__(self, server: Server, death: str, logged: str) -> None:
+        self.server, self.death, self.logged = server, death, logged
+        self.steady_frame, self.steady_at, self.longest_gap = -1, time.monotonic(), 0.0
+        self.crashy_frames: list[int] = []
+        self.deaths_seen_at: list[int] = []  # the crashy stream's frame when each death was first in the log
+        self.degraded: list[str] = []
+
+    def latest(self, stream: str) -> int | None:
+        answer = self.server.client.get(f"/api/v1/streams/{stream}/detections/latest")
+        return answer.json()["frame"] if answer.status_code == 200 else None
+
+    def poll(self) -> None:
+        now, frame = time.monotonic(), self.latest("steady")
+        if frame is not None and frame != self.steady_frame:
+            if self.steady_frame >= 0:
+                self.longest_gap = max(self.longest_gap, now - self.steady_at)
+            self.steady_frame, self.steady_at = frame, now
+        crashy = self.latest("crashy")
+        if crashy is not None:
+            self.crashy_frames.append(crashy)
+        deaths = self.server.log.count(self.logged)
+        while len(self.deaths_seen_at) < deaths:
+            self.deaths_seen_at.append(self.crashy_frames[-1] if self.crashy_frames else -1)
+        ready = self.server.client.get("/health/ready").json()
+        crashy_health = ready.get("streams", {}).get("crashy", {})
+        if ready["status"] == "degraded" and self.death in json.dumps(crashy_health):
+            self.degraded.append(json.dumps(crashy_health))
+
+    def came_back(self, deaths: int) -> bool:
+        """`deaths` deaths seen, and the crashy stream published a newer frame after the last of them."""
+        self.poll()
+        return len(self.deaths_seen_at) >= deaths and self.crashy_frames[-1] > self.deaths_seen_at[deaths - 1] + 3
+
+
+@pytest.mark.parametrize(("how", "death"), [("abort", "died: SIGABRT"), ("segfault", "died: SIGSEGV")])
+def test_an_engine_that_crashes_ends_its_process_not_the_service(tmp_path, crashy_site, how, death):
+    config = _service_config(tmp_path, how, after=40)
+    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
+        server.wait_until("/health/live")
+        watch = Watch(server, death, f"edge.detectors: the crashy engine (yolox_nano.onnx on crashy0) {death}")
+        wait_for(lambda: watch.came_back(2), f"two {how} deaths and frames again after the second", timeout=180)
+        assert server.process.poll() is None, server.log
+        assert server.client.get("/health/live").status_code == 200
+        assert watch.longest_gap < 10, f"the steady stream stopped for {watch.longest_gap:.1f} s"
+        assert watch.degraded, "health never said degraded with the engine's death"
+        line = f"the crashy engine (yolox_nano.onnx on crashy0) {death}"
+        assert line in server.log
+        figures = server.client.get("/api/v1/stats").json()["streams"]
+        assert figures["steady"]["errors"] == 0, figures["steady"]
+        backends = server.client.get("/api/v1/backends").json()
+        crashy = next(report for report in backends if report["key"] == "crashy")
+        assert any(line in incident for incident in crashy["incidents"]), crashy
+
+
+def test_an_engine_that_hangs_is_killed_and_started_again(tmp_path, crashy_site):
+    config = _service_config(tmp_path, "hang", after=20, inference_timeout_s=2)
+    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
+        server.wait_until("/health/live")
+        death = "the crashy engine (yolox_nano.onnx on crashy0) hung: no answer in 2 s; its process was killed"
+        watch = Watch(server, death, f"edge.detectors: {death}")
+        wait_for(lambda: watch.came_back(1), "a hang, its process killed, and frames again", timeout=180)
+        figures = server.client.get("/api/v1/stats").json()["streams"]["crashy"]
+        assert figures["frames_dropped"] >= 1, figures  # the frame in the hung inference: dropped, not published
+        assert watch.longest_gap < 10, f"the steady stream stopped for {watch.longest_gap:.1f} s"
+
+
+def test_an_engine_the_oom_killer_ends_is_said_to_be_out_of_memory(tmp_path, crashy_site):
+    config = _service_config(tmp_path, "oom", after=10)
+    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    with (
+        memory_limited(900 << 20) as confine,
+        running_server(["--config", str(config)], tmp_path / "log", env=env) as server,
+    ):
+        confine(server.process.pid)  # before it loads any engine: the children start inside too
+        server.wait_until("/health/live")
+        death = "died: killed: out of memory"
+        watch = Watch(server, death, f"edge.detectors: the crashy engine (yolox_nano.onnx on crashy0) {death}")
+        wait_for(lambda: watch.came_back(1), "an OOM kill said as such, and frames again", timeout=180)
+        assert server.process.poll() is None, server.log
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if stat[1] == me:
+                found.append(int(entry.name))
+    return found
+
+
+def test_twenty_crashes_in_a_row_leave_no_process_memory_block_or_descriptor(crashy_site):
+    tensor = np.zeros((1, 3, 416, 416), np.float32)
+    options = BackendOptions(device="cpu", threads=1, engine_options={"how": "abort", "after": 2})
+    shm_before, fds_before = set(os.listdir("/dev/shm")), len(os.listdir("/proc/self/fd"))
+    children_before = _children()
+    for _ in range(20):
+        backend = load_isolated("crashy", YOLOX, options)
+        backend.run(tensor)
+        with pytest.raises(EngineCrashed, match="SIGABRT"):
+            backend.run(tensor)
+        backend.close()
+    assert _children() == children_before
+    assert set(os.listdir("/dev/shm")) == shm_before
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_accelerators_and_plugins_run_isolated_cpu_engines_as_measured(crashy_site):
+    cpu = BackendOptions(device="cpu")
+    assert runs_isolated("crashy", cpu)  # a plugin: nobody here has read its code
+    for engine in ("edgetpu", "hailo", "rknn"):
+        assert runs_isolated(engine, BackendOptions())
+    assert runs_isolated("onnx", BackendOptions(device="cuda"))
+    assert runs_isolated("openvino", BackendOptions(device="GPU"))
+    assert not runs_isolated("onnx", cpu) and not runs_isolated("tflite", cpu) and not runs_isolated("openvino", cpu)
+    assert runs_isolated("onnx", BackendOptions(device="cpu", isolation="process"))
+    assert not runs_isolated("crashy", BackendOptions(device="cpu", isolation="thread"))
+
+
+def test_streams_on_one_isolated_engine_share_its_one_process(tmp_path, crashy_site):
+    """The split must not cost memory per stream: three streams on one model and engine, one engine process."""
+    import psutil
+
+    streams = [
+        {"id": f"cam{i}", "source": str(VTEST), "loop": True, "model": str(YOLOX), "backend": "crashy"}
+        | {"engine_options": {"crashy": {"how": "none"}}}
+        for i in range(3)
+    ]
+    config = tmp_path / "streams.json"
+    config.write_text(json.dumps({"streams": streams}))
+    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
+        server.wait_until("/health/ready", timeout=120)
+        for i in range(3):
+            server.wait_for_frames(f"cam{i}", 5, timeout=120)
+        workers = [
+            child
+            for child in psutil.Process(server.process.pid).children(recursive=True)
+            if "edge_inference.backends.isolated_worker" in " ".join(child.cmdline())
+        ]
+        assert len(workers) == 1, [w.cmdline() for w in workers]
