@@ -3,6 +3,10 @@
 Devices: auto (the runtime picks a free core), 0, 1, 2 (one core), 0_1 or all (cores together). An RK3588 has
 three NPU cores, an RK3576 two, the RK356x one. RKNNLite (2.3, `rknn_lite.py`) documents the core mask for RK3576 and
 RK3588 only ("set core mask, only valid for RK3576 / RK3588"): on single-core SoCs AUTO is always what is passed.
+An RKNNLite context runs one inference at a time on the cores its mask names, so with `auto` and several lanes (several
+streams on the model) the engine opens one context per core, each pinned to its core (NPU_CORE_0, _1, _2, as
+rknn_model_zoo's multi-threaded examples do), and the pool's lanes are those contexts: no core idles while frames
+wait.
 
 Models: rknn_model_zoo's YOLOv8/YOLO11 exports (DFL outside the model, each stride split into a 64-channel box
 branch, a class branch and a class-sum branch, NCHW) are read by the `yolov8-rknn` decoder; Rockchip splits them
@@ -14,6 +18,7 @@ otherwise), and the outputs are learned from one run on a blank frame at load.
 
 from __future__ import annotations
 
+import queue
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -60,6 +65,15 @@ def core_mask(device: str, soc: str) -> str:
     return CORE_MASKS[value]
 
 
+def lane_masks(device: str, soc: str, lanes: int) -> list[str]:
+    """The core mask of each context to open: one per core for `auto` with several lanes, else the one asked for."""
+    mask = core_mask(device, soc)
+    cores = ROCKCHIP_NPUS.get(soc, 1)
+    if mask != CORE_MASKS["auto"] or cores == 1 or lanes <= 1:
+        return [mask]
+    return [CORE_MASKS[str(core)] for core in range(min(lanes, cores))]
+
+
 def runtime_version() -> str | None:
     try:
         return version("rknn-toolkit-lite2")
@@ -77,25 +91,68 @@ def require_device() -> str:
 
 
 class RKNNBackend(Backend):
-    def __init__(self, *, runtime: Any, **kwargs: Any) -> None:
+    parallel = "shared"  # `run` from several threads: each takes a free context (one per NPU core it was opened on)
+
+    def __init__(self, *, runtimes: list[Any], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._runtime = runtime
+        self._runtimes = runtimes
+        self._free: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for runtime in runtimes:
+            self._free.put(runtime)
+
+    @property
+    def lanes(self) -> int:
+        return len(self._runtimes)
 
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
-        outputs = self._runtime.inference(inputs=[tensor])
+        runtime = self._free.get()
+        try:
+            outputs = runtime.inference(inputs=[tensor])
+        finally:
+            self._free.put(runtime)
         if outputs is None:
             raise BackendError("the NPU returned no outputs for this frame (see the RKNN runtime's log above)")
         return [np.asarray(o) for o in outputs]
 
     def close(self) -> None:
-        self._runtime.release()
+        for runtime in self._runtimes:
+            runtime.release()
 
 
 def load(path: Path, options: BackendOptions) -> RKNNBackend:
     if not installed("rknnlite"):
         raise BackendError(f"rknn-toolkit-lite2 is not installed: {INSTALL}")
     soc = require_device()
-    mask = core_mask(options.device, soc)
+    masks = lane_masks(options.device, soc, options.lanes)
+    runtimes: list[Any] = []
+    try:
+        for mask in masks:
+            runtimes.append(_context(path, soc, mask))
+        width, height = options.input_size or DEFAULT_SIZE
+        blank = np.zeros((1, height, width, 3), np.uint8)
+        outputs = runtimes[0].inference(inputs=[blank])
+        if outputs is None:
+            raise BackendError(f"{path.name} did not run on a {width}x{height} input: set width/height in its sidecar")
+    except BaseException:
+        for runtime in runtimes:
+            runtime.release()
+        raise
+    notes = [] if options.input_size else [f"{path.name} does not declare its input size: {width}x{height} assumed"]
+    cores = ", ".join(mask.removeprefix("NPU_CORE_").lower() for mask in masks)
+    return RKNNBackend(
+        key="rknn",
+        model_path=str(path),
+        engine=f"rknn-toolkit-lite2 {runtime_version() or '?'}",
+        device=f"{soc} npu {cores}",
+        inputs=[TensorInfo("input", blank.shape, np.dtype(np.uint8))],
+        outputs=[TensorInfo(f"output{i}", tuple(np.shape(o)), np.asarray(o).dtype) for i, o in enumerate(outputs)],
+        notes=notes,
+        runtimes=runtimes,
+    )
+
+
+def _context(path: Path, soc: str, mask: str) -> Any:
+    """One RKNNLite context on the cores `mask` names, the model loaded and its runtime started."""
     from rknnlite.api import RKNNLite
 
     runtime = RKNNLite(verbose=False)
@@ -111,23 +168,7 @@ def load(path: Path, options: BackendOptions) -> RKNNBackend:
             f"the NPU runtime did not start {path.name}: check that /usr/lib/librknnrt.so is of version {lite} and "
             f"that the model was converted for {soc} (target_platform)"
         )
-    width, height = options.input_size or DEFAULT_SIZE
-    blank = np.zeros((1, height, width, 3), np.uint8)
-    outputs = runtime.inference(inputs=[blank])
-    if outputs is None:
-        runtime.release()
-        raise BackendError(f"{path.name} did not run on a {width}x{height} input: set width/height in its sidecar")
-    notes = [] if options.input_size else [f"{path.name} does not declare its input size: {width}x{height} assumed"]
-    return RKNNBackend(
-        key="rknn",
-        model_path=str(path),
-        engine=f"rknn-toolkit-lite2 {lite}",
-        device=f"{soc} npu {mask.removeprefix('NPU_CORE_').lower()}",
-        inputs=[TensorInfo("input", blank.shape, np.dtype(np.uint8))],
-        outputs=[TensorInfo(f"output{i}", tuple(np.shape(o)), np.asarray(o).dtype) for i, o in enumerate(outputs)],
-        notes=notes,
-        runtime=runtime,
-    )
+    return runtime
 
 
 def probe() -> BackendStatus:

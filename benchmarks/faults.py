@@ -648,10 +648,22 @@ def live_burst_case(clients: int = 200) -> Row:
             server.stop()
 
 
+def _engine_death(how: str) -> Callable[[], Row]:
+    def case() -> Row:
+        from benchmarks.engine_faults import engine_death_case
+
+        return engine_death_case(how)
+
+    return case
+
+
 CASES = {
     "slow-bodies": slow_unauthenticated_bodies_case,
     "guessing": token_guessing_case,
     "live-burst": live_burst_case,
+    "engine-abort": _engine_death("abort"),
+    "engine-segfault": _engine_death("segfault"),
+    "engine-hang": _engine_death("hang"),
 }
 
 

@@ -10,6 +10,7 @@ import logging
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from edge_inference.backends import Backend, BackendError, BackendOptions, TensorInfo, get_engine, open_backend
 from edge_inference.edge.config import ConfigError, load_config
 from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.settings import Settings
 from tests import fake_devices
@@ -252,6 +254,35 @@ def test_single_core_rockchip_socs_get_the_auto_core_mask(vendor):
         backend.close()
     finally:
         rknn.SOC = "rk3588"
+
+
+def test_an_rk3588_model_gets_a_context_on_each_npu_core_for_its_lanes(vendor, tmp_path):
+    """One RKNNLite context runs one inference at a time: three streams on one model kept two of the three cores
+    idle. With `auto` and three lanes the engine opens a context per core, pinned to it, and the pool's lanes are
+    those: three streams' frames run on cores 0, 1 and 2 side by side."""
+    import rknnlite.api as rknn
+
+    fake_devices.rk3588(vendor / "root")
+    model = rknn.write_rknn(vendor / "m.rknn", (1, 640, 640, 3), [np.zeros((1, 10), np.float32)])
+    rknn.CALLS.clear()
+    backend = get_engine("rknn").load(model, BackendOptions(lanes=3))
+    masks = [rknn.RKNNLite.NPU_CORE_0, rknn.RKNNLite.NPU_CORE_1, rknn.RKNNLite.NPU_CORE_2]
+    assert [c for c in rknn.CALLS if c.startswith("init_runtime")] == [f"init_runtime(core_mask={m})" for m in masks]
+    assert (backend.lanes, backend.parallel, backend.device) == (3, "shared", "rk3588 npu 0, 1, 2")
+    backend.close()
+    single = get_engine("rknn").load(model, BackendOptions())  # one stream: one context, the runtime's own choice
+    assert (single.lanes, single.device) == (1, "rk3588 npu auto")
+    single.close()
+    pool = DetectorPool(opener=open_backend)  # in this process, where the stand-in's record can be read
+    handles = [pool.acquire(f"cam{i}", "rknn", model, BackendOptions(), lanes=3) for i in range(3)]
+    assert describe_engine(pool.engines()[0]).lanes == 3
+    rknn.CALLS.clear()
+    with ThreadPoolExecutor(3) as workers:
+        list(workers.map(lambda h: [h.run(np.zeros((1, 640, 640, 3), np.uint8)) for _ in range(20)], handles))
+    used = {c for c in rknn.CALLS if c.startswith("inference")}
+    assert used == {f"inference(core_mask={m})" for m in masks}
+    for handle in handles:
+        handle.close()
 
 
 @dataclass

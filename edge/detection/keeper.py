@@ -221,6 +221,7 @@ class DetectorKeeper:
         # outside the lock: an engine in a process of its own is killed, and its stuck call returns
         killed = stuck is not None and stuck.backend.abandon(f"hung {limit:g} s")
         if killed and stuck is not None:
+            self._deaths.append(time.monotonic())  # a hang that comes back at every start backs off too
             backend = stuck.backend
             engine = f"the {backend.key} engine ({Path(backend.model_path).name} on {backend.device})"
             message = f"{engine} hung: no answer in {limit:g} s{usual}; its process was killed, loading it again"

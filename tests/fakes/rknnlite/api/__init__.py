@@ -94,7 +94,7 @@ class RKNNLite:
         if len(inputs) != 1 or tuple(np.shape(inputs[0])) != expected:
             log.error("Catch exception when setting inputs.")
             return None
-        CALLS.append("inference")
+        CALLS.append(f"inference(core_mask={self.core_mask})")
         count = len(self.runtime) - 1
         return [self.runtime[f"output{i}"].copy() for i in range(count)]
 
