@@ -581,14 +581,26 @@ def test_openvino_keeps_what_it_compiles_for_a_gpu_or_npu(tmp_path):
 # --- Coral: the runtime pair, and frames through EdgeTPUBackend.run on a stand-in ------------------------------------
 
 LIBEDGETPU_STAND_IN = r"""
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-/* Answers as libedgetpu 16.0 does: a delegate where its device is present (STUB_TPU=present), NULL where not. */
-void* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (*report)(const char*)) {
+#include <unistd.h>
+/* Answers as libedgetpu 16.0 does: a delegate where its device is plugged in (the file STUB_TPU names exists), NULL
+   where not; and a transfer to a device that is gone ends the process, as usb_driver.cc's LOG(FATAL) does. */
+static int plugged(void) {
     const char* tpu = getenv("STUB_TPU");
-    return (tpu && strcmp(tpu, "present") == 0) ? malloc(16) : NULL;
+    return tpu && access(tpu, F_OK) == 0;
+}
+void* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (*report)(const char*)) {
+    return plugged() ? malloc(16) : NULL;
 }
 void tflite_plugin_destroy_delegate(void* delegate) { free(delegate); }
+void stand_in_bulk_out(unsigned bytes) {
+    if (!plugged()) {
+        fprintf(stderr, "F usb_driver.cc:708] [1-0] bulk out for %u bytes failed. Abort. "
+                "UNAVAILABLE: LIBUSB_ERROR_NO_DEVICE\n", bytes);
+        abort();
+    }
+}
 const char* edgetpu_version(void) {
     return "BuildLabel(COMPILER=12.2.0,DATE=redacted,TIME=redacted), RuntimeVersion(14)";
 }
@@ -606,7 +618,9 @@ def coral(monkeypatch, tmp_path):
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     monkeypatch.syspath_prepend(str(CORAL_FAKES))
     monkeypatch.setenv("EDGE_LIBEDGETPU", str(library))
-    monkeypatch.setenv("STUB_TPU", "present")
+    plugged = tmp_path / "usb-plugged"
+    plugged.touch()
+    monkeypatch.setenv("STUB_TPU", str(plugged))
     for name in [m for m in sys.modules if m.split(".")[0] == "tflite_runtime"]:
         monkeypatch.delitem(sys.modules, name)
     return library
@@ -630,7 +644,7 @@ def test_the_edge_tpu_engine_runs_frames_on_the_runtime_its_library_is_paired_wi
     assert "TRANSPOSE x4" in yolo.notes[0]
     with pytest.raises(BackendError, match="runs on an Edge TPU only; for the CPU use --backend tflite"):
         open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("cpu"))
-    monkeypatch.setenv("STUB_TPU", "absent")
+    (coral.parent / "usb-plugged").unlink()
     monkeypatch.setenv("EDGE_SYSROOT", str(coral.parent))  # no accelerator on the bus either
     with pytest.raises(BackendError, match="cannot use the Edge TPU: no Edge TPU found"):
         open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))

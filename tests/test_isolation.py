@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -58,8 +59,8 @@ class Watch:
     """Both streams' latest frames and the service's readiness, polled: the longest gap between the steady
     stream's new frames, the crashy stream's frames after its engine died, and what health said meanwhile."""
 
-    def __init__(self, server: Server, death: str, logged: str) -> None:
-        self.server, self.death, self.logged = server, death, logged
+    def __init__(self, server: Server, death: str, logged: str, crashy: str = "crashy") -> None:
+        self.server, self.death, self.logged, self.crashy = server, death, logged, crashy
         self.steady_frame, self.steady_at, self.longest_gap = -1, time.monotonic(), 0.0
         self.crashy_frames: list[int] = []
         self.deaths_seen_at: list[int] = []  # the crashy stream's frame when each death was first in the log
@@ -75,14 +76,14 @@ class Watch:
             if self.steady_frame >= 0:
                 self.longest_gap = max(self.longest_gap, now - self.steady_at)
             self.steady_frame, self.steady_at = frame, now
-        crashy = self.latest("crashy")
+        crashy = self.latest(self.crashy)
         if crashy is not None:
             self.crashy_frames.append(crashy)
         deaths = self.server.log.count(self.logged)
         while len(self.deaths_seen_at) < deaths:
             self.deaths_seen_at.append(self.crashy_frames[-1] if self.crashy_frames else -1)
         ready = self.server.client.get("/health/ready").json()
-        crashy_health = ready.get("streams", {}).get("crashy", {})
+        crashy_health = ready.get("streams", {}).get(self.crashy, {})
         if ready["status"] == "degraded" and self.death in json.dumps(crashy_health):
             self.degraded.append(json.dumps(crashy_health))
 
@@ -205,3 +206,48 @@ def test_streams_on_one_isolated_engine_share_its_one_process(tmp_path, crashy_s
             if "edge_inference.backends.isolated_worker" in " ".join(child.cmdline())
         ]
         assert len(workers) == 1, [w.cmdline() for w in workers]
+
+
+def test_a_coral_pulled_out_mid_stream_aborts_its_engine_and_comes_back_when_plugged_in(tmp_path):
+    """The issue's case end to end: libedgetpu answers a transfer to a stick that is gone with LOG(FATAL) and an
+    abort (usb_driver.cc). With the Edge TPU engine in its own process (the default), the Coral stream says so, its
+    loads fail while the stick is out ("no Edge TPU found", retried at the backoff's pace) and it runs again once the
+    stick is back; the other stream never stops. The stand-ins: tflite_runtime 2.17.1's and a libedgetpu built here
+    (tests/test_accelerator_engines.py)."""
+    from tests.test_accelerator_engines import CORAL_FAKES, EDGETPU_MODEL, LIBEDGETPU_STAND_IN
+
+    if subprocess.run(["cc", "--version"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("no C compiler to build the libedgetpu stand-in")
+    source, library, plugged = tmp_path / "edgetpu.c", tmp_path / "libedgetpu.so.1", tmp_path / "usb-plugged"
+    source.write_text(LIBEDGETPU_STAND_IN)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    plugged.touch()
+    streams = [
+        {"id": "steady", "source": str(VTEST), "loop": True, "model": SSD_ONNX, "backend": "onnx"},
+        {"id": "coral", "source": str(VTEST), "loop": True, "model": str(EDGETPU_MODEL), "backend": "edgetpu"},
+    ]
+    config = tmp_path / "streams.json"
+    config.write_text(json.dumps({"streams": streams}))
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(CORAL_FAKES), os.environ.get("PYTHONPATH", "")]),
+        "EDGE_LIBEDGETPU": str(library),
+        "STUB_TPU": str(plugged),
+        "EDGE_SYSROOT": str(tmp_path / "root"),  # no Coral on the bus once pulled
+        "EDGE_MODEL_CACHE": str(tmp_path / "cache"),
+    }
+    with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
+        server.wait_until("/health/live")
+        watch = Watch(server, "died: SIGABRT", "edge.detectors: the edgetpu engine", crashy="coral")
+        wait_for(
+            lambda: (watch.poll(), bool(watch.crashy_frames) and watch.crashy_frames[-1] > 5)[1], "Coral frames", 120
+        )
+        plugged.unlink()  # the stick pulled out
+        wait_for(lambda: "cannot use the Edge TPU: no Edge TPU found" in server.log, "its loads refused", timeout=120)
+        assert "bulk out for" in server.log and "Abort." in server.log  # libedgetpu's own last words, in the log
+        refused_at = (watch.poll(), watch.crashy_frames[-1])[1]
+        plugged.touch()  # and back in
+        wait_for(lambda: (watch.poll(), watch.crashy_frames[-1] > refused_at + 5)[1], "Coral frames again", 180)
+        assert watch.longest_gap < 10, f"the steady stream stopped for {watch.longest_gap:.1f} s"
+        backends = server.client.get("/api/v1/backends").json()
+        edgetpu = next(report for report in backends if report["key"] == "edgetpu")
+        assert any("died: SIGABRT" in incident for incident in edgetpu["incidents"]), edgetpu["incidents"]

@@ -61,6 +61,7 @@ class Interpreter:
         twin = path.with_name(path.name.replace("_edgetpu", "")) if self._on_tpu else path
         self._inner = _LiteRT(model_path=str(twin), num_threads=num_threads)
         self._compiled = compiled
+        self._delegate = experimental_delegates[0] if self._on_tpu else None
 
     def allocate_tensors(self) -> None:
         if self._compiled and not self._on_tpu:
@@ -70,6 +71,15 @@ class Interpreter:
                 "Node number 0 (edgetpu-custom-op) failed to prepare."
             )
         self._inner.allocate_tensors()
+
+    def invoke(self) -> None:
+        """The delegate's transfer to the device, then the computation (the library stand-in aborts the process when
+        the device is gone, as libedgetpu does)."""
+        library = getattr(self._delegate, "_library", None)
+        if library is not None and hasattr(library, "stand_in_bulk_out"):
+            size = sum(int(d["shape"].prod()) for d in self._inner.get_input_details())
+            library.stand_in_bulk_out(ctypes.c_uint(size))
+        self._inner.invoke()
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
