@@ -31,7 +31,7 @@ from edge_inference.backends.isolated import EngineCrashed, load_isolated
 from tests.helpers import install_engine_plugin
 
 ENGINE = textwrap.dedent(
-    '''
+    """
     import os
 
     import numpy as np
@@ -78,7 +78,7 @@ ENGINE = textwrap.dedent(
 
     ENGINE = Engine(key="torchgpu", formats=(".py",), install="(a check)", probe=lambda: None, load=load,
                     rank=lambda path: None)
-    '''
+    """
 )
 
 
