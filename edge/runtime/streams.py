@@ -52,7 +52,7 @@ def source_for(stream: StreamConfig) -> FrameSource:
     """OpenCV's capture, or the ffmpeg program where the stream has an `ffmpeg:` block."""
     width, height, fps = stream.width, stream.height, stream.fps
     if stream.ffmpeg is None:
-        return open_source(stream.source, width=width, height=height, fps=fps)
+        return open_source(stream.source, width=width, height=height, fps=fps, size_check_s=stream.resolution_check_s)
     hwaccel, input_args = stream.ffmpeg.hwaccel, stream.ffmpeg.input_args
     return ffmpeg_source(stream.source, hwaccel=hwaccel, input_args=input_args, width=width, height=height, fps=fps)
 
