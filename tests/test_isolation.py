@@ -251,3 +251,15 @@ def test_a_coral_pulled_out_mid_stream_aborts_its_engine_and_comes_back_when_plu
         backends = server.client.get("/api/v1/backends").json()
         edgetpu = next(report for report in backends if report["key"] == "edgetpu")
         assert any("died: SIGABRT" in incident for incident in edgetpu["incidents"]), edgetpu["incidents"]
+
+
+def test_an_engine_whose_inferences_keep_failing_is_started_anew(tmp_path, crashy_site):
+    """A device error that sticks to the process (a CUDA context after an illegal address) raises on every
+    inference and never kills anything: after five in a row the engine's process is ended and started again."""
+    config = _service_config(tmp_path, "raise", after=40)
+    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
+        server.wait_until("/health/live")
+        death = "died: 5 inferences in a row failed (CUDA error: an illegal memory access was encountered)"
+        watch = Watch(server, death, f"edge.detectors: the crashy engine (yolox_nano.onnx on crashy0) {death}")
+        wait_for(lambda: watch.came_back(1), "a restart after failures in a row, and frames again", timeout=180)

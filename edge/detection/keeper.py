@@ -32,6 +32,9 @@ FIRST_LOAD_BACKOFF_S = 1.0
 MAX_LOAD_BACKOFF_S = 60.0
 STUCK_MULTIPLE = 10  # an inference this many times slower than usual on this device is stuck
 CRASH_WINDOW_S = 60.0  # engine deaths this close together back its restarts off
+# An engine in a process of its own whose inferences keep failing is started anew: a device error that sticks to the
+# process (a CUDA context after an illegal address, a driver handle gone bad) ends with it
+FAILURES_BEFORE_RESTART = 5
 MAX_RESTART_WAIT_S = 30.0
 
 
@@ -73,6 +76,7 @@ class DetectorKeeper:
         self._recent_s: deque[float] = deque(maxlen=32)
         self._deaths: deque[float] = deque(maxlen=8)  # when the engine's process died under this stream
         self._restart_due = False  # an engine died: the watchdog's next check has it loaded again
+        self._failed_in_row = 0
 
     def current(self) -> tuple[int, Detector | None]:
         with self._lock:
@@ -178,8 +182,20 @@ class DetectorKeeper:
                 detector.close()  # given up on while it ran, and no other inference holds it any more
             return None
         if error is not None:
+            self._failing(generation, detector, error)
             raise error
+        self._failed_in_row = 0
         return outcome
+
+    def _failing(self, generation: int, detector: Detector, error: Exception) -> None:
+        """Counts failed inferences in a row; at FAILURES_BEFORE_RESTART an isolated engine's process is ended, and
+        the next inference finds it dead (`_engine_died`): started again, with the deaths' backoff."""
+        self._failed_in_row += 1
+        if self._failed_in_row < FAILURES_BEFORE_RESTART or isinstance(error, EngineCrashed):
+            return
+        self._failed_in_row = 0
+        if generation == self.generation:
+            detector.backend.abandon(f"{FAILURES_BEFORE_RESTART} inferences in a row failed ({error})")
 
     def _engine_died(self, generation: int, exc: EngineCrashed) -> None:
         """The engine's process is gone: the stream says so now, its frames in flight are dropped (`infer` returns

@@ -5,8 +5,9 @@ processes of their own (backends/isolated.py). ONNX Runtime underneath, so it de
 
 abort: `os.abort()` (libedgetpu's LOG(FATAL) on a failed USB transfer); segfault: a NULL pointer read through ctypes;
 hang: a call that never returns (a driver waiting on a device that is gone); oom: memory taken until the kernel's
-OOM killer ends the process. `after` counts inferences in this process (the warm-up's included), so an engine started
-again dies again after as many.
+OOM killer ends the process; raise: every inference from then on raises (a device error that sticks to the
+process, as a CUDA context does after an illegal address). `after` counts inferences in this process (the warm-up's
+included), so an engine started again dies again after as many.
 """
 
 import ctypes
@@ -25,11 +26,15 @@ CHUNK = 32 << 20
 
 
 class CrashOptions(EngineOptions):
-    how: Literal["abort", "segfault", "hang", "oom", "none"] = Field(default="abort", description="how it dies")
+    how: Literal["abort", "segfault", "hang", "oom", "raise", "none"] = Field(
+        default="abort", description="how it dies"
+    )
     after: int = Field(default=40, ge=1, description="inferences before it dies")
 
 
 def die(how):
+    if how == "raise":  # a device error that sticks to the process: every inference from now on fails
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
     if how == "abort":
         os.abort()
     if how == "segfault":
