@@ -284,11 +284,13 @@ class DetectorPool:
     def abandon(self, shared: SharedEngine, why: str) -> bool:
         """Retire an engine stuck in an inference; True where its process could be stopped (it is then killed, and
         every call waiting on it returns)."""
-        with self._lock:
-            shared.retired = True
-            if self._engines.get(shared.key) is shared:
-                self._engines.pop(shared.key)
-        return any([backend.abandon(why) for backend in [shared.backend, *shared.copies]])
+        killed = any([backend.abandon(why) for backend in [shared.backend, *shared.copies]])
+        if killed:  # an engine in this process cannot be stopped: it stays, as a hung one always did
+            with self._lock:
+                shared.retired = True
+                if self._engines.get(shared.key) is shared:
+                    self._engines.pop(shared.key)
+        return killed
 
     def _handle(self, shared: SharedEngine, stream: str) -> SharedBackend:
         inner = shared.backend
