@@ -264,7 +264,7 @@ class StreamConfig(BaseModel):
     # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
     ffmpeg: FFmpegConfig | None = None
     # An RTSP camera decoded by OpenCV: every this many seconds ffprobe is asked the size it sends now, since OpenCV
-    # squeezes a new resolution into the one it opened at (edge/stream/size_probe.py); 0: never
+    # squeezes a new resolution into the one it opened at (edge/stream/capture.py, SizeWatch); 0: never
     resolution_check_s: float = Field(default=60, ge=0)
     # For a model of one's own, what its file does not say (as `edge detect --labels/--color`, or the model's
     # sidecar, which these win over): a label file (one name a line, or `id name`) and the input's colour order

@@ -4,13 +4,26 @@ A read inside FFmpeg or a camera driver can block forever (a stream that keeps i
 No thread can be interrupted there, so the watchdog abandons it: `CaptureRunner.check` notices a blocking call that
 has lasted too long, stops listening to that loop, and starts a new one on a freshly made source. The old thread
 closes its own source whenever the call returns.
+
+An RTSP camera read through OpenCV is also asked now and then the size of the frames it sends (`SizeWatch`).
+OpenCV's FFmpeg capture keeps the size it opened a stream at: a camera whose resolution is changed while it streams
+(in its web page, or by its own day/night profile) has every later frame squeezed into the old size, 16:9 into 4:3,
+and no property or callback of OpenCV's changes with it (cap_ffmpeg_impl.hpp compares the frame with the stream's
+parameters from the open, which are never updated). So the stream is asked from outside, now and then: `ffprobe`
+opens a session of its own and reads the size the camera sends now (about a second of network and decoding, every
+`interval_s`, on a thread of its own). A size that differs from the frames' is a change: the source is reopened.
+The ffmpeg source (`ffmpeg:` on a stream) sees the change in FFmpeg's own log instead and needs none of this.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 from edge_inference.edge.stream.sources import Frame, FrameSource, SourceError, SourceResized, describe_error
@@ -21,6 +34,64 @@ DEFAULT_STALL_S = 5.0
 Outcome = Literal["failed", "resized", "ended", "stopped"]
 SourceState = Literal["connecting", "running", "reconnecting", "ended"]
 StateCallback = Callable[[SourceState, str | None], None]
+
+
+PROBE_TIMEOUT_S = 20.0
+
+
+def ffprobe_program() -> str | None:
+    """ffprobe beside the ffmpeg program EDGE_FFMPEG names, or on the PATH."""
+    ffmpeg = os.environ.get("EDGE_FFMPEG")
+    if ffmpeg:
+        beside = Path(ffmpeg).with_name("ffprobe")
+        if beside.exists():
+            return str(beside)
+    return shutil.which("ffprobe")
+
+
+def probed_size(program: str, target: str, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int, int] | None:
+    """The width and height of the stream's video now, as ffprobe reads them from a session of its own."""
+    transport = ["-rtsp_transport", "tcp"] if target.lower().startswith(("rtsp://", "rtsps://")) else []
+    command = [program, "-v", "error", *transport, "-select_streams", "v:0"]
+    command += ["-show_entries", "stream=width,height", "-of", "csv=p=0", target]
+    try:
+        answer = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = answer.stdout.strip().split(",")
+    if answer.returncode != 0 or len(fields) != 2 or not all(f.isdigit() for f in fields):
+        return None
+    return int(fields[0]), int(fields[1])
+
+
+class SizeWatch:
+    """Asks ffprobe every `interval_s` on a thread of its own; `check` (the capture thread's, per frame) is cheap."""
+
+    def __init__(self, target: str, interval_s: float, program: str) -> None:
+        self.target, self.interval_s, self.program = target, interval_s, program
+        self._due = time.monotonic() + interval_s
+        self._thread: threading.Thread | None = None
+        self._answer: tuple[int, int] | None = None
+
+    def check(self, size: tuple[int, int]) -> tuple[int, int] | None:
+        """The size the camera sends now where it differs from `size` (the frames'); None otherwise."""
+        now = time.monotonic()
+        if now >= self._due and (self._thread is None or not self._thread.is_alive()):
+            self._due = now + self.interval_s
+            self._thread = threading.Thread(target=self._probe, name="size-probe", daemon=True)
+            self._thread.start()
+        answer, self._answer = self._answer, None
+        return answer if answer is not None and answer != size else None
+
+    def _probe(self) -> None:
+        self._answer = probed_size(self.program, self.target)
+
+
+def size_watch_for(source: FrameSource) -> SizeWatch | None:
+    """A watch for an RTSP camera that OpenCV reads (`size_check_s` set), where ffprobe is installed."""
+    interval = float(getattr(source, "size_check_s", 0.0))
+    program = ffprobe_program() if interval and source.target.startswith(("rtsp://", "rtsps://")) else None
+    return SizeWatch(source.target, interval, program) if program else None
 
 
 def stall_timeout(configured: float | None, fps: float | None) -> float:
@@ -54,6 +125,7 @@ class CaptureLoop:
         self.busy_since: float | None = None
         self.busy_with = ""
         self.fps: float | None = None  # the source's own rate, read on this thread once it is open
+        self.size_watch: SizeWatch | None = None  # an RTSP camera through OpenCV: its size asked of ffprobe
 
     def _begin(self, what: str) -> None:
         self.busy_with, self.busy_since = what, time.monotonic()
@@ -78,6 +150,7 @@ class CaptureLoop:
                 if self.stop.is_set():
                     break  # abandoned while opening: the new loop reports the state
                 self.fps = self.source.fps
+                self.size_watch = size_watch_for(self.source)
                 self.on_state("running", None)
                 backoff = 0.5
                 outcome = self._read_frames()
@@ -116,10 +189,24 @@ class CaptureLoop:
             if image is None:
                 self.source.close()
                 return "ended"
+            if self.size_watch is not None and (message := self._resized(image.shape[1], image.shape[0])):
+                self._failed(message, dropped=False)
+                return "resized"
             now = time.perf_counter()
             self.deliver(Frame(image, self.index, time.time(), now, (now - t0) * 1e3))
             self.index += 1
         return "stopped"
+
+    def _resized(self, width: int, height: int) -> str | None:
+        assert self.size_watch is not None
+        now = self.size_watch.check((width, height))
+        if now is None:
+            return None
+        new = f"{now[0]}x{now[1]}"
+        return (
+            f"{self.source.description} changed resolution from {width}x{height} to {new} (OpenCV would squeeze it "
+            f"into the old size): reopening at {new}"
+        )
 
     def _failed(self, message: str, dropped: bool = True) -> None:
         """`dropped`: a source that was running went away (a reconnect, counted towards "unstable"); a source that

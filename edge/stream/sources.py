@@ -33,7 +33,6 @@ from edge_inference.edge.stream.images import (
     read_image,
     why_not_a_video,
 )
-from edge_inference.edge.stream.size_probe import SizeWatch, ffprobe_program
 
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
@@ -119,8 +118,7 @@ class CaptureSource(FrameSource):
         self.live = live
         self._want = (width, height, fps)
         self._capture: cv2.VideoCapture | None = None
-        self.size_check_s = size_check_s  # an RTSP camera: how often ffprobe is asked its size (size_probe.py)
-        self._size_watch: SizeWatch | None = None
+        self.size_check_s = size_check_s  # an RTSP camera: how often ffprobe is asked its size (capture.py)
 
     def fresh(self) -> CaptureSource:
         width, height, fps = self._want
@@ -163,8 +161,6 @@ class CaptureSource(FrameSource):
         if self.live:
             capture.set(cv2.CAP_PROP_BUFFERSIZE, 1)  # cameras: do not queue stale frames in the driver
         self._capture = capture
-        program = ffprobe_program() if self.size_check_s and self.target.startswith(("rtsp://", "rtsps://")) else None
-        self._size_watch = SizeWatch(self.target, self.size_check_s, program) if program else None
 
     def _unreachable_message(self) -> str:
         name = self.description
@@ -190,23 +186,10 @@ class CaptureSource(FrameSource):
             raise SourceError(f"{self.description} is not open")
         ok, image = self._capture.read()
         if ok and image is not None:
-            if self._size_watch is not None:
-                self._check_size(image)
             return image
         if self.live:
             raise SourceError(f"{self.description} stopped delivering frames")
         return None
-
-    def _check_size(self, image: np.ndarray) -> None:
-        assert self._size_watch is not None
-        size = (image.shape[1], image.shape[0])
-        now = self._size_watch.check(size)
-        if now is not None:
-            old, new = "x".join(map(str, size)), "x".join(map(str, now))
-            raise SourceResized(
-                f"{self.description} changed resolution from {old} to {new} (OpenCV would squeeze it into the old "
-                f"size): reopening at {new}"
-            )
 
     def close(self) -> None:
         if self._capture is not None:
