@@ -263,3 +263,40 @@ def test_an_engine_whose_inferences_keep_failing_is_started_anew(tmp_path, crash
         death = "died: 5 inferences in a row failed (CUDA error: an illegal memory access was encountered)"
         watch = Watch(server, death, f"edge.detectors: the crashy engine (yolox_nano.onnx on crashy0) {death}")
         wait_for(lambda: watch.came_back(1), "a restart after failures in a row, and frames again", timeout=180)
+
+
+def test_isolation_is_set_per_engine_in_the_config_and_per_stream(crashy_site):
+    """`detectors: {isolation: {onnx: process}}` puts every ONNX Runtime stream's engine in a process of its own; a
+    stream's own `isolation: thread` keeps its engine here."""
+    from edge_inference.backends.isolated import IsolatedBackend
+    from edge_inference.edge.config import ServiceConfig
+    from tests.inprocess import app_client, wait_ready
+
+    streams = [
+        {"id": "apart", "source": str(VTEST), "loop": True, "model": SSD_ONNX, "backend": "onnx", "device": "cpu"},
+        {"id": "here", "source": str(VTEST), "loop": True, "model": str(YOLOX), "backend": "crashy"}
+        | {"isolation": "thread", "engine_options": {"crashy": {"how": "none"}}},
+    ]
+    config = ServiceConfig.model_validate({"detectors": {"isolation": {"onnx": "process"}}, "streams": streams})
+    with app_client(config) as client:
+        wait_ready(client)
+        manager = client.app.state.manager  # type: ignore[attr-defined]
+        kinds = {shared.backend.key: type(shared.backend) for shared in manager.detectors.engines()}
+        assert kinds["onnx"] is IsolatedBackend and kinds["crashy"] is not IsolatedBackend, kinds
+
+
+def test_doctor_says_which_engine_died_last(tmp_path):
+    """What `edge doctor` reads after the fact: the deaths the service recorded in the model cache."""
+    from edge_inference.backends.isolated import Incident, remember
+    from edge_inference.edge.settings import Settings
+    from edge_inference.edge.tools.doctor import check_engine_deaths
+
+    cache = tmp_path / "cache"
+    for how in ("SIGABRT", "killed: out of memory"):
+        remember(Incident(time.time(), "edgetpu", "ssd_edgetpu.tflite", "edgetpu:usb", how), cache)
+    findings = list(check_engine_deaths(Settings(model_cache=cache)))
+    assert [f.status for f in findings] == ["warn", "warn"]
+    assert findings[-1].detail.endswith(
+        "the edgetpu engine (ssd_edgetpu.tflite on edgetpu:usb) died: killed: out of memory"
+    )
+    assert list(check_engine_deaths(Settings(model_cache=tmp_path / "none"))) == []
