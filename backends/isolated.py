@@ -124,6 +124,14 @@ def how_it_died(returncode: int, ooms_before: int | None, ooms_after: int | None
     return name
 
 
+def _stderr_fd() -> int:
+    """This process's stderr, where it is a file (2 where something stands in for it, as a test's capture does)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return 2
+
+
 def child_environment() -> dict[str, str]:
     """The service's environment, with its import path: plugins and stand-ins found here are found there."""
     path = [entry for entry in sys.path if entry and Path(entry).is_dir()]
@@ -220,7 +228,7 @@ class EngineHost:
                 [sys.executable, "-m", "edge_inference.backends.isolated_worker", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
-                stdout=sys.stderr.fileno(),  # an engine's banner never reaches a JSON answer on stdout
+                stdout=_stderr_fd(),  # an engine's banner never reaches a JSON answer on stdout
                 env=child_environment(),
                 start_new_session=True,  # a Ctrl-C reaches the service, which closes its engines itself
             )
