@@ -82,6 +82,11 @@ def unsupported_runtime(runtime: str | None) -> str | None:
     )
 
 
+def runtime_problem() -> str | None:
+    """What keeps this HailoRT from running here: HailoRT 5, or a driver of another version."""
+    return unsupported_runtime(runtime_version()) or version_mismatch(hailo_driver_version(), runtime_version())
+
+
 _ARCHES = re.compile(r"device arch(?:itecture)?:?\s*(\w+).*?hef arch(?:itecture)?:?\s*(\w+)", re.IGNORECASE | re.DOTALL)
 
 
@@ -198,7 +203,7 @@ class HailoBackend(Backend):
 
 
 def require_device() -> None:
-    mismatch = unsupported_runtime(runtime_version()) or version_mismatch(hailo_driver_version(), runtime_version())
+    mismatch = runtime_problem()
     if mismatch:
         raise BackendError(mismatch)
     if hailo_nodes():
@@ -282,7 +287,7 @@ def probe() -> BackendStatus:
         status.problem = "HailoRT's Python API (hailo_platform) is not installed"
         return status
     status.engine = f"hailort {runtime_version() or '?'}"
-    mismatch = unsupported_runtime(runtime_version()) or version_mismatch(hailo_driver_version(), runtime_version())
+    mismatch = runtime_problem()
     if mismatch or not nodes:
         status.problem = mismatch or (NO_DRIVER.format(found=", ".join(pci)) if pci else NO_DEVICE)
         return status

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from edge_inference.backends.base import Backend, BackendError, BackendOptions
 from edge_inference.backends.isolated_worker import mapped, receive, send, shared_block
 
 CLOSE_WAIT_S = 5.0  # for a child to end by itself once told, before it is killed
-INCIDENTS = 20  # engine deaths remembered for /api/v1/backends
+INCIDENTS = 20  # engine deaths remembered for /api/v1/backends and `edge doctor`
 
 
 class EngineCrashed(BackendError):
@@ -58,13 +57,11 @@ class Incident:
         return f"the {self.engine} engine ({self.model} on {self.device}) died: {self.how}"
 
 
-incidents: deque[Incident] = deque(maxlen=INCIDENTS)  # this process's, newest last
 DEATHS_FILE = "engine-deaths.json"  # in the model cache: what `edge doctor`, another process, reads
 
 
 def remember(incident: Incident, folder: Path | None) -> None:
-    """Kept in this process for /api/v1/backends, and in `folder` (the last INCIDENTS) for `edge doctor`."""
-    incidents.append(incident)
+    """Kept in `folder` (the model cache; the last INCIDENTS) for /api/v1/backends and `edge doctor`."""
     if folder is None:
         return
     earlier = [asdict(known) for known in recorded(folder)][-(INCIDENTS - 1) :]
@@ -335,16 +332,16 @@ class ChildEngine:
     """One model in an engine host: its slots (a socket and shared blocks per lane) and its runs."""
 
     def __init__(self, engine: str, path: Path, options: BackendOptions, host_key: str | None = None) -> None:
-        self.engine, self.model, self.device = engine, path.name, options.device
+        self.engine, self.path, self.options, self.device = engine, path, options, options.device
         self.host = _host_for(host_key, options.cache_dir)
         self._free: queue.SimpleQueue[_Slot] = queue.SimpleQueue()
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self.number = -1
 
-    def load(self, engine: str, path: Path, options: BackendOptions) -> dict[str, Any]:
+    def load(self) -> dict[str, Any]:
         try:
-            self.number, described = self.host.load(engine, path, options)
+            self.number, described = self.host.load(self.engine, self.path, self.options)
         except BaseException:
             self.close()
             raise
@@ -405,7 +402,7 @@ class ChildEngine:
 def _rebuilt(reply: dict[str, Any]) -> Exception:
     """The child's exception, raised here as the engine raised it: a BackendError keeps its type and words."""
     kind, message = reply.get("kind", "RuntimeError"), reply["error"]
-    if kind in ("BackendError", "EngineCrashed"):
+    if kind == "BackendError":
         return BackendError(message)
     found = getattr(builtins, kind, None)
     if isinstance(found, type) and issubclass(found, Exception):
@@ -450,7 +447,7 @@ def load_isolated(engine: str, path: Path, options: BackendOptions, host: str | 
     """The model loaded by `engine` in a child process: its own, or the one every model named `host` shares (a chip
     has one owner: a Hailo's VDevice, an Edge TPU)."""
     child = ChildEngine(engine, path, options, host)
-    described = child.load(engine, path, options)
+    described = child.load()
     parallel, lanes = described.pop("parallel"), described.pop("lanes")
     backend = IsolatedBackend(**described, child=child, lanes_offered=lanes)
     object.__setattr__(backend, "parallel", parallel)  # the engine's own answer, where the class has a default

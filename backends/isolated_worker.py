@@ -20,10 +20,13 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edge_inference.backends.base import Backend
 
 MESSAGE_BYTES = 1 << 16  # a control message's most: shapes, dtypes, figures, an error line
 MAX_FDS = 2
@@ -120,12 +123,10 @@ class Slot:
                 os.close(fd)  # passed: the service maps its own
 
 
-def description(backend: Any) -> dict[str, Any]:
-    """What the service's side needs to stand in for the loaded backend."""
-    described = {
-        name: getattr(backend, name)
-        for name in ("key", "model_path", "engine", "device", "inputs", "outputs", "metadata", "notes", "pixels")
-    }
+def description(backend: Backend) -> dict[str, Any]:
+    """What the service's side needs to stand in for the loaded backend: what it says of itself, as the pool's
+    handles copy it, and how inferences may run on it."""
+    described = {f.name: getattr(backend, f.name) for f in fields(Backend)}
     return described | {"parallel": backend.parallel, "lanes": backend.lanes}
 
 

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
-from typing import Literal
 
 from edge_inference.backends.base import Backend, BackendOptions
 from edge_inference.backends.engine import get_engine
 
-Isolation = Literal["auto", "process", "thread"]
-ISOLATIONS: tuple[Isolation, ...] = ("auto", "process", "thread")
 ACCELERATOR_ENGINES = ("edgetpu", "hailo", "rknn")  # no CPU to run on: a device's runtime, always
-CPU_WORDS = ("cpu",)
 BUILT_IN_PACKAGE = "edge_inference.backends."
 
 
@@ -30,7 +26,7 @@ def _is_plugin(engine: str) -> bool:
 def _onnx_on_gpu(device: str) -> bool:
     """ONNX Runtime's `auto` is CUDA where this build has it; any other device but the CPU is a GPU's."""
     if device.lower() != "auto":
-        return device.lower() not in CPU_WORDS
+        return device.lower() != "cpu"
     try:
         import onnxruntime
     except ImportError:
@@ -55,7 +51,7 @@ def runs_isolated(engine: str, options: BackendOptions) -> bool:
         return _onnx_on_gpu(options.device)
     if engine == "openvino":
         return _openvino_off_cpu(options.device)
-    return options.device.lower() not in ("auto", *CPU_WORDS)  # LiteRT with a delegate
+    return options.device.lower() not in ("auto", "cpu")  # LiteRT with a delegate
 
 
 def open_engine(engine: str, path: Path, options: BackendOptions) -> Backend:

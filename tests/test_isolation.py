@@ -37,6 +37,11 @@ def crashy_site(tmp_path, monkeypatch):
     engines.cache_clear()
 
 
+def _importing(*folders: Path) -> dict[str, str]:
+    """A service's environment that imports from `folders` too (a plugin's site, a stand-in)."""
+    return {"PYTHONPATH": os.pathsep.join([*map(str, folders), os.environ.get("PYTHONPATH", "")])}
+
+
 def _service_config(tmp_path: Path, how: str, after: int, **crashy: object) -> Path:
     streams = [
         {"id": "steady", "source": str(VTEST), "loop": True, "model": SSD_ONNX, "backend": "onnx"},
@@ -96,7 +101,7 @@ class Watch:
 @pytest.mark.parametrize(("how", "death"), [("abort", "died: SIGABRT"), ("segfault", "died: SIGSEGV")])
 def test_an_engine_that_crashes_ends_its_process_not_the_service(tmp_path, crashy_site, how, death):
     config = _service_config(tmp_path, how, after=40)
-    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    env = _importing(crashy_site)
     with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
         server.wait_until("/health/live")
         watch = Watch(server, death, f"edge.detectors: the crashy engine (yolox_nano.onnx on crashy0) {death}")
@@ -116,7 +121,7 @@ def test_an_engine_that_crashes_ends_its_process_not_the_service(tmp_path, crash
 
 def test_an_engine_that_hangs_is_killed_and_started_again(tmp_path, crashy_site):
     config = _service_config(tmp_path, "hang", after=20, inference_timeout_s=2)
-    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    env = _importing(crashy_site)
     with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
         server.wait_until("/health/live")
         death = "the crashy engine (yolox_nano.onnx on crashy0) hung: no answer in 2 s; its process was killed"
@@ -129,7 +134,7 @@ def test_an_engine_that_hangs_is_killed_and_started_again(tmp_path, crashy_site)
 
 def test_an_engine_the_oom_killer_ends_is_said_to_be_out_of_memory(tmp_path, crashy_site):
     config = _service_config(tmp_path, "oom", after=10)
-    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    env = _importing(crashy_site)
     with (
         memory_limited(900 << 20) as confine,
         running_server(["--config", str(config)], tmp_path / "log", env=env) as server,
@@ -195,7 +200,7 @@ def test_streams_on_one_isolated_engine_share_its_one_process(tmp_path, crashy_s
     ]
     config = tmp_path / "streams.json"
     config.write_text(json.dumps({"streams": streams}))
-    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    env = _importing(crashy_site)
     with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
         server.wait_until("/health/ready", timeout=120)
         for i in range(3):
@@ -229,7 +234,7 @@ def test_a_coral_pulled_out_mid_stream_aborts_its_engine_and_comes_back_when_plu
     config = tmp_path / "streams.json"
     config.write_text(json.dumps({"streams": streams}))
     env = {
-        "PYTHONPATH": os.pathsep.join([str(CORAL_FAKES), os.environ.get("PYTHONPATH", "")]),
+        **_importing(CORAL_FAKES),
         "EDGE_LIBEDGETPU": str(library),
         "STUB_TPU": str(plugged),
         "EDGE_SYSROOT": str(tmp_path / "root"),  # no Coral on the bus once pulled
@@ -257,7 +262,7 @@ def test_an_engine_whose_inferences_keep_failing_is_started_anew(tmp_path, crash
     """A device error that sticks to the process (a CUDA context after an illegal address) raises on every
     inference and never kills anything: after five in a row the engine's process is ended and started again."""
     config = _service_config(tmp_path, "raise", after=40)
-    env = {"PYTHONPATH": os.pathsep.join([str(crashy_site), os.environ.get("PYTHONPATH", "")])}
+    env = _importing(crashy_site)
     with running_server(["--config", str(config)], tmp_path / "log", env=env) as server:
         server.wait_until("/health/live")
         death = "died: 5 inferences in a row failed (CUDA error: an illegal memory access was encountered)"

@@ -182,19 +182,18 @@ class DetectorKeeper:
                 detector.close()  # given up on while it ran, and no other inference holds it any more
             return None
         if error is not None:
-            self._failing(generation, detector, error)
+            self._failing(detector, error)
             raise error
         self._failed_in_row = 0
         return outcome
 
-    def _failing(self, generation: int, detector: Detector, error: Exception) -> None:
-        """Counts failed inferences in a row; at FAILURES_BEFORE_RESTART an isolated engine's process is ended, and
-        the next inference finds it dead (`_engine_died`): started again, with the deaths' backoff."""
+    def _failing(self, detector: Detector, error: Exception) -> None:
+        """Counts failed inferences in a row on the detector in place; at FAILURES_BEFORE_RESTART an isolated engine's
+        process is ended, and the next inference finds it dead (`_engine_died`): started again, with the deaths'
+        backoff."""
         self._failed_in_row += 1
-        if self._failed_in_row < FAILURES_BEFORE_RESTART or isinstance(error, EngineCrashed):
-            return
-        self._failed_in_row = 0
-        if generation == self.generation:
+        if self._failed_in_row >= FAILURES_BEFORE_RESTART:
+            self._failed_in_row = 0
             detector.backend.abandon(f"{FAILURES_BEFORE_RESTART} inferences in a row failed ({error})")
 
     def _engine_died(self, generation: int, exc: EngineCrashed) -> None:

@@ -202,11 +202,8 @@ class CaptureLoop:
         now = self.size_watch.check((width, height))
         if now is None:
             return None
-        new = f"{now[0]}x{now[1]}"
-        return (
-            f"{self.source.description} changed resolution from {width}x{height} to {new} (OpenCV would squeeze it "
-            f"into the old size): reopening at {new}"
-        )
+        why = " (OpenCV would squeeze it into the old size)"
+        return str(SourceResized.between(self.source.description, (width, height), now, why))
 
     def _failed(self, message: str, dropped: bool = True) -> None:
         """`dropped`: a source that was running went away (a reconnect, counted towards "unstable"); a source that

@@ -336,7 +336,6 @@ class FFmpegSource(FrameSource):
         process = self._process
         if process is None or process.stdout is None:
             raise SourceError(f"{self.description} is not open")
-        self._check_size()
         marker = process.stdout.readline(HEADER_LIMIT)  # "FRAME" and optional parameters
         # into the same buffer every frame: the BGR image made from it is a new array, handed on
         pipe = cast(io.BufferedReader, process.stdout)  # what Popen gives for stdout=PIPE, bufsize -1
@@ -352,8 +351,7 @@ class FFmpegSource(FrameSource):
     def _check_size(self) -> None:
         resized, decoded = self._resized, self._decoded
         if resized is not None and decoded is not None:
-            old, new = "x".join(map(str, decoded)), "x".join(map(str, resized))
-            raise SourceResized(f"{self.description} changed resolution from {old} to {new}: reopening at {new}")
+            raise SourceResized.between(self.description, decoded, resized)
 
     def _wait_exit(self, process: subprocess.Popen[bytes]) -> int | None:
         try:

@@ -56,6 +56,11 @@ class SourceResized(SourceError):
     """A live source's frames changed size (a camera's resolution set anew): a decoder would squeeze them into the
     old size, so the source is opened again at the new one (no instability, no backoff)."""
 
+    @classmethod
+    def between(cls, description: str, old: tuple[int, int], new: tuple[int, int], why: str = "") -> SourceResized:
+        now = f"{new[0]}x{new[1]}"
+        return cls(f"{description} changed resolution from {old[0]}x{old[1]} to {now}{why}: reopening at {now}")
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:
