@@ -557,7 +557,7 @@ class DetectorsConfig(BaseModel):
 
         unknown = sorted(set(isolation) - set(engine_keys()))
         if unknown:
-            raise ValueError(f"detectors.isolation names {', '.join(unknown)}: choose from {', '.join(engine_keys())}")
+            raise ValueError(f"{', '.join(unknown)} is no engine: choose from {', '.join(engine_keys())}")
         return isolation
 
 
