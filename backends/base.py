@@ -97,9 +97,6 @@ class BackendOptions:
     lanes: int = 1
     # Pre-processing to compile into the model where the engine can (OpenVINO's PrePostProcessor)
     pixels: PixelSteps | None = None
-    # Inferences come one after another with little between them (a detect loop), not at a camera's pace:
-    # ONNX Runtime's threads may then spin-wait during an inference
-    back_to_back: bool = False
     # auto: a process of its own for accelerators and plugins, this one for the CPU engines (backends/isolation.py);
     # process or thread: as said
     isolation: str = "auto"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import re
 from dataclasses import dataclass
@@ -71,8 +72,7 @@ class OnnxRuntimeOptions(EngineOptions):
         "auto",
         description="CPU threads spin-wait for work between operators: quicker hand-offs, but a core kept busy "
         "while waiting. on: also between inferences (a camera pays 3.3x the CPU per frame); runs: during an "
-        "inference only, stopped when it returns; auto: runs for back-to-back inferences (a detect loop), off "
-        "for the service's streams",
+        "inference only, stopped when it returns; auto: off (a detect loop measures its threads instead)",
     )
 
 
@@ -132,16 +132,14 @@ def cuda_options(device_id: str, settings: OnnxRuntimeOptions) -> dict[str, Any]
     return options
 
 
-def spinning(setting: str, back_to_back: bool) -> str:
+def spinning(setting: str) -> str:
     """When the CPU threads spin-wait: "on" (always), "runs" (during an inference, stopped when it returns), "off".
     A thread spinning between inferences burns its core until the next frame: a camera at 10 fps paid 3.3x the CPU
     per frame, and a small board shares its cores with decoding and the service. Within one inference the hand-offs
-    between operators are quicker: a back-to-back detect loop ran 1.27x the fps at 0.92x the CPU per frame on
-    yolox-nano, 1.08x at 1.11x on yolov8n int8 (BENCHMARKS.md). So `auto` spins during runs where inferences come
-    back to back, and not at all otherwise."""
-    if setting != "auto":
-        return setting
-    return "runs" if back_to_back else "off"
+    between operators are quicker, which paid in a back-to-back loop on an idle machine (1.27x the fps on
+    yolox-nano) and cost it twice the CPU for less fps as soon as anything else ran (issue 62). So `auto` never
+    spins: a loop measures whether a second thread pays instead (edge/detection/threads.py, `LoopThreads`)."""
+    return "off" if setting == "auto" else setting
 
 
 def _tensor_info(arg: Any) -> TensorInfo:
@@ -229,7 +227,7 @@ def _session_options(ort: Any, options: BackendOptions, settings: OnnxRuntimeOpt
     session_options.log_severity_level = 3  # the engine's own warnings are not the user's problem
     if options.threads:
         session_options.intra_op_num_threads = options.threads
-    spin = spinning(settings.spinning, options.back_to_back)
+    spin = spinning(settings.spinning)
     if spin == "off":
         # ONNX Runtime's documented session options; a waiting thread sleeps instead of keeping its core busy
         session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -358,10 +356,19 @@ def probe() -> BackendStatus:
     return status
 
 
+def ships_cuda() -> bool:
+    """This onnxruntime has a CUDA provider library (onnxruntime-gpu, a Jetson's wheel), read from its files without
+    importing it: ranking the engines for `--backend auto` then leaves the CPU wheel out of memory (+21 MiB) where
+    the pick is another engine (issue 62)."""
+    spec = importlib.util.find_spec("onnxruntime")
+    folders = spec.submodule_search_locations if spec is not None else None
+    return any(any((Path(folder) / "capi").glob("libonnxruntime_providers_cuda*")) for folder in folders or [])
+
+
 def rank(path: Path) -> Offer | None:
     if not ENGINE.reads(path.name) or not installed("onnxruntime"):
         return None
-    cuda = next((d.split()[0] for d in probe().devices if d.startswith("cuda")), None)
+    cuda = next((d.split()[0] for d in probe().devices if d.startswith("cuda")), None) if ships_cuda() else None
     if cuda:
         return Offer(90, cuda, "ONNX model, ONNX Runtime has CUDA and a GPU is present")
     return Offer(50, "cpu", "ONNX model, no GPU or NPU found: ONNX Runtime on the CPU")

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +37,23 @@ pct = percentile  # the benchmarks' short name for the one percentile helper
 
 def machine() -> str:
     return describe_machine()
+
+
+@contextlib.contextmanager
+def busy_cores(count: int) -> Iterator[None]:
+    """`count` programs each spinning on a core (as anything else on the machine would), stopped on leaving. They
+    are a shell's children, not this process's: the kernel's CPU time of this process and its children (what the
+    benchmarks count) leaves theirs out."""
+    if count <= 0:
+        yield
+        return
+    spin = f"{shlex.quote(sys.executable)} -c 'while True: pass' & " * count
+    shell = subprocess.Popen(["sh", "-c", f"{spin} wait"], start_new_session=True)
+    try:
+        yield
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
 
 
 def peak_rss_mib() -> float:

@@ -7,9 +7,10 @@ user's loop); the service with one camera (vtest.avi as a live source at its own
 CPU per frame tells the settings apart, the median inference is its latency; measured once the camera's engine
 threads were judged, `CameraThreads`); the service with one file (file mode, unpaced: a frame in each lane);
 the service with four vtest.avi files on one shared engine. Each setting runs with the default (the thread budget of
-edge/detection/threads.py; ONNX Runtime's threads spin-waiting during an inference in the detect loop and not at
-all in the service; OpenVINO with a CPU stream per lane) and with each hand-picked count; ONNX Runtime also with
-spinning on (between inferences too). Settings are alternated, twice.
+edge/detection/threads.py, the detect loop measuring one thread against the budget's on its own frames; nothing
+spinning; OpenVINO with a CPU stream per lane) and with each hand-picked count; ONNX Runtime also with spinning
+during runs and always. Settings are alternated, twice. `--busy N`: N other processes keep cores busy meanwhile
+(issue 62: two threads paid only on an idle machine).
 
 A hand-picked setting that resolves to the default's own plan (the same threads per lane, lanes and spinning, by
 the service's rules: `plan_of`) is not run: it is the default measured again, and comparing the default with the
@@ -25,7 +26,7 @@ import argparse
 import time
 from dataclasses import dataclass
 
-from benchmarks.common import MODELS, VTEST, cpu_seconds, machine, read_frames
+from benchmarks.common import MODELS, VTEST, busy_cores, cpu_seconds, machine, read_frames
 from benchmarks.shared import run_service
 from edge_inference.backends.onnxruntime_backend import spinning
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
@@ -92,16 +93,18 @@ def plan_of(backend: str, shape: tuple[int, bool] | None, setting: Setting, core
     """(threads per lane, lanes, spinning) that a setting resolves to, by the service's own rules: a hand-picked
     setting with the default's plan is the default measured again, not an alternative to it."""
     if shape is None:  # the detect loop: one inference at a time, back to back
-        threads, lanes, back_to_back = setting.threads or cores, 1, True
+        if setting.threads is None:
+            return 0, 1, "measured on the loop's frames"  # one thread or the budget's, whichever pays (LoopThreads)
+        threads, lanes = setting.threads, 1
     else:
         streams, live = shape
         plan = plan_engine(streams * (1 if live else cores), 1, cores, setting.threads)  # a file: a lane per core
-        threads, lanes, back_to_back = plan.threads, plan.lanes, False
+        threads, lanes = plan.threads, plan.lanes
         if live and streams == 1 and setting.threads is None:
             return 0, 1, "fitted to the camera"  # a lone camera's default moves to one thread where one keeps up
     spins = "-"  # one thread has no others to hand work to: nothing spins
     if backend == "onnx" and threads > 1:
-        spins = spinning(str(setting.options.get("onnx", {}).get("spinning", "auto")), back_to_back)
+        spins = spinning(str(setting.options.get("onnx", {}).get("spinning", "auto")))
     return threads, lanes, spins
 
 
@@ -130,12 +133,20 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--cases", default=",".join(CASES), help=f"some of: {', '.join(CASES)}")
+    parser.add_argument("--busy", type=int, default=0, help="cores kept busy by other processes meanwhile")
     args = parser.parse_args()
     cases = {name: CASES[name] for name in args.cases.split(",")}
     cores = usable_cores()
     frames = read_frames(VTEST, 60)
     print(f"# default threads vs hand-picked: fps and CPU ms per frame; {args.seconds:g} s each, alternated twice")
-    print(f"# {machine()}; usable cores {cores}")
+    print(f"# {machine()}; usable cores {cores}; other processes keeping {args.busy} core(s) busy meanwhile")
+    with busy_cores(args.busy):
+        _measure(args, cases, cores, frames)
+    print("# each figure: the run of the two with more fps (the camera's: less CPU); t<N> is `threads: N` per stream")
+    return 0
+
+
+def _measure(args: argparse.Namespace, cases: dict, cores: int, frames: list) -> None:
     for backend in args.engines.split(","):
         model = ENGINES[backend]
         runs: dict[str, dict[str, list[Figure]]] = {case: {} for case in cases}
@@ -156,8 +167,6 @@ def main() -> int:
                     runs[case].setdefault(setting.name, []).append(figure)
         for case in cases:
             verdict(f"{backend} {case}", {k: best(v) for k, v in runs[case].items()}, same[case])
-    print("# each figure: the run of the two with more fps (the camera's: less CPU); t<N> is `threads: N` per stream")
-    return 0
 
 
 def best(runs: list[Figure]) -> Figure:

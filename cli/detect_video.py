@@ -111,6 +111,8 @@ def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path
         return False
     if not as_json:
         click.echo(tally.table(shown, fps, f"{detector.spec.name} on {detector.backend.key}/{detector.backend.device}"))
+        if detector.loop_threads is not None and detector.loop_threads.record is not None:
+            click.echo(f"  engine threads: {detector.loop_threads.why}")
     return True
 
 

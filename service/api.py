@@ -207,7 +207,7 @@ async def snapshot(
     zones: Zones = False,
 ) -> Response:
     result = current_or_503(pipeline_of(request, stream_id))
-    data = await asyncio.to_thread(_cache(request).jpeg, result, height, quality, boxes, zones)
+    data = await _cache(request).jpeg(result, height, quality, boxes, zones)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
 
@@ -244,7 +244,7 @@ async def mjpeg(
                 if now < next_at:
                     continue  # faster than the asked-for rate: skip this frame
                 next_at = now + interval
-                data = await asyncio.to_thread(cache.jpeg, result, height, quality, boxes, zones)
+                data = await cache.jpeg(result, height, quality, boxes, zones)
                 header = f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
                 yield header.encode() + data + b"\r\n"
         finally:

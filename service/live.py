@@ -9,7 +9,6 @@ whatever the number of cameras.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import time
@@ -40,16 +39,16 @@ class LiveOptions:
     thumb_height: int
 
 
-def _thumb_event(cache: EncodingCache, result: FrameResult, height: int) -> bytes:
-    """The frame's `thumb` event (a small JPEG in base64, in JSON, as SSE): made once for every dashboard. Each live
-    client made its own (about 0.24 ms per client per frame: 50 clients cost 1.6x the CPU per frame of none)."""
+async def _thumb_event(cache: EncodingCache, result: FrameResult, height: int) -> bytes:
+    """The frame's `thumb` event (a small JPEG in base64, in JSON, as SSE): made once, on the cache's workers, for
+    every dashboard, those asking while it is made included."""
 
     def make() -> bytes:
-        jpeg = cache.jpeg(result, height, THUMB_QUALITY, True, True)
+        jpeg = cache.jpeg_now(result, height, THUMB_QUALITY, True, True)
         thumb = {"stream": result.stream_id, "frame": result.index, "jpeg": base64.b64encode(jpeg).decode()}
         return ServerSentEvent(data=json.dumps(thumb), event="thumb").encode()
 
-    return cache.get(result, ("thumb", height), make)
+    return await cache.get_async(result, ("thumb", height), make)
 
 
 def _compare_event(manager: StreamManager) -> bytes:
@@ -113,15 +112,8 @@ class LiveChannel:
         if self.manager.groups and now - self._sent_compare >= COMPARE_EVERY_S:
             self._sent_compare = now
             key = ("compare", int(now / COMPARE_EVERY_S))  # the figures of this second, made once for everyone
-            parts.append(await asyncio.to_thread(self.cache.once, key, lambda: _compare_event(self.manager)))
+            parts.append(await self.cache.once_async(key, lambda: _compare_event(self.manager)))
         return b"".join(parts)
 
     async def _thumbs(self, results: list[FrameResult]) -> list[bytes]:
-        """The frames' thumb events: those another dashboard made already at once, the rest made on a worker thread
-        (JPEG encoding is CPU work, kept off the event loop)."""
-        height = self.options.thumb_height
-        made = [self.cache.has(r, ("thumb", height)) for r in results]
-        ready = [_thumb_event(self.cache, r, height) for r, done in zip(results, made, strict=True) if done]
-        if to_make := [r for r, done in zip(results, made, strict=True) if not done]:
-            ready += await asyncio.to_thread(lambda: [_thumb_event(self.cache, r, height) for r in to_make])
-        return ready
+        return [await _thumb_event(self.cache, result, self.options.thumb_height) for result in results]

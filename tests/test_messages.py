@@ -100,7 +100,7 @@ def test_every_note_auto_writes_is_whole():
     assert [note.split(":")[0].split()[0] for note in notes[:3]] == ["sure", "close", "likely"]
     assert notes[2] == "likely: onnx is ahead in its best round, but openvino's best round beat onnx's slowest"
     choice = AutoChoice("tflite", "cpu", "m", "", key="k", timing=sure[1])
-    notes.append(f"tflite's {live_check(choice, [30.0] * 50, 10.0)}")
+    notes.append(f"tflite's {live_check(choice, 30.0, 10.0)}")
     for note in notes:
         assert not _ends_cut(note) and " its inferences" not in note, note
 

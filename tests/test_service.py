@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -289,6 +290,41 @@ def test_each_frame_is_encoded_once_for_every_client():
         "detections": [],
         "timing_ms": {f"{stage}_ms": 0 for stage in STAGES} | {"captured_at": 1.0},
     }
+
+
+def test_fifty_clients_asking_for_a_frame_being_encoded_wait_for_the_one_encoding_it():
+    """50 dashboards found a thumbnail missing in one tick: each sent a job to a worker thread and up to six
+    encoded the same JPEG side by side (issue 62). Now one encodes it, on the cache's own two workers, and the
+    others wait for that one; a failure reaches every waiter, and the next ask makes it anew."""
+    from edge_inference.edge.detection.timings import FrameTiming
+    from edge_inference.edge.stream.pipeline import FrameResult
+    from edge_inference.service.encodings import WORKERS, EncodingCache
+
+    timing = FrameTiming(0, 0, 0, captured_at=1.0, capture_ms=0, queue_wait_ms=0, end_to_end_ms=0)
+    frame = FrameResult("cam", 7, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8))
+    cache, made, threads, release = EncodingCache(), [], set(), threading.Event()
+
+    def slow_jpeg() -> bytes:
+        threads.add(threading.current_thread().name)
+        release.wait(30)  # every client asks while this one is being made
+        made.append("thumb")
+        return b"jpeg"
+
+    def broken() -> bytes:
+        raise ValueError("cannot encode")
+
+    async def clients() -> tuple[list[bytes], list[BaseException | bytes]]:
+        asks = [asyncio.ensure_future(cache.get_async(frame, "thumb", slow_jpeg)) for _ in range(50)]
+        await asyncio.sleep(0.1)
+        release.set()
+        failing = [cache.get_async(frame, "broken", broken) for _ in range(5)]
+        return await asyncio.gather(*asks), await asyncio.gather(*failing, return_exceptions=True)
+
+    answers, failures = asyncio.run(clients())
+    assert answers == [b"jpeg"] * 50 and made == ["thumb"]
+    assert len(threads) == 1 and all(name.startswith("encode") for name in threads) and WORKERS == 2
+    assert all(isinstance(f, ValueError) for f in failures)
+    assert cache.get(frame, "broken", lambda: b"made anew") == b"made anew"
 
 
 def test_streaming_clients_wait_for_one_tick_and_a_client_that_leaves_does_not_stop_it():

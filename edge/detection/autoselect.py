@@ -13,9 +13,9 @@ and dropped leave nothing behind in the service's memory, and each must load wit
 (EDGE_AUTO_BUDGET_S, 120 s): an engine that cannot load and run a few inferences in it (a slow device, emulation, a
 model too large for it) loses, and the others are still compared.
 The service does not wait for a measurement: it serves on the engines' ranking's choice meanwhile and moves to the
-measured pick once it is known (`superseded`). Serving, it checks the pick's live inference times against the
-service's own once it has settled (`live_check`) and measures again in the background when they have slowed beyond a
-margin.
+measured pick once it is known (`superseded`). Serving, it checks the service's CPU time per frame against its
+own once it has settled (`live_check`) and measures again in the background only when that has grown beyond a
+margin: load from other programs slows frames down without changing which engine is fastest per frame.
 `edge backends --bench MODEL` shows the table; EDGE_AUTO_MEASURE=0 chooses by the fixed ranking instead.
 One measurement at a time on a machine, across processes (`measuring_on_this_machine`): a second process waits and
 takes the first one's result; it waits no longer than a measurement can take (a holder stopped with Ctrl-Z or stuck
@@ -54,7 +54,7 @@ from edge_inference.backends.hardware import (
     rockchip_soc,
 )
 from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.machine import describe_machine
+from edge_inference.edge.detection.machine import OthersLoad, describe_machine
 from edge_inference.edge.detection.model_files import locate_model, model_for_engine
 from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError, counted
@@ -72,11 +72,17 @@ _BACKGROUND: set[str] = set()  # keys being measured in the background
 _PICKED: dict[str, tuple[str, str] | None] = {}  # key -> the measured pick (backend, device), once measured
 _PICKED_AT: dict[str, float] = {}  # key -> when `_PICKED` was last set (monotonic)
 _REMEASURED: dict[str, float] = {}  # key -> when the live check last asked for a new measurement
-# Live inferences in a figure the live check compares. It compares the service's inference times with its own once
+_STALE: set[str] = set()  # keys whose stored measurement was made on a busy machine, now quiet: to measure again
+_LOOKED: set[str] = set()  # keys whose stored measurement's load was looked at in this process
+# Live inferences in a figure the live check compares. It compares the service's CPU per frame with its own once
 # it has run EDGE_AUTO_SETTLE_S (180 s): seven streams starting, engines warming and auto's own first measurement
 # made a quiet measurement look 5.3x slower in the first 10 s
-LIVE_SAMPLES = 50
-SLOWER, LOOSE = 2.0, 1.5  # now / settled inference time that calls for a new measurement: a sure pick, a close one
+LIVE_SAMPLES = 100
+SLOWER, LOOSE = 2.0, 1.5  # now / settled CPU per frame that calls for a new measurement: a sure pick, a close one
+# A measurement during which other programs kept BUSY_CORES or more busy is made again at a later start that finds
+# them using under QUIET_CORES (sampled for QUIET_SAMPLE_S): a pick stored while the machine was busy was kept once
+# it was quiet, 0.88x the fastest engine three times out of three (issue 62)
+BUSY_CORES, QUIET_CORES, QUIET_SAMPLE_S = 0.5, 0.25, 0.5
 REMEASURE_EVERY_S = 3600.0  # at most this often per measurement: it costs the streams a few seconds of CPU
 CHILD_STOP_S = 5.0  # a timed child's time to end once told to, before it is killed
 HOLDER_SLACK_S = 2.0  # beyond a measurement's own limits: storing it
@@ -221,12 +227,16 @@ def read_cache(settings: Settings) -> dict[str, dict[str, object]]:
     return data if isinstance(data, dict) else {}
 
 
-def write_cache(settings: Settings, key: str, model: str, results: list[Measurement]) -> None:
+def write_cache(
+    settings: Settings, key: str, model: str, results: list[Measurement], others_busy: float | None = None
+) -> None:
     data = read_cache(settings)
     data[key] = {
         "model": model,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "machine": machine_fingerprint(),
+        # cores other programs kept busy meanwhile: a measurement made at a busy moment is made again once quiet
+        "others_busy_cores": None if others_busy is None else round(others_busy, 2),
         "results": [asdict(r) for r in results],
     }
     path = cache_path(settings)
@@ -396,7 +406,7 @@ def _measure(
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
     budget = settings.auto_budget_s  # per engine: load and warm up (a Pi 4 does yolox-nano in seconds)
     say = say or (lambda _line: None)
-    started = {}
+    started, others = {}, OthersLoad()
     try:
         for number, candidate in enumerate(found, 1):  # all load at once: the slowest load bounds the wait
             say(f"loading {candidate.backend} ({candidate.device}), {number} of {len(found)}, at most {budget:g} s...")
@@ -412,8 +422,11 @@ def _measure(
                 f"  {result.backend} ({result.device}): {result.fps:.1f} fps (rounds {_rounds(result)}), "
                 f"{result.cpu_ms:.1f} ms CPU per frame"
             )
+    busy = others.cores()
+    if busy is not None and busy >= BUSY_CORES:
+        say(f"  other programs kept {busy:.1f} cores busy meanwhile: measured again at a start that finds them quiet")
     key = cache_key(found)
-    write_cache(settings, key, model, ordered)
+    write_cache(settings, key, model, ordered, busy)
     return key, ordered
 
 
@@ -587,12 +600,13 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
     """The measurement kept under `key`, made now when there is none; [] if that failed."""
     why = "no engine could be timed"
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
-        if key not in read_cache(settings) and key not in _FAILED:
+        if not _kept(key, settings) and key not in _FAILED:
             try:
                 check_cache_writable(settings)
                 with measuring_on_this_machine(settings, _say, len(candidates(model, settings))):
-                    if key not in read_cache(settings):  # another process may have measured it while it waited
+                    if not _kept(key, settings):  # another process may have measured it while it waited
                         _measure_now(model, settings)
+                        _STALE.discard(key)
             except EdgeError as exc:  # not to be kept, or the other process never finished: the ranking's choice
                 _say(str(exc), error=True)
                 why = str(exc)
@@ -624,7 +638,8 @@ def auto_choice(
     key = cache_key(found)
     if stored_only and key not in read_cache(settings):
         return _by_rule(model, settings, found, "not measured on this machine yet (the service times the engines)")
-    if not wait and key not in read_cache(settings) and key not in _FAILED:
+    _look_at_its_load(key, settings)
+    if not wait and not _kept(key, settings) and key not in _FAILED:
         _measure_in_background(key, model, settings)
         meanwhile = "the engines are being timed in the background; until then"
         return dataclasses.replace(_by_rule(model, settings, found, meanwhile), pending=key)
@@ -638,6 +653,40 @@ def auto_choice(
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
     sure = certainty(results).startswith("sure")
     return AutoChoice(pick.backend, pick.device, pick.model, reason, key=key, timing=best, sure=sure)
+
+
+def _kept(key: str, settings: Settings) -> bool:
+    """A measurement is stored under `key` and is not to be made again (`_look_at_its_load`)."""
+    entry = read_cache(settings).get(key)
+    if entry is None:
+        return False
+    return key not in _STALE or float(cast(float, entry.get("others_busy_cores") or 0.0)) < BUSY_CORES
+
+
+def _look_at_its_load(key: str, settings: Settings) -> None:
+    """Once per process and measurement: one made while other programs kept the machine busy is marked to be made
+    again where they are quiet now (a short sample of the machine's load)."""
+    with _BOOKKEEPING:
+        if key in _LOOKED:
+            return
+        _LOOKED.add(key)
+    entry = read_cache(settings).get(key) or {}
+    if float(cast(float, entry.get("others_busy_cores") or 0.0)) < BUSY_CORES:
+        return
+    quiet = _others_now()
+    if quiet is not None and quiet < QUIET_CORES:
+        _say(
+            f"the stored measurement was made while other programs kept {entry['others_busy_cores']} cores busy; "
+            "the machine is quiet now: measuring again"
+        )
+        _STALE.add(key)
+
+
+def _others_now() -> float | None:
+    """Cores other programs keep busy now, over QUIET_SAMPLE_S."""
+    sample = OthersLoad()
+    time.sleep(QUIET_SAMPLE_S)
+    return sample.cores()
 
 
 def _figures(best: Measurement, results: list[Measurement]) -> str:
@@ -664,19 +713,19 @@ def _measure_in_background(key: str, model: str, settings: Settings) -> None:
     threading.Thread(target=stored_results, args=(key, model, settings), name="auto-measure", daemon=True).start()
 
 
-def live_check(choice: AutoChoice, live_ms: list[float], settled_ms: float | None) -> str | None:
-    """Whether the service's own figures call for measuring again: the pick's inferences now take SLOWER times
-    what they took in this service once it had settled (LOOSE when another engine was close). Like with like: both
-    are inference times under the load the service itself makes, never against the quiet measurement, which timed
-    one engine alone on other threads. Returns the reason, or None."""
-    if settled_ms is None or len(live_ms) < LIVE_SAMPLES or choice.key is None:
+def live_check(choice: AutoChoice, live_cpu_ms: float, settled_cpu_ms: float | None) -> str | None:
+    """Whether the service's own figures call for measuring again: a frame now costs SLOWER times the CPU it cost
+    once this service had settled (LOOSE when another engine was close). Like with like: the service's CPU per frame
+    against its own, never inference times against the quiet measurement (one engine alone on other threads), and
+    never wall times, which another program's load raises while the engines' order stays (issue 62: re-timing the
+    engines under modest load cost the streams a third of their frames). Returns the reason, or None."""
+    if settled_cpu_ms is None or choice.key is None:
         return None
-    live = float(np.median(live_ms))
-    if live <= (SLOWER if choice.sure else LOOSE) * settled_ms:
+    if live_cpu_ms <= (SLOWER if choice.sure else LOOSE) * settled_cpu_ms:
         return None
     return (
-        f"inferences take {live:.3g} ms now, {live / settled_ms:.1f}x the {settled_ms:.3g} ms they took once this "
-        "service had settled"
+        f"frames take {live_cpu_ms:.3g} ms of CPU now, {live_cpu_ms / settled_cpu_ms:.1f}x the {settled_cpu_ms:.3g}"
+        " ms they took once this service had settled"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -12,6 +13,7 @@ import numpy as np
 
 from edge_inference.backends import Backend
 from edge_inference.edge.config import label_key
+from edge_inference.edge.detection.threads import LoopThreads
 from edge_inference.edge.detection.timings import StageTimings
 from edge_inference.models.decoders import DecodeContext, get_decoder
 from edge_inference.models.decoders.base import dequantize
@@ -20,7 +22,16 @@ from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.spec import ModelSpec
 from edge_inference.models.transform import ImageTransform
 
-RECENT = 100  # inferences kept for the live figure `--backend auto` checks its measurement against
+RECENT = 100  # inferences kept for the live figure shown per stream
+_COUNT_LOCK = threading.Lock()
+_INFERENCES = [0]  # every detector's inferences in this process: `--backend auto`'s live CPU per frame
+
+
+def inferences_done() -> int:
+    """Inferences run by every detector of this process so far (auto's live check divides CPU time by them)."""
+    return _INFERENCES[0]
+
+
 NUMBERED_CLASS = re.compile(r"class_(\d+)")  # a class without a name in the label file, as it is shown
 Classes = Mapping[str | int, float | None]  # label (or class id) -> its least score, None: the stream's conf
 
@@ -99,6 +110,8 @@ class Detector:
         # `--backend auto` serving on the ranking's choice while the engines are timed: the engine that won instead
         # ("openvino on AUTO"), once another one did
         self.superseded: Callable[[], str | None] = lambda: None
+        # a back-to-back loop's engine threads, measured on its frames (threads.py); None: the caller's threads
+        self.loop_threads: LoopThreads | None = None
         self.recent_inference_ms: collections.deque[float] = collections.deque(maxlen=RECENT)  # the live figure
         tensor, pre = backend.inputs[0], spec.preprocessing
         if backend.pixels is not None:  # the engine converts BGR pixels itself: hand it the letterboxed frame
@@ -115,10 +128,10 @@ class Detector:
         tensor, transform = self._preprocess(image_bgr)
         return Prepared(tensor, transform, (time.perf_counter() - t0) * 1e3)
 
-    def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
+    def infer(self, tensor: np.ndarray, engine: Backend | None = None) -> list[np.ndarray]:
         """The engine's outputs; a tensor from `prepare` may hold another frame once this returns."""
         try:
-            return self.backend.run(tensor)
+            return (engine or self.backend).run(tensor)
         finally:
             self._preprocess.release(tensor)
 
@@ -129,6 +142,8 @@ class Detector:
         finally:
             self._preprocess.release(tensor)
         self.recent_inference_ms.append(took)  # deque appends are atomic: lanes may call this side by side
+        with _COUNT_LOCK:
+            _INFERENCES[0] += 1
         return outputs, took
 
     def reporting(
@@ -166,9 +181,23 @@ class Detector:
         return [d for d in detections if d.score >= wanted.get(d.class_id, 2.0)]
 
     def detect(self, image_bgr: np.ndarray, reporting: Reporting | None = None) -> DetectionResult:
+        judge = self.loop_threads
+        if judge is None:
+            return self._detect(image_bgr, reporting)
+        turn = judge.turn()
+        self.backend = turn.engine
+        wall, cpu = time.perf_counter(), time.process_time()  # the process's CPU: the engine's threads included
+        try:
+            return self._detect(image_bgr, reporting, turn.engine)
+        finally:
+            judge.took(turn, time.perf_counter() - wall, time.process_time() - cpu)
+
+    def _detect(
+        self, image_bgr: np.ndarray, reporting: Reporting | None = None, engine: Backend | None = None
+    ) -> DetectionResult:
         prepared = self.prepare(image_bgr)
         t1 = time.perf_counter()
-        raw = self.infer(prepared.tensor)
+        raw = self.infer(prepared.tensor, engine)
         t2 = time.perf_counter()
         detections = self.decode(raw, prepared.transform, reporting)
         t3 = time.perf_counter()
@@ -194,4 +223,7 @@ class Detector:
         }
 
     def close(self) -> None:
-        self.backend.close()
+        if self.loop_threads is not None:
+            self.loop_threads.close()
+        else:
+            self.backend.close()

@@ -36,6 +36,7 @@ from edge_inference.edge.detection.memory import (
     shared_lanes_fitting,
 )
 from edge_inference.edge.detection.scheduler import InferenceScheduler
+from edge_inference.edge.detection.threads import runs_on_cpu
 from edge_inference.edge.detection.timings import percentile
 
 log = logging.getLogger("edge.detectors")
@@ -327,16 +328,11 @@ class DetectorPool:
             return list(self._all)
 
 
-CPU_ENGINES = ("onnx", "openvino", "tflite")  # engines whose `threads` are CPU threads, where they run on the CPU
-
-
 def lone_engine_threads(detector: Detector) -> int | None:
     """The CPU threads of the engine under `detector`, where it is a pool's, runs on the CPU and no other stream
     shares it; else None (an accelerator's engine has no threads to save, and loading it twice can fail)."""
-    backend, shared = detector.backend, getattr(detector.backend, "shared", None)
-    device = backend.device.upper()
-    on_cpu = backend.key in CPU_ENGINES and "CPU" in device and not any(x in device for x in ("GPU", "NPU", "CUDA"))
-    if not on_cpu or not isinstance(shared, SharedEngine) or len(shared.streams) != 1:
+    shared = getattr(detector.backend, "shared", None)
+    if not runs_on_cpu(detector.backend) or not isinstance(shared, SharedEngine) or len(shared.streams) != 1:
         return None
     return shared.threads
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -19,15 +18,17 @@ from edge_inference.backends import (
     open_backend,
 )
 from edge_inference.backends.engine import check_engine_options
+from edge_inference.backends.isolated import IsolatedBackend
 from edge_inference.backends.names import backend_named
-from edge_inference.edge.detection.detector import Classes, Detector
+from edge_inference.edge.detection.detector import Classes, Detector, inferences_done
 from edge_inference.edge.detection.model_files import (
     check_label_file,
     locate_model,
     model_for_engine,
     model_reference,
 )
-from edge_inference.edge.detection.threads import engine_threads
+from edge_inference.edge.detection.threads import CPU_ENGINES, LoopThreads, engine_threads, runs_on_cpu
+from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
@@ -55,9 +56,9 @@ class DetectorConfig:
     buffers: int = 1
     # each engine's own options, by engine (`engine_options:` in a stream, `--engine-option` on the command line)
     engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # True: `detect` is called back to back (a loop over images or frames); False: frames come at a camera's pace
-    # or one at a time (the service), or other threads share the cores meanwhile (a pipeline decoding beside it),
-    # and the engine's threads must not keep cores busy waiting
+    # True: `detect` is called back to back (a loop over images or frames): without `threads`, a CPU engine starts
+    # on one thread and measures whether the budget's pay (threads.py, `LoopThreads`). False: frames come at a
+    # camera's pace or one at a time (the service), or are timed as such (auto, `edge bench`): the budget's threads
     back_to_back: bool = True
     # where the engine runs: auto, process (a child of its own), thread (this process); by engine where auto
     isolation: str = "auto"
@@ -122,7 +123,9 @@ def load_detector(
     if config.backend == "auto":
         config, choice = resolve_auto(config, settings, wait_for_auto)
         note = choice.reason
-    backend, spec = _open(config, settings, progress, opener)
+    planned = config.threads or engine_threads()
+    measured = _loop_measures_threads(config, planned)
+    backend, spec = _open(replace(config, threads=1) if measured else config, settings, progress, opener)
     if note:
         backend.notes.insert(0, note)
     detector = Detector(
@@ -134,11 +137,28 @@ def load_detector(
         buffers=config.buffers,
         classes=config.classes,
     )
+    if measured and runs_on_cpu(backend) and not isinstance(backend, IsolatedBackend):
+        detector.loop_threads = LoopThreads(
+            backend, planned, lambda threads: _open(replace(config, threads=threads), settings, None, opener)[0]
+        )
     if choice is not None and choice.pending:
         detector.superseded = _watch_measurement(detector, choice, asked_for)
     elif choice is not None and choice.timing is not None:
         detector.superseded = _watch_live(detector, choice, asked_for, settings)
     return detector
+
+
+def _loop_measures_threads(config: DetectorConfig, planned: int) -> bool:
+    """A loop running frames back to back on a CPU engine in this process, threads not the user's: it starts on
+    one thread and measures whether the budget's pay (`LoopThreads`)."""
+    isolation = config.isolation if config.isolation != "auto" else config.engine_isolation.get(config.backend, "auto")
+    return (
+        config.back_to_back
+        and not config.threads
+        and planned > 1
+        and config.backend in CPU_ENGINES
+        and isolation != "process"
+    )
 
 
 def _open(
@@ -165,7 +185,6 @@ def _open(
         size,
         own,
         settings.model_cache,
-        back_to_back=config.back_to_back,
         isolation=isolation,
     )
     described = _spec_before_loading(key, name, path, options, overrides)
@@ -210,31 +229,30 @@ def pixel_steps(spec: ModelSpec) -> PixelSteps:
 
 
 def _watch_live(detector: Detector, choice: AutoChoice, model: str, settings: Settings) -> Callable[[], str | None]:
-    """`superseded` for a detector on a measured pick: once the service has settled (EDGE_AUTO_SETTLE_S), its
-    inference times then are the figure later ones are checked against; when they call for it the engines are
+    """`superseded` for a detector on a measured pick: once the service has settled (EDGE_AUTO_SETTLE_S), its CPU
+    time per inference then is the figure later ones are checked against (like with like: load from elsewhere
+    slows each inference down but leaves its CPU time as it was; issue 62); when they call for it the engines are
     measured again (in the background, bounded), and the new pick is named once another engine won. When this one
     won again, its note says so."""
-    from edge_inference.edge.detection.autoselect import (
-        LIVE_SAMPLES,
-        live_check,
-        named_pick,
-        remeasure_in_background,
-        remeasured,
-    )
+    from edge_inference.edge.detection.autoselect import live_check, named_pick, remeasure_in_background, remeasured
 
     asked, since = False, time.monotonic()
-    settled_ms: float | None = None
+    window = LiveWindow()
 
     def superseded() -> str | None:
-        nonlocal asked, settled_ms
+        nonlocal asked
         if not asked:
-            recent = list(detector.recent_inference_ms)
-            if time.monotonic() - since < settings.auto_settle_s or len(recent) < LIVE_SAMPLES:
+            if time.monotonic() - since < settings.auto_settle_s:
                 return None
-            if settled_ms is None:
-                settled_ms = statistics.median(recent)  # this service's own load, once it has settled
+            if not window.opened:  # start-up's costs (warming, auto's first measurement) stay out of the figure
+                window.restart()
                 return None
-            why = live_check(choice, recent, settled_ms)
+            if (cpu_ms := window.cpu_ms_per_inference()) is None:
+                return None
+            if window.settled_ms is None:
+                window.settled_ms = cpu_ms  # this service's own cost, once it has settled
+                return None
+            why = live_check(choice, cpu_ms, window.settled_ms)
             asked = why is not None and remeasure_in_background(choice, model, settings, why)
             return None
         picked = remeasured(choice)
@@ -244,13 +262,37 @@ def _watch_live(detector: Detector, choice: AutoChoice, model: str, settings: Se
             return named_pick(picked)
         detector.backend.notes[0:1] = [
             f"--backend auto chose {choice.backend} on {choice.device}: fastest here when measured again "
-            f"(its live inference times had slowed; `edge backends --bench {model}` shows the figures)"
+            f"(the service's CPU time per frame had grown; `edge backends --bench {model}` shows the figures)"
         ]
-        asked, settled_ms = False, None
-        detector.recent_inference_ms.clear()
+        asked, window.settled_ms = False, None
+        window.restart()
         return None
 
     return superseded
+
+
+class LiveWindow:
+    """The process's CPU seconds per inference over windows of LIVE_SAMPLES inferences or more (every detector's,
+    with decoding and clients: the service's cost per frame, which another program's load does not raise)."""
+
+    def __init__(self) -> None:
+        self.settled_ms: float | None = None
+        self.opened = False
+        self._start = (0.0, 0)
+
+    def restart(self) -> None:
+        self._start, self.opened = (process_cpu_seconds(), inferences_done()), True
+
+    def cpu_ms_per_inference(self) -> float | None:
+        """The figure of the window now ended, or None while it has too few inferences."""
+        from edge_inference.edge.detection.autoselect import LIVE_SAMPLES
+
+        cpu, done = process_cpu_seconds(), inferences_done()
+        if done - self._start[1] < LIVE_SAMPLES:
+            return None
+        figure = (cpu - self._start[0]) * 1e3 / (done - self._start[1])
+        self._start = (cpu, done)
+        return figure
 
 
 def _watch_measurement(detector: Detector, choice: AutoChoice, model: str) -> Callable[[], str | None]:

@@ -8,7 +8,7 @@ from edge_inference.edge.detection.detector import DetectionResult, Detector
 
 
 def result_record(source: str, result: DetectionResult, detector: Detector) -> dict[str, Any]:
-    return {
+    record = {
         "source": source,
         "width": result.width,
         "height": result.height,
@@ -17,6 +17,10 @@ def result_record(source: str, result: DetectionResult, detector: Detector) -> d
         "detections": [d.to_dict() for d in result.detections],
         "timings_ms": result.timings.to_dict(),
     }
+    chosen = detector.loop_threads.record if detector.loop_threads is not None else None
+    if chosen is not None:  # a loop's engine threads, once measured: how many, and why
+        record["engine_threads"] = chosen
+    return record
 
 
 def result_table(record: dict[str, Any]) -> str:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from edge_inference.backends.base import Backend
     from edge_inference.edge.detection.detector import Detector
 
 
@@ -130,3 +133,152 @@ class CameraThreads:
         """A change was tried: the next look comes after AFTER_CHANGE_S, or `wait_s` where that is longer."""
         self.next_look = now + max(AFTER_CHANGE_S, wait_s)
         self.busy = False
+
+
+CPU_ENGINES = ("onnx", "openvino", "tflite")  # engines whose `threads` are CPU threads, where they run on the CPU
+
+
+def runs_on_cpu(backend: Backend) -> bool:
+    """The engine's threads are CPU threads: a CPU engine on the CPU, not a GPU, NPU or CUDA device behind it."""
+    device = backend.device.upper()
+    return backend.key in CPU_ENGINES and "CPU" in device and not any(x in device for x in ("GPU", "NPU", "CUDA"))
+
+
+# A loop that runs frames back to back (`edge detect` over a video or a folder, a library user's loop) on one
+# thread or on the budget's: on an idle 2-core machine two threads ran yolox-nano 1.26-1.7x as fast for 1.25x the
+# CPU per frame; with anything else running, 0.5-0.9x as fast for twice the CPU (issue 62). So the loop measures
+# both on its own frames, alternated in blocks so that a load that comes and goes weighs on both alike, and keeps
+# more threads only where they finish frames clearly faster. Nothing spins (onnxruntime_backend.spinning).
+LOOP_WARM_FRAMES = 3  # the first frames, on one thread and not timed: lazy initialisation
+LOOP_BLOCK = 4  # frames on one setting before the other's turn
+LOOP_TRIAL_FRAMES = 20  # timed on each setting per trial (a newly loaded engine's first two frames are not)
+LOOP_PAYS = 1.15  # more threads are kept where they run at least this much more frames a second than one
+LOOP_AGAIN_S = 60.0  # the machine's load changes: measured again this often
+
+
+@dataclass(frozen=True)
+class LoopTurn:
+    engine: Backend
+    threads: int
+    timed: bool  # False where another call was on an engine meanwhile: its times are not the setting's alone
+
+
+class LoopThreads:
+    """A back-to-back loop's engine threads, measured on its own frames: one thread, or the budget's `planned`.
+    `turn()` gives the engine for the next frame, `took()` takes the turn back with its wall and CPU seconds. Calls
+    from several threads at once run on the engine in place, untimed; an engine is closed once no frame is on it.
+    No lock is held while an engine loads or closes."""
+
+    def __init__(
+        self, first: Backend, planned: int, load: Callable[[int], Backend], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.threads, self.planned = 1, planned
+        self.why = f"1 thread until {LOOP_TRIAL_FRAMES} frames were measured on 1 and on {_said(planned)}"
+        self._load, self._clock = load, clock
+        self._engines: dict[int, Backend] = {1: first}
+        self._busy: dict[int, int] = {1: 0}
+        self._times: dict[int, list[tuple[float, float]]] | None = None  # threads -> (wall, cpu) in this trial
+        self._untimed: dict[int, int] = {}
+        self._frames, self._turn, self._next_trial, self._loading = 0, 0, float("inf"), False
+        self._chosen = False  # a trial ended, or the other engine could not be loaded
+        self._lock = threading.Lock()
+
+    def turn(self) -> LoopTurn:
+        """The engine the next frame runs on."""
+        with self._lock:
+            self._frames += 1
+            due = not self._loading and self._times is None and self._due()
+            self._loading = self._loading or due
+        if due:
+            self._start_trial()
+        with self._lock:
+            alone = not any(self._busy.values())
+            threads = self._whose_turn() if self._times is not None and alone else self.threads
+            self._busy[threads] += 1
+            return LoopTurn(self._engines[threads], threads, alone and self._times is not None)
+
+    def took(self, turn: LoopTurn, wall_s: float, cpu_s: float) -> None:
+        with self._lock:
+            self._busy[turn.threads] -= 1
+            if self._times is not None and turn.timed:
+                self._count(turn.threads, wall_s, cpu_s)
+            idle = [] if self._times is not None else [t for t in self._engines if t != self.threads]
+            idle = [t for t in idle if not self._busy[t]]
+            closing = [self._engines.pop(t) for t in idle]
+            for threads in idle:
+                del self._busy[threads]
+        for engine in closing:
+            engine.close()
+
+    def close(self) -> None:
+        with self._lock:
+            engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            engine.close()
+
+    @property
+    def loaded(self) -> list[int]:
+        """The thread counts an engine is loaded on now: two during a trial, one otherwise."""
+        with self._lock:
+            return sorted(self._engines)
+
+    @property
+    def record(self) -> dict[str, object] | None:
+        """What a loop's JSON record says of its engine threads, once they were chosen (or could not be)."""
+        return {"threads": self.threads, "why": self.why} if self._chosen else None
+
+    def _due(self) -> bool:
+        return self._frames == LOOP_WARM_FRAMES + 1 or self._clock() >= self._next_trial
+
+    def _start_trial(self) -> None:
+        other = 1 if self.threads != 1 else self.planned
+        try:
+            engine: Backend | None = self._load(other)
+        except Exception as exc:  # noqa: BLE001 - memory, an engine refusing a second copy: stay, and say why
+            engine = None
+            self.why = f"{_said(self.threads)}: {_said(other)} could not be loaded to compare ({exc})"
+        with self._lock:
+            self._loading = False
+            if engine is None:
+                self._next_trial, self._chosen = float("inf"), True
+                return
+            engine.notes[:] = list(self._engines[self.threads].notes)
+            self._engines[other], self._busy[other] = engine, 0
+            self._times, self._untimed, self._turn = {self.threads: [], other: []}, {other: 2}, 0
+
+    def _whose_turn(self) -> int:
+        assert self._times is not None
+        order = list(self._times)  # the one in place first, then the newly loaded one
+        wanted = order[(self._turn // LOOP_BLOCK) % 2]
+        pending = [t for t in order if len(self._times[t]) < LOOP_TRIAL_FRAMES]
+        return wanted if wanted in pending or not pending else pending[0]
+
+    def _count(self, threads: int, wall_s: float, cpu_s: float) -> None:
+        assert self._times is not None
+        self._turn += 1
+        if self._untimed.get(threads, 0) > 0:  # a newly loaded engine's first frame pays its lazy start
+            self._untimed[threads] -= 1
+            return
+        self._times[threads].append((wall_s, cpu_s))
+        if all(len(t) >= LOOP_TRIAL_FRAMES for t in self._times.values()):
+            self._decide(self._times)
+
+    def _decide(self, times: dict[int, list[tuple[float, float]]]) -> None:
+        one, many = _rate(times[1]), _rate(times[self.planned])
+        faster, costlier = many[0] / one[0], many[1] / one[1]
+        self.threads = self.planned if faster >= LOOP_PAYS else 1
+        self.why = (
+            f"measured: {_said(self.planned)} ran {faster:.2f}x the frames a second of 1 thread at {costlier:.2f}x"
+            f" the CPU per frame; {_said(self.threads)} kept (more only at {LOOP_PAYS}x the frames a second or more)"
+        )
+        self._times, self._next_trial, self._chosen = None, self._clock() + LOOP_AGAIN_S, True
+
+
+def _rate(times: list[tuple[float, float]]) -> tuple[float, float]:
+    """(frames a second, CPU seconds a frame) over a setting's timed frames."""
+    wall, cpu = sum(t[0] for t in times), sum(t[1] for t in times)
+    return len(times) / max(wall, 1e-9), cpu / len(times)
+
+
+def _said(threads: int) -> str:
+    return f"{threads} thread" + ("" if threads == 1 else "s")
