@@ -46,12 +46,17 @@ def run_bare(model: str, backend: str, seconds: float) -> dict[str, object]:
             continue
         detector.detect(image)
         if deadline is None:  # the first frame pays for lazy start-up: start the clock after it
-            deadline, started = time.monotonic() + seconds, time.monotonic()
+            deadline, started, cpu0 = time.monotonic() + seconds, time.monotonic(), cpu_seconds()
             continue
         frames += 1
         if time.monotonic() >= deadline:
             break
-    return {"fps": frames / (time.monotonic() - started), "per_stream": [], "rss_mib": peak_rss_mib()}
+    return {
+        "fps": frames / (time.monotonic() - started),
+        "per_stream": [],
+        "rss_mib": peak_rss_mib(),
+        "cpu_ms": (cpu_seconds() - cpu0) * 1e3 / max(frames, 1),
+    }
 
 
 def _wait_until(condition: Callable[[], bool], deadline: float, what: str) -> None:
@@ -151,8 +156,10 @@ def launch(setup: str, args: argparse.Namespace, model: str, batch: int = 1) -> 
     return result
 
 
-def report(name: str, runs: list[dict[str, object]]) -> float:
+def report(name: str, runs: list[dict[str, object]]) -> tuple[float, float]:
+    """Prints a setup's figures; (median fps, median CPU ms per frame)."""
     fps = statistics.median(float(r["fps"]) for r in runs)  # type: ignore[arg-type]
+    cpu = statistics.median(float(r["cpu_ms"]) for r in runs)  # type: ignore[arg-type]
     rss = max(float(r["rss_mib"]) for r in runs)  # type: ignore[arg-type]
     streams = runs[-1]["per_stream"]
     spread = ""
@@ -161,8 +168,8 @@ def report(name: str, runs: list[dict[str, object]]) -> float:
         mean = statistics.mean(values)
         worst = max(abs(v - mean) / mean for v in values) if mean else 0.0
         spread = f"  per stream {', '.join(f'{v:.2f}' for v in values)} (max deviation {worst:.1%})"
-    print(f"{name:<22}{fps:8.2f} fps  peak RSS {rss:6.0f} MiB{spread}")
-    return fps
+    print(f"{name:<22}{fps:8.2f} fps  {cpu:6.2f} ms CPU/frame  peak RSS {rss:6.0f} MiB{spread}")
+    return fps, cpu
 
 
 def main() -> int:
@@ -182,15 +189,22 @@ def main() -> int:
     for _ in range(2):
         for setup in runs:
             runs[setup].append(launch(setup, args, args.model))
-    bare = report("bare engine loop", runs["bare"])
-    shared = report(f"shared ({args.streams} streams)", runs["shared"])
-    separate = report(f"separate ({args.streams} engines)", runs["separate"])
+    bare, _ = report("bare engine loop", runs["bare"])
+    shared, shared_cpu = report(f"shared ({args.streams} streams)", runs["shared"])
+    separate, separate_cpu = report(f"separate ({args.streams} engines)", runs["separate"])
+    pairs = [float(a["cpu_ms"]) / float(b["cpu_ms"]) for a, b in zip(runs["shared"], runs["separate"], strict=True)]  # type: ignore[arg-type]
     values = [float(v) for v in runs["shared"][-1]["per_stream"]]  # type: ignore[attr-defined]
     mean = statistics.mean(values)
     fair = max(abs(v - mean) / mean for v in values) <= 0.10
     print(f"shared / bare      {shared / bare:.3f}  target >= 0.95: {'met' if shared / bare >= 0.95 else 'MISSED'}")
     print(f"shared / separate  {shared / separate:.3f}  target > 1: {'met' if shared > separate else 'MISSED'}")
     print(f"per-stream fps within +-10%: {'met' if fair else 'MISSED'}")
+    ratio = shared_cpu / separate_cpu
+    each = ", ".join(f"{p:.3f}" for p in pairs)
+    print(
+        f"CPU per frame shared / separate {ratio:.3f} (each round {each})  "
+        f"target <= 1.02: {'met' if ratio <= 1.02 else 'MISSED'}"
+    )
     return 0
 
 

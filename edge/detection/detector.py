@@ -208,7 +208,7 @@ class Detector:
     def warmup(self) -> None:
         """One inference on a blank frame, so the first real frame does not pay for lazy initialisation."""
         pre = self.spec.preprocessing
-        self.detect(np.full((pre.height, pre.width, 3), 114, dtype=np.uint8))
+        self._detect(np.full((pre.height, pre.width, 3), 114, dtype=np.uint8))  # not a loop's frame: not timed
 
     @property
     def description(self) -> dict[str, object]:

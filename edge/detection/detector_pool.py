@@ -36,7 +36,7 @@ from edge_inference.edge.detection.memory import (
     shared_lanes_fitting,
 )
 from edge_inference.edge.detection.scheduler import InferenceScheduler
-from edge_inference.edge.detection.threads import runs_on_cpu
+from edge_inference.edge.detection.threads import runs_on_cpu, usable_cores
 from edge_inference.edge.detection.timings import percentile
 
 log = logging.getLogger("edge.detectors")
@@ -195,7 +195,8 @@ class DetectorPool:
             backend.close()
             raise
         if shortage is not None:
-            threads = (options.threads or 1) * shortage.wanted // shortage.kept
+            # more lanes than cores were planned (LANES_PER_CORE): the lanes kept never get more threads than cores
+            threads = min((options.threads or 1) * shortage.wanted // shortage.kept, max(usable_cores(), 1))
             rethread = threads_planned and options.threads is not None and threads > options.threads
             if rethread:
                 options = replace(options, threads=threads, lanes=shortage.kept)

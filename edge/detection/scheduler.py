@@ -4,7 +4,7 @@ Each stream's inference thread hands in its newest prepared frame and waits. Req
 they arrived; a stream has at most one request waiting, so arrival order is round-robin by age and a busy camera
 cannot starve a quiet one. There is no dispatcher thread: whichever waiting thread holds the oldest request runs
 the engine (for itself and, when batching, for the requests queued behind it) and hands the others their outputs,
-so a frame costs no extra thread hand-off.
+so a frame costs no extra thread hand-off; and only the threads that have something to do are woken.
 
 An engine may have several lanes: inferences that run at once (one ONNX Runtime session or OpenVINO compiled
 model called from several threads, or copies of a LiteRT interpreter). On a small CPU two one-thread inferences side
@@ -33,6 +33,7 @@ class _Request:
     stream: str
     tensor: np.ndarray
     queued: float  # monotonic
+    wake: threading.Condition  # on the scheduler's lock: this request's thread alone is woken
     outputs: list[np.ndarray] | None = None
     error: BaseException | None = None
     done: bool = False
@@ -57,21 +58,21 @@ class InferenceScheduler:
         self.lanes = len(lanes)
         self.max_batch = max(1, max_batch) if self.backend.accepts_batch else 1
         self.stats = SchedulerStats()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: deque[_Request] = deque()
         self._free = list(lanes)
         self._running: dict[int, float] = {}  # id(batch) -> monotonic start, for inferences in progress
 
     def busy_for(self, now: float | None = None) -> float:
         """Seconds the oldest inference now running has taken (0 when idle): a stuck engine shows here."""
-        with self._cond:
+        with self._lock:
             started = min(self._running.values(), default=None)
         return 0.0 if started is None else (now or time.monotonic()) - started
 
     @property
-    def lock(self) -> threading.Condition:
+    def lock(self) -> threading.Lock:
         """Held while reading `stats` from another thread."""
-        return self._cond
+        return self._lock
 
     @property
     def waiting(self) -> int:
@@ -79,11 +80,11 @@ class InferenceScheduler:
 
     def run(self, stream: str, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
         """The outputs for one frame of `stream`, and the engine's own milliseconds (the wait for a turn excluded)."""
-        request = _Request(stream, tensor, time.monotonic())
-        with self._cond:
+        request = _Request(stream, tensor, time.monotonic(), threading.Condition(self._lock))
+        with self._lock:
             self._queue.append(request)
             while not request.done and not (self._free and self._queue[0] is request):
-                self._cond.wait()
+                request.wake.wait()
             batch, lane = ([], None) if request.done else self._take_batch()
         if lane is not None:
             self._run_batch(batch, lane)
@@ -98,9 +99,10 @@ class InferenceScheduler:
         while self._queue and len(batch) < self.max_batch:
             batch.append(self._queue.popleft())
         self._running[id(batch)] = time.monotonic()
-        if self._queue:
-            self._cond.notify_all()  # the next oldest may take another free lane
-        return batch, self._free.pop()
+        lane = self._free.pop()
+        if self._queue and self._free:
+            self._queue[0].wake.notify()  # the next oldest takes another free lane
+        return batch, lane
 
     def _run_batch(self, batch: list[_Request], lane: Backend) -> None:
         started = time.monotonic()
@@ -112,7 +114,7 @@ class InferenceScheduler:
         except BaseException as exc:  # noqa: BLE001 - handed to every waiting stream, each reports it
             error = exc
         run_ms = (time.perf_counter() - t0) * 1e3
-        with self._cond:
+        with self._lock:
             finished = time.monotonic()
             for index, request in enumerate(batch):
                 request.error = error
@@ -123,7 +125,12 @@ class InferenceScheduler:
             self.stats.inference_ms.append(run_ms)
             self._running.pop(id(batch), None)
             self._free.append(lane)
-            self._cond.notify_all()
+            # each thread of the batch has its outputs, the oldest waiting one the free lane; no one else wakes
+            # (waking every stream's thread for each inference cost each of them a switch to find nothing to do)
+            for request in batch:
+                request.wake.notify()
+            if self._queue:
+                self._queue[0].wake.notify()
 
     def _count(self, request: _Request, started: float, finished: float, ok: bool) -> None:
         stats = self.stats

@@ -62,18 +62,27 @@ class EnginePlan:
     lanes: int  # inferences of one shared engine that may run at once
 
 
+# One-thread lanes per core of an engine's share, at most. A frame waiting for a lane costs a hand-off: its stream's
+# thread must be woken and given a core before the lane runs again. Four files on one engine of 2 lanes (2 cores)
+# ran 0.77x the fps of four separate engines at 1.02-1.05x the CPU per frame; with 4 lanes, 0.996x the CPU per
+# frame (issue 62, BENCHMARKS.md). Each lane holds one more inference's working memory (+8 MiB for yolox-nano on
+# ONNX Runtime; a LiteRT lane is a copy of the model), and the pool keeps only the lanes the memory holds.
+LANES_PER_CORE = 2
+
+
 def plan_engine(requests: int, engines: int, cores: int | None = None, threads: int | None = None) -> EnginePlan:
     """Threads and lanes of one of `engines` engines, serving `requests` frames that may wait for it at once (one
     per live stream; a file read as fast as the engine allows may have one in each lane).
 
     Side by side inferences on one thread each use a small CPU better than one inference on several threads
-    (BENCHMARKS.md), so an engine gets a lane per frame that may wait, up to its share of the cores, and the share's
-    threads are divided among its lanes. A configured `threads` is kept, and lanes fill what is left.
+    (BENCHMARKS.md), so an engine gets a lane per frame that may wait, up to LANES_PER_CORE per core of its share,
+    and the share's threads are divided among its lanes. A configured `threads` is kept, and lanes fill what is
+    left.
     """
     share = engine_threads(engines, cores)
     if threads:
         return EnginePlan(threads, max(1, min(requests, share // threads)))
-    lanes = max(1, min(requests, share))
+    lanes = max(1, min(requests, LANES_PER_CORE * share))
     return EnginePlan(max(1, share // lanes), lanes)
 
 
