@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from benchmarks.common import VTEST, cpu_seconds, machine, peak_rss_mib
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
@@ -66,7 +67,7 @@ def _wait_until(condition: Callable[[], bool], deadline: float, what: str) -> No
         time.sleep(0.1)
 
 
-def _settled(fit: CameraThreads | None) -> bool:
+def _settled(fit: CameraThreads[Any] | None) -> bool:
     return fit is None or (fit.judged and not fit.busy)
 
 

@@ -110,10 +110,15 @@ def detect_video(path: Path | str, detector: Detector, as_json: bool, save: Path
         click.echo(f"error: {shown}: no frame could be decoded (damaged, or a format FFmpeg cannot decode)", err=True)
         return False
     if not as_json:
-        click.echo(tally.table(shown, fps, f"{detector.spec.name} on {detector.backend.key}/{detector.backend.device}"))
-        if detector.loop_threads is not None and detector.loop_threads.record is not None:
-            click.echo(f"  engine threads: {detector.loop_threads.why}")
+        click.echo(_summary(tally, shown, fps, detector))
     return True
+
+
+def _summary(tally: VideoTally, shown: str, fps: float | None, detector: Detector) -> str:
+    """The table of what was seen, and the engine threads the loop chose, once it chose."""
+    table = tally.table(shown, fps, f"{detector.spec.name} on {detector.backend.key}/{detector.backend.device}")
+    judge = detector.loop_threads
+    return table if judge is None or judge.record is None else f"{table}\n  engine threads: {judge.why}"
 
 
 def _frames(capture: cv2.VideoCapture) -> Iterator[np.ndarray]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from edge_inference.edge.config import ServiceConfig, StreamConfig
@@ -27,6 +27,7 @@ from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.runtime.streams import StreamManager
+from edge_inference.edge.stream.drawing import render_jpeg, shrunk
 from edge_inference.edge.stream.pipeline import StreamPipeline
 from edge_inference.edge.stream.sources import open_source
 from edge_inference.models.detection import Detection
@@ -260,3 +261,25 @@ def test_prepared_frames_of_a_new_size_leave_the_engines_tensor_alone():
         detector.prepare(photo)
     np.testing.assert_array_equal(in_engine, kept)
     detector.close()
+
+
+_CAPTURE = cv2.VideoCapture(str(VTEST))
+_WALKWAY = _CAPTURE.read()[1]
+_CAPTURE.release()
+
+
+@settings(max_examples=60, deadline=None)
+@given(width=st.integers(16, 1920), height=st.integers(16, 1080), shown=st.integers(8, 720))
+def test_a_thumbnail_of_any_frame_size_is_the_size_asked_and_looks_as_an_area_average_would(width, height, shown):
+    """The dashboards' thumbnails and a sized MJPEG are shrunk by a whole-factor average and an interpolation the
+    rest of the way (issue 62: 0.24 against 2.25 ms for INTER_AREA at 2.4x): whatever the camera's size, the
+    picture is the one asked for and within a few grey levels of OpenCV's area average on a real frame."""
+    frame = cv2.resize(_WALKWAY, (width, height), interpolation=cv2.INTER_LINEAR)  # a camera of that size
+    target = (max(1, round(width * shown / height)), shown)
+    assume(shown < height and target[0] <= width)  # render_jpeg only ever shrinks
+    small = shrunk(frame, *target)
+    assert small.shape == (shown, target[0], 3)
+    area = cv2.resize(frame, target, interpolation=cv2.INTER_AREA)
+    assert float(np.abs(small.astype(np.float32) - area).mean()) <= 6.0
+    jpeg = render_jpeg(frame, [], height=shown, quality=70, boxes=True)
+    assert cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).shape == small.shape

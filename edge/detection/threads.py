@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     from edge_inference.backends.base import Backend
-    from edge_inference.edge.detection.detector import Detector
 
 
 def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -112,19 +111,22 @@ LOOK_EVERY_S = 10.0  # the camera's rate or the machine's load may change: judge
 AFTER_CHANGE_S = 60.0  # and not sooner than this after a change, so a passing load does not flip it back and forth
 
 
+D = TypeVar("D")  # the stream's detector (detector.py imports this module: named by the caller, not imported)
+
+
 @dataclass
-class CameraThreads:
+class CameraThreads(Generic[D]):
     """A lone camera's engine threads, judged now and then by its stream with `camera_threads`. The service gives
     one to each live stream whose threads are the budget's; a stream with `threads:` keeps what it was given."""
 
     planned: Callable[[], int]  # the thread budget's threads for the stream's engine
-    load: Callable[[int, int], Detector]  # (buffers, threads): the stream's detector on an engine of those threads
-    engine_threads: Callable[[Detector], int | None]  # its engine's threads; None where other streams share it
+    load: Callable[[int, int], D]  # (buffers, threads): the stream's detector on an engine of those threads
+    engine_threads: Callable[[D], int | None]  # its engine's threads; None where other streams share it
     busy: bool = False  # a detector on other threads is wanted and loading (set by `wanted`, cleared by `changed`)
     next_look: float = 0.0  # monotonic; 0 before the first look
     judged: bool = False  # judged once it had settled: from then on (once not busy) it runs as decided
 
-    def wanted(self, detector: Detector, inference_s: float | None, inferences: int, fps_in: float, now: float) -> int:
+    def wanted(self, detector: D, inference_s: float | None, inferences: int, fps_in: float, now: float) -> int:
         """The threads the stream's engine should move to, or 0 to leave it (not settled, shared, or right)."""
         if not self.next_look:
             self.next_look = now + FIRST_LOOK_S

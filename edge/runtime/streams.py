@@ -207,7 +207,7 @@ class StreamManager:
 
         return load
 
-    def _camera_threads(self, stream: StreamConfig, load: Any, requests: int) -> CameraThreads | None:
+    def _camera_threads(self, stream: StreamConfig, load: Any, requests: int) -> CameraThreads[Detector] | None:
         """A live stream on the thread budget may move its engine to one thread where one keeps up with the camera
         (`CameraThreads`); one with `threads:` keeps them."""
         if stream.threads is not None:

@@ -113,7 +113,7 @@ class StreamPipeline:
         tracker: StreamTracker | None = None,
         motion: MotionGate | None = None,
         lanes: int = 1,
-        camera_threads: CameraThreads | None = None,
+        camera_threads: CameraThreads[Detector] | None = None,
     ) -> None:
         """`lanes`: frames of a file that may be in inference at once, up to the lanes its engine has.
         `camera_threads`: a live stream's engine moved to one thread where one keeps up with the camera."""
@@ -343,7 +343,7 @@ class StreamPipeline:
             why = f"{(inference_s or 0) * 1e3:.0f} ms an inference, a frame every {1e3 / fps_in:.0f} ms"
             self._spawn(lambda: self._rethread(fit, threads, why), "threads")
 
-    def _rethread(self, fit: CameraThreads, threads: int, why: str) -> None:
+    def _rethread(self, fit: CameraThreads[Detector], threads: int, why: str) -> None:
         wait_s, detector, on = RETHREAD_FAILED_WAIT_S, None, f"{threads} thread{'' if threads == 1 else 's'}"
         try:
             detector = fit.load(self.delivery.buffers, threads)
