@@ -13,14 +13,17 @@ app) on vtest.avi for `--seconds`. Issue 62: the service's RSS was 1.5-1.7x the 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from benchmarks.common import MEDIA, MODELS, VTEST, machine
-
-MODEL = MODELS / "onnx/yolox_nano.onnx"
+# no project or third-party module at the top: `--parts` measures a process that has imported nothing yet
+SHARED = Path(os.environ.get("EDGE_SHARED_DIR", Path(__file__).resolve().parent.parent.parent / "shared")).resolve()
+MODEL = SHARED / "models/onnx/yolox_nano.onnx"
+PHOTO = SHARED / "media/cat_720p.jpg"
 
 
 def rss_mib() -> float:
@@ -45,7 +48,7 @@ def parts() -> list[tuple[str, float]]:
     steps.append(("the project's detection modules (config models)", rss_mib()))
     config = DetectorConfig(str(MODEL), backend="onnx", device="cpu", threads=1, back_to_back=False)
     detector = load_detector(config)
-    image = cv2.imread(str(MEDIA / "cat_720p.jpg"))
+    image = cv2.imread(str(PHOTO))
     assert image is not None, "the shared media's cat_720p.jpg"
     for _ in range(5):
         detector.detect(image)
@@ -84,11 +87,20 @@ def service_rss(seconds: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--parts", action="store_true", help="(the fresh process's side) print the steps as JSON")
     args = parser.parse_args()
-    print(f"# {machine()}; {VTEST.name}, {MODEL.name} on ONNX Runtime, one thread per lane")
+    if args.parts:
+        print(json.dumps(parts()))
+        return 0
+    from benchmarks.common import machine
+
+    print(f"# {machine()}; vtest.avi, {MODEL.name} on ONNX Runtime, one thread per lane")
+    fresh = subprocess.run(
+        [sys.executable, "-m", "benchmarks.memory_parts", "--parts"], capture_output=True, text=True, check=True
+    )
     previous = 0.0
     bare = 0.0
-    for what, rss in parts():
+    for what, rss in json.loads(fresh.stdout.splitlines()[-1]):
         print(f"{what:<55} {rss:7.1f} MiB  (+{rss - previous:5.1f})")
         previous = rss
         if what.endswith("(the bare loop)"):

@@ -141,6 +141,36 @@ def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
     assert out.stdout.split() == ["onnx", "False", "False"], out.stderr
 
 
+def test_auto_on_a_cached_openvino_pick_leaves_onnx_runtime_out_of_memory(settings: Settings, tmp_path: Path):
+    """Ranking the engines asked ONNX Runtime whether it had CUDA by importing it (+21 MiB where the pick was
+    OpenVINO: auto's memory was not its pick's, issue 62). The CPU package ships no CUDA provider library, and that
+    is read from its files; a package that ships one (onnxruntime-gpu, a Jetson's wheel) is still asked."""
+    _store(settings, "yolox-nano", {"onnx": 30.0, "openvino": 10.0, "tflite": 20.0})  # ms a frame: OpenVINO first
+    code = (
+        "import sys\n"
+        "from edge_inference.backends.onnxruntime_backend import ships_cuda\n"
+        "from edge_inference.edge.detection.loader import DetectorConfig, load_detector\n"
+        "d = load_detector(DetectorConfig('yolox-nano'))\n"
+        "print(d.backend.key, 'onnxruntime' in sys.modules, 'ai_edge_litert' in sys.modules, ships_cuda())\n"
+    )
+    env = {
+        **os.environ,
+        "EDGE_MODEL_CACHE": str(settings.model_cache),
+        "EDGE_AUTO_CACHE": str(settings.auto_cache),
+        "EDGE_MODEL_MIRROR": str(MODELS),
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert out.stdout.split() == ["openvino", "False", "False", "False"], out.stderr
+    gpu_build = tmp_path / "gpu" / "onnxruntime"  # an installed onnxruntime-gpu's layout, found before the CPU one
+    (gpu_build / "capi").mkdir(parents=True)
+    (gpu_build / "__init__.py").write_text("")
+    (gpu_build / "capi" / "libonnxruntime_providers_cuda.so").write_bytes(b"")
+    check = "from edge_inference.backends.onnxruntime_backend import ships_cuda; print(ships_cuda())"
+    env["PYTHONPATH"] = f"{gpu_build.parent}{os.pathsep}{REPO}"
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert out.stdout.split() == ["True"], out.stderr
+
+
 def test_a_different_machine_or_engine_set_measures_again(settings: Settings, tmp_path: Path, monkeypatch):
     found = candidates("yolox-nano", settings)
     before = cache_key(found)

@@ -9,8 +9,9 @@ so a frame costs no extra thread hand-off; and only the threads that have someth
 An engine may have several lanes: inferences that run at once (one ONNX Runtime session or OpenVINO compiled
 model called from several threads, or copies of a LiteRT interpreter). On a small CPU two one-thread inferences side
 by side beat one two-thread inference (BENCHMARKS.md), so the thread budget gives a shared engine as many lanes as
-it has streams, up to its share of the cores. Batching (`max_batch` > 1) takes what is already queued, never waits
-for more; it only applies where the model's batch dimension is dynamic (`Backend.accepts_batch`).
+it has streams, up to two one-thread lanes per core of its share (threads.py: LANES_PER_CORE). Batching
+(`max_batch` > 1) takes what is already queued, never waits for more; it only applies where the model's batch
+dimension is dynamic (`Backend.accepts_batch`).
 """
 
 from __future__ import annotations
