@@ -12,10 +12,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import cv2
 import pytest
 
+from edge_inference.edge.detection.threads import usable_cores
 from tests import fake_devices
-from tests.conftest import REPO
+from tests.conftest import MODELS, REPO, VTEST
 from tests.helpers import run_edge
 
 
@@ -156,3 +158,37 @@ def test_an_rk3588_board_is_looked_at_by_a_user_who_may_not_read_debugfs(nobodys
     findings = json.loads(doctor.stdout)["findings"]
     told = [f for f in findings if f["subject"] == "cannot tell"]
     assert told and "/sys/kernel/debug" in told[0]["detail"], findings
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to be nobody")
+def test_a_users_detect_loop_measures_its_threads_and_auto_keeps_its_measurement_in_that_users_cache(
+    nobodys_place, nobodys_edge
+):
+    """As the service's own unprivileged user (issue 62's paths: the loop's trial reads its own CPU time, auto's
+    measurement reads the machine's load from /proc/stat and writes the user's cache): `edge detect --backend auto`
+    over a short video says the loop's threads, and where the install has several engines, measures them and keeps
+    the measurement in that user's cache."""
+    home = nobodys_place / "home-loop"
+    home.mkdir(mode=0o777)
+    home.chmod(0o777)
+    clip = nobodys_place / "walkway.mp4"
+    capture = cv2.VideoCapture(str(VTEST))
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter.fourcc(*"mp4v"), 10, (768, 576))
+    for _ in range(80):  # past the loop's first trial of its threads
+        writer.write(capture.read()[1])
+    writer.release()
+    capture.release()
+    clip.chmod(0o644)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "EDGE_"))}
+    env |= {"HOME": str(home), "EDGE_MODEL_MIRROR": str(MODELS), "EDGE_AUTO_ROUND_S": "0.25"}
+    proc = _as_nobody(nobodys_edge, "detect", str(clip), "-m", "yolox-nano", "--json", env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(records) == 80, proc.stderr[-2000:]
+    assert ("engine_threads" in records[-1]) is (usable_cores() > 1)  # one core: no threads to choose
+    cache = home / ".cache/edge-inference/auto-backend.json"
+    if "the only engine here that runs it" in proc.stderr:  # the basic install may have one engine: nothing to time
+        assert not cache.exists()
+        return
+    (entry,) = json.loads(cache.read_text()).values()
+    assert isinstance(entry["others_busy_cores"], float) and len(entry["results"]) >= 2
