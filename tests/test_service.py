@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.models.detection import BoxXYXY
 from edge_inference.service.flush_clock import FlushClock
-from tests.conftest import MEDIA, VTEST
+from tests.conftest import MEDIA, MODELS, VTEST
 from tests.helpers import run_edge
 from tests.server import running_server, sse_data
 
@@ -325,6 +325,47 @@ def test_fifty_clients_asking_for_a_frame_being_encoded_wait_for_the_one_encodin
     assert len(threads) == 1 and all(name.startswith("encode") for name in threads) and WORKERS == 2
     assert all(isinstance(f, ValueError) for f in failures)
     assert cache.get(frame, "broken", lambda: b"made anew") == b"made anew"
+
+
+def test_a_dashboard_sleeps_until_a_stream_has_something_new():
+    """Each dashboard looked at every stream on every tick of the flush clock (30 a second) whether or not a frame
+    had come (issue 62: 50 of them cost the service CPU for nothing). Now it waits until a stream publishes: a
+    second without frames costs it one look, and the next frame is sent at once. The stream is real but not started:
+    its broadcaster publishes only what the test hands it."""
+    from edge_inference.edge.config import ServiceConfig, StreamConfig
+    from edge_inference.edge.detection.timings import FrameTiming
+    from edge_inference.edge.runtime.streams import StreamManager
+    from edge_inference.edge.stream.pipeline import FrameResult
+    from edge_inference.service.encodings import EncodingCache
+    from edge_inference.service.live import LiveChannel, LiveOptions
+
+    async def scenario() -> tuple[int, bytes]:
+        stream = StreamConfig(id="cam", source="rtsp://127.0.0.1:9/x", model=str(MODELS / "onnx/yolox_nano.onnx"))
+        manager = StreamManager(ServiceConfig(streams=[stream]))
+        channel = LiveChannel(manager, EncodingCache(), LiveOptions(10, 2, 240), 8, FlushClock(1 / 30))
+        looks, due = 0, channel._due
+
+        async def counted(now: float) -> bytes:
+            nonlocal looks
+            looks += 1
+            return await due(now)
+
+        channel._due = counted  # type: ignore[method-assign]
+        messages = channel.messages()
+        first = asyncio.ensure_future(messages.__anext__())
+        await asyncio.sleep(1.0)
+        idle = looks
+        timing = FrameTiming(0, 0, 0, captured_at=1.0, capture_ms=0, queue_wait_ms=0, end_to_end_ms=0)
+        frame = FrameResult("cam", 0, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8))
+        manager.pipelines["cam"].results.publish(frame)
+        chunk = await asyncio.wait_for(first, 5)
+        channel.close()
+        await messages.aclose()
+        return idle, chunk
+
+    idle, chunk = asyncio.run(scenario())
+    assert idle <= 2, idle  # the look at connecting (and one at most around the sleep's end); 30 before
+    assert b"event: detections" in chunk and b"event: thumb" in chunk
 
 
 def test_streaming_clients_wait_for_one_tick_and_a_client_that_leaves_does_not_stop_it():

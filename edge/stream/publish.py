@@ -22,8 +22,14 @@ class Subscription(Generic[T]):
         self.loop = loop
         self._ready = asyncio.Event()
         self._lock = threading.Lock()
+        self._also: asyncio.Event | None = None
         self.dropped = 0
         self.closed = False
+
+    def also_wake(self, event: asyncio.Event) -> None:
+        """Set `event` too whenever this subscription is woken: a reader of several subscriptions waits on one event
+        instead of looking at each of them on a timer."""
+        self._also = event
 
     def push(self, item: T) -> None:
         """Called from the publishing thread; the caller wakes the loop."""
@@ -35,11 +41,13 @@ class Subscription(Generic[T]):
     def wake(self) -> None:
         """Runs on the subscriber's loop."""
         self._ready.set()
+        if self._also is not None:
+            self._also.set()
 
     def close(self) -> None:
         self.closed = True
         with contextlib.suppress(RuntimeError):  # the subscriber's event loop has closed already
-            self.loop.call_soon_threadsafe(self._ready.set)
+            self.loop.call_soon_threadsafe(self.wake)
 
     def drain(self) -> list[T]:
         """Everything buffered, oldest first, without waiting: for a reader that visits many subscriptions in turn."""
