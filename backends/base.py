@@ -27,7 +27,8 @@ BRIEF_LIMIT = 600  # characters: the longest advice we write (the Edge TPU runti
 
 def brief(text: str, limit: int = BRIEF_LIMIT) -> str:
     """A message for one line: its first line, whole where it fits; a longer one (an engine's own multi-kilobyte
-    error) ends at the last clause that fits, marked as cut, never in the middle of a word or a sentence."""
+    error) ends at the last clause that fits, marked as cut, never in the middle of a word or a sentence (but for
+    a first word longer than the limit: it is cut, having no boundary to end at)."""
     line = text.strip().split("\n", 1)[0].strip()
     if len(line) <= limit:
         return line

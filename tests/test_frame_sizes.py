@@ -269,11 +269,14 @@ _CAPTURE.release()
 
 
 @settings(max_examples=60, deadline=None)
-@given(width=st.integers(16, 1920), height=st.integers(16, 1080), shown=st.integers(8, 720))
-def test_a_thumbnail_of_any_frame_size_is_the_size_asked_and_looks_as_an_area_average_would(width, height, shown):
+@given(height=st.integers(120, 1080), aspect=st.floats(0.75, 2.4), shown=st.integers(16, 720))
+def test_a_thumbnail_of_any_frame_size_is_the_size_asked_and_looks_as_an_area_average_would(height, aspect, shown):
     """The dashboards' thumbnails and a sized MJPEG are shrunk by a whole-factor average and an interpolation the
-    rest of the way (issue 62: 0.24 against 2.25 ms for INTER_AREA at 2.4x): whatever the camera's size, the
-    picture is the one asked for and within a few grey levels of OpenCV's area average on a real frame."""
+    rest of the way (issue 62: 0.24 against 2.25 ms for INTER_AREA at 2.4x): whatever the camera's size (a 160x120
+    sub-stream to 1080p, portrait 3:4 to 21:9) and the height asked (the API's 16 and up), the picture is the one
+    asked for and within a few grey levels of OpenCV's area average on a real frame (4.8 at worst in 6,000 random
+    draws, at thumbnails about 20 pixels high)."""
+    width = min(1920, max(16, round(height * aspect)))
     frame = cv2.resize(_WALKWAY, (width, height), interpolation=cv2.INTER_LINEAR)  # a camera of that size
     target = (max(1, round(width * shown / height)), shown)
     assume(shown < height and target[0] <= width)  # render_jpeg only ever shrinks
