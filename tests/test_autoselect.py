@@ -121,6 +121,16 @@ def test_auto_reads_the_stored_measurement_instead_of_measuring_again(settings: 
     assert "fastest here when measured (100.0 frames/s" in choice.reason
 
 
+def _fresh_env(settings: Settings) -> dict[str, str]:
+    """A fresh process's environment on this test's caches and the shared models."""
+    return {
+        **os.environ,
+        "EDGE_MODEL_CACHE": str(settings.model_cache),
+        "EDGE_AUTO_CACHE": str(settings.auto_cache),
+        "EDGE_MODEL_MIRROR": str(MODELS),
+    }
+
+
 def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
     """Naming the engine or letting auto pick it from the cache loads the same modules: OpenVINO (+46 MiB) is
     not imported to look for accelerators a machine without Intel GPU or NPU nodes cannot have."""
@@ -131,12 +141,7 @@ def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
         "d = load_detector(DetectorConfig('yolox-nano'))\n"
         "print(d.backend.key, 'openvino' in sys.modules, 'ai_edge_litert' in sys.modules)\n"
     )
-    env = {
-        **os.environ,
-        "EDGE_MODEL_CACHE": str(settings.model_cache),
-        "EDGE_AUTO_CACHE": str(settings.auto_cache),
-        "EDGE_MODEL_MIRROR": str(MODELS),
-    }
+    env = _fresh_env(settings)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert out.stdout.split() == ["onnx", "False", "False"], out.stderr
 
@@ -153,12 +158,7 @@ def test_auto_on_a_cached_openvino_pick_leaves_onnx_runtime_out_of_memory(settin
         "d = load_detector(DetectorConfig('yolox-nano'))\n"
         "print(d.backend.key, 'onnxruntime' in sys.modules, 'ai_edge_litert' in sys.modules, ships_cuda())\n"
     )
-    env = {
-        **os.environ,
-        "EDGE_MODEL_CACHE": str(settings.model_cache),
-        "EDGE_AUTO_CACHE": str(settings.auto_cache),
-        "EDGE_MODEL_MIRROR": str(MODELS),
-    }
+    env = _fresh_env(settings)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert out.stdout.split() == ["openvino", "False", "False", "False"], out.stderr
     gpu_build = tmp_path / "gpu" / "onnxruntime"  # an installed onnxruntime-gpu's layout, found before the CPU one
