@@ -660,7 +660,12 @@ def _kept(key: str, settings: Settings) -> bool:
     entry = read_cache(settings).get(key)
     if entry is None:
         return False
-    return key not in _STALE or float(cast(float, entry.get("others_busy_cores") or 0.0)) < BUSY_CORES
+    return key not in _STALE or not _made_busy(entry)
+
+
+def _made_busy(entry: dict[str, object]) -> bool:
+    """The stored measurement was made while other programs kept BUSY_CORES or more busy."""
+    return float(cast(float, entry.get("others_busy_cores") or 0.0)) >= BUSY_CORES
 
 
 def _look_at_its_load(key: str, settings: Settings) -> None:
@@ -671,7 +676,7 @@ def _look_at_its_load(key: str, settings: Settings) -> None:
             return
         _LOOKED.add(key)
     entry = read_cache(settings).get(key) or {}
-    if float(cast(float, entry.get("others_busy_cores") or 0.0)) < BUSY_CORES:
+    if not _made_busy(entry):
         return
     quiet = _others_now()
     if quiet is not None and quiet < QUIET_CORES:

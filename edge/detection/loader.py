@@ -151,14 +151,18 @@ def load_detector(
 def _loop_measures_threads(config: DetectorConfig, planned: int) -> bool:
     """A loop running frames back to back on a CPU engine in this process, threads not the user's: it starts on
     one thread and measures whether the budget's pay (`LoopThreads`)."""
-    isolation = config.isolation if config.isolation != "auto" else config.engine_isolation.get(config.backend, "auto")
     return (
         config.back_to_back
         and not config.threads
         and planned > 1
         and config.backend in CPU_ENGINES
-        and isolation != "process"
+        and _isolation(config) != "process"
     )
+
+
+def _isolation(config: DetectorConfig) -> str:
+    """Where the engine runs: the stream's `isolation:`, else the detectors' setting for its engine, else auto."""
+    return config.isolation if config.isolation != "auto" else config.engine_isolation.get(config.backend, "auto")
 
 
 def _open(
@@ -177,7 +181,7 @@ def _open(
     size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
     threads = config.threads or engine_threads()
     own = config.engine_options.get(key, {})
-    isolation = config.isolation if config.isolation != "auto" else config.engine_isolation.get(key, "auto")
+    isolation = _isolation(config)
     options = BackendOptions(
         config.device,
         threads,

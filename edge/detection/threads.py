@@ -213,11 +213,11 @@ class LoopThreads:
             self._busy[turn.threads] -= 1
             if self._times is not None and turn.timed:
                 self._count(turn.threads, wall_s, cpu_s)
-            idle = [] if self._times is not None else [t for t in self._engines if t != self.threads]
-            idle = [t for t in idle if not self._busy[t]]
-            closing = [self._engines.pop(t) for t in idle]
-            for threads in idle:
-                del self._busy[threads]
+            closing = []
+            if self._times is None:  # chosen: the other engine goes once no frame is on it
+                for threads in [t for t in self._engines if t != self.threads and not self._busy[t]]:
+                    closing.append(self._engines.pop(threads))
+                    del self._busy[threads]
         for engine in closing:
             engine.close()
 
