@@ -147,6 +147,11 @@ class Backend(ABC):
         outputs = self.run(np.concatenate(tensors))
         return [[output[i : i + 1] for output in outputs] for i in range(len(tensors))]
 
+    def timing_split(self) -> dict[str, float] | None:
+        """Where an inference's time went beyond this machine (a server's network, queue and compute), in ms; None
+        for an engine that runs here."""
+        return None
+
     def abandon(self, why: str) -> bool:
         """Stop an engine stuck in an inference, where it can be stopped (a process of its own is killed; a thread
         cannot be): True when the stuck call will return, raising `why`."""

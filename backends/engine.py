@@ -74,6 +74,12 @@ class Engine:
     # Reads a model's tensors without compiling it, where that is cheap and the engine is to take the
     # pre-processing (`BackendOptions.pixels`): the spec is then known before `load`. None: it will not take it
     describe: Callable[[Path, BackendOptions], Description | None] | None = None
+    # A model reference it opens instead of a file: a server's address (`triton://HOST:PORT/MODEL`). Such an engine
+    # runs nothing on this machine's CPU, reads no file, and `auto` takes it only for its own references
+    serves: Callable[[str], bool] | None = None
+    # For such an engine: one line on the server a reference names (it answers, the model is ready, what it serves),
+    # or a BackendError saying what is wrong (`edge doctor --server`)
+    reach: Callable[[str], str] | None = None
 
     def parse_options(self, raw: Mapping[str, Any]) -> EngineOptions:
         return parse_options(self.key, self.options, raw)
@@ -120,6 +126,14 @@ def engines() -> dict[str, Engine]:
 def get_engine(key: str) -> Engine:
     found = engines()
     return found[backend_named(key, found)]
+
+
+def serving_engine(model: str) -> Engine | None:
+    """The engine whose server a model reference names (`triton://...`); None for a file or a registry name."""
+    for engine in engines().values():
+        if engine.serves is not None and engine.serves(model):
+            return engine
+    return None
 
 
 def choose(path: Path) -> Choice:

@@ -45,6 +45,8 @@ def runs_isolated(engine: str, options: BackendOptions) -> bool:
     """Whether this engine, on this device, loads in a child process."""
     if options.isolation != "auto":
         return options.isolation == "process"
+    if get_engine(engine).serves is not None:  # a client of a server: the network runs elsewhere
+        return False
     if engine in ACCELERATOR_ENGINES or _is_plugin(engine):
         return True
     if engine == "onnx":

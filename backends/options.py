@@ -8,7 +8,7 @@ engine and its allowed keys.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -25,6 +25,8 @@ Options = TypeVar("Options", bound=EngineOptions)
 
 
 def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) is dict:
+        return "mapping"
     args = [a for a in get_args(annotation) if a is not type(None)]
     if args and all(isinstance(a, str) for a in args):  # a Literal's choices
         return " | ".join(args)
@@ -36,7 +38,12 @@ def _type_name(annotation: Any) -> str:
 def describe_options(model: type[EngineOptions]) -> list[dict[str, Any]]:
     """Each option's name, type, default and meaning, for `edge backends` and the README."""
     return [
-        {"name": name, "type": _type_name(info.annotation), "default": info.default, "help": info.description or ""}
+        {
+            "name": name,
+            "type": _type_name(info.annotation),
+            "default": info.get_default(call_default_factory=True),
+            "help": info.description or "",
+        }
         for name, info in model.model_fields.items()
     ]
 

@@ -24,7 +24,8 @@ from edge_inference.edge.tools.bench_report import CHART_NEEDS, table, writable_
     "--backends",
     "backend_list",
     required=True,
-    help="Comma-separated backend[:device], e.g. onnx,openvino:CPU,tflite,edgetpu:usb.",
+    help="Comma-separated backend[:device], e.g. onnx,openvino:CPU,tflite,edgetpu:usb; or a model on a server, "
+    "triton+grpc://HOST:PORT/NAME, run for each model beside its local pairs.",
 )
 @click.option("--frames", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--step", type=click.IntRange(min=1), default=1, show_default=True, help="Take every Nth frame.")

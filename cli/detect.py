@@ -72,25 +72,27 @@ def detect(images: tuple[str, ...], as_json: bool, save: Path | None, **kwargs: 
     check_classes(detector, config.classes)
     for note in detector.backend.notes:
         click.echo(f"note: {note}", err=True)
-    many = len(readable) > 1
-    for path in readable:
-        try:
-            image = _image_of(path)
-        except ImageError as exc:
-            click.echo(f"error: {exc}", err=True)
-            failures += 1
-            continue
-        if image is None:  # a video, or a stream: every frame
-            failures += not detect_video(path, detector, as_json, save, many)
-            continue
-        result = detector.detect(image)
-        record = result_record(mask_url(str(path)), result, detector)
-        click.echo(json.dumps(record) if as_json else result_table(record))
-        if save is not None:
-            target = saved_as(save, named_path(path), many, IMAGE_SUFFIXES, ".jpg")
-            if not cv2.imwrite(str(target), draw_detections(image, result.detections)):
-                raise ImageError(f"cannot write {target}; use a .jpg or .png name in a writable folder")
-    detector.close()
+    try:
+        many = len(readable) > 1
+        for path in readable:
+            try:
+                image = _image_of(path)
+            except ImageError as exc:
+                click.echo(f"error: {exc}", err=True)
+                failures += 1
+                continue
+            if image is None:  # a video, or a stream: every frame
+                failures += not detect_video(path, detector, as_json, save, many)
+                continue
+            result = detector.detect(image)
+            record = result_record(mask_url(str(path)), result, detector)
+            click.echo(json.dumps(record) if as_json else result_table(record))
+            if save is not None:
+                target = saved_as(save, named_path(path), many, IMAGE_SUFFIXES, ".jpg")
+                if not cv2.imwrite(str(target), draw_detections(image, result.detections)):
+                    raise ImageError(f"cannot write {target}; use a .jpg or .png name in a writable folder")
+    finally:
+        detector.close()  # an engine's resources (a server's shared memory regions) go with it, also on an error
     if failures:
         raise SystemExit(1)
 

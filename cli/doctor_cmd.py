@@ -20,12 +20,19 @@ MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "info": "--  "}
 @click.option("--json", "as_json", is_flag=True, help="Findings as JSON.")
 @click.option("--user", help="Check device permissions for this user (the service's), not the current one.")
 @click.option("--root", type=click.Path(file_okay=False), help="Read /sys, /proc and /dev under this folder.")
-def doctor(as_json: bool, user: str | None, root: str | None) -> None:
-    """Check engines, accelerators, permissions, cameras, power and the model cache; exit 1 when serving is blocked."""
+@click.option(
+    "--server",
+    "servers",
+    multiple=True,
+    help="A model on an inference server to reach: triton://HOST:PORT/MODEL or triton+grpc://... (repeatable).",
+)
+def doctor(as_json: bool, user: str | None, root: str | None, servers: tuple[str, ...]) -> None:
+    """Check engines, accelerators, permissions, cameras, power, the model cache and the inference servers named;
+    exit 1 when serving is blocked."""
     if root:
         os.environ["EDGE_SYSROOT"] = root
     try:
-        findings = run_checks(get_settings(), user)
+        findings = run_checks(get_settings(), user, list(servers))
     except KeyError:
         raise EdgeError(f"no user named {user!r} on this machine") from None
     blocked = blocks_serving(findings)

@@ -1,9 +1,10 @@
-"""`edge models list|pull|verify|describe`."""
+"""`edge models list|pull|verify|describe|export-triton`."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import click
@@ -138,3 +139,63 @@ def describe(name: str | None, **kwargs: Any) -> None:
     }
     click.echo(json.dumps(info, indent=2, default=str))
     detector.close()
+
+
+@models.command("export-triton")
+@click.argument("model")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--name", help="The model's name on the server [default: the registry name or the file's stem].")
+@click.option(
+    "--max-batch-size",
+    type=click.IntRange(0, 256),
+    default=8,
+    show_default=True,
+    help="Frames the server may batch together (0: none).",
+)
+@click.option(
+    "--queue-delay-us",
+    type=click.IntRange(0),
+    default=2000,
+    show_default=True,
+    help="How long the dynamic batcher waits for requests to join a batch.",
+)
+@click.option(
+    "--instances",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Copies of the model the server runs at once.",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["gpu", "cpu"]),
+    default="gpu",
+    show_default=True,
+    help="Where the server runs those copies.",
+)
+@mirror_option
+def export_triton(model: str, folder: Path, name: str | None, mirror: str | None, **kwargs: Any) -> None:
+    """Write a Triton model repository for MODEL (a registry name or an ONNX file) into FOLDER: the server side of
+    many cameras on one GPU. Run `tritonserver --model-repository FOLDER` there, point the cameras' boxes at it."""
+    from edge_inference.models.triton_repository import ExportOptions, export_repository
+
+    settings = _settings(None, mirror)
+    target, reason = model_for_engine(model, "onnx")  # a registry family's ONNX file
+    if target is None:
+        raise EdgeError(f"{reason}: Triton's repository here takes an ONNX model")
+    stem, path = locate_model(target, settings)
+    options = ExportOptions(
+        kwargs["max_batch_size"], kwargs["queue_delay_us"], kwargs["instances"], f"KIND_{kwargs['kind'].upper()}"
+    )
+    name = name or stem.replace(".", "_")
+    exported = export_repository(path, folder, name, options)
+    for note in exported.notes:
+        click.echo(f"note: {note}", err=True)
+    batching = f"dynamic batching up to {options.max_batch_size}" if exported.batching else "no batching"
+    click.echo(f"{exported.folder}: {path.name} as version 1, {batching}")
+    click.echo(f"server:  tritonserver --model-repository {folder.resolve()}")
+    click.echo(
+        f"   or:   docker run --gpus all --rm -p 8000:8000 -p 8001:8001 -v {folder.resolve()}:/models "
+        "nvcr.io/nvidia/tritonserver:<yy.mm>-py3 tritonserver --model-repository /models"
+    )
+    click.echo(f"cameras: edge serve --model triton+grpc://SERVER:8001/{name} --source CAMERA")

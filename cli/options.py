@@ -50,14 +50,16 @@ def detector_options(func: F) -> F:
             "-m",
             default=DEFAULT_MODEL,
             show_default=True,
-            help="Registry name (see `edge models list`) or model file.",
+            help="Registry name (see `edge models list`), model file, or a model on a Triton server: "
+            "triton://HOST:PORT/NAME (HTTP), triton+grpc://HOST:PORT/NAME (gRPC).",
         ),
         click.option(
             "--backend",
             "-b",
             default="auto",
             show_default=True,
-            help="Engine: onnx, tflite, edgetpu, openvino, hailo, rknn; auto: the fastest one measured here.",
+            help="Engine: onnx, tflite, edgetpu, openvino, hailo, rknn, triton; auto: the fastest one measured here "
+            "(triton for a model on a server).",
         ),
         click.option(
             "--device",

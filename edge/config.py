@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from edge_inference.backends import BackendError, engine_keys
-from edge_inference.backends.engine import check_engine_options
+from edge_inference.backends.engine import check_engine_options, serving_engine
 from edge_inference.backends.names import backend_named
 from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.config_frigate import frigate_camera, from_frigate_file, is_frigate_file, points_from_text
@@ -322,8 +322,11 @@ class StreamConfig(BaseModel):
     @field_validator("compare")
     @classmethod
     def _compared_engines(cls, items: list[str]) -> list[str]:
-        parts = [item.partition(":") for item in items]
-        return [_engine_named(backend) + (f":{device}" if device else "") for backend, _, device in parts]
+        parts = [(item, *item.partition(":")) for item in items]
+        return [
+            item if serving_engine(item) else _engine_named(backend) + (f":{device}" if device else "")
+            for item, backend, _, device in parts
+        ]
 
     @field_validator("threads")
     @classmethod
@@ -401,12 +404,25 @@ class StreamConfig(BaseModel):
         return bool(self.tracking or self.zones or self.lines or self.events)
 
 
+def compared(item: str) -> tuple[str, str, str | None]:
+    """A `compare:` item as (engine, device, model): `onnx`, `openvino:GPU`, or a model on a server
+    (`triton+grpc://gpu:8001/yolox_nano`: its engine, the server's device, that model)."""
+    served = serving_engine(item)
+    if served is not None:
+        return served.key, "auto", item
+    backend, _, device = item.partition(":")
+    return backend, device, None
+
+
 def compare_member_ids(stream_id: str, items: list[str]) -> list[str]:
-    """`<id>-<backend>` for each compared backend; `<id>-<backend>-<device>` when one engine appears twice."""
-    backends = [item.partition(":")[0] for item in items]
+    """`<id>-<backend>` for each compared backend; `<id>-<backend>-<device>` (a server's: its model's name) when
+    one engine appears twice."""
+    backends = [compared(item)[0] for item in items]
     ids = []
     for item, backend in zip(items, backends, strict=True):
-        device = re.sub(r"[^a-z0-9_-]+", "-", item.partition(":")[2].lower()).strip("-")
+        _, device, model = compared(item)
+        which = "-".join(model.rstrip("/").split("/")[3:]) if model else device  # NAME or NAME-VERSION
+        device = re.sub(r"[^a-z0-9_-]+", "-", which.lower()).strip("-")
         twice = backends.count(backend) > 1
         ids.append(f"{stream_id}-{backend}-{device or 'auto'}" if twice else f"{stream_id}-{backend}")
     return ids

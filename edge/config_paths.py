@@ -38,7 +38,7 @@ def _is_local_path(source: str) -> bool:
 
 def _is_model_path(model: str, folder: Path) -> bool:
     """A model file rather than a registry name (a mistyped name keeps its "did you mean" answer)."""
-    if is_registry_name(model):
+    if is_registry_name(model) or "://" in model:  # a model on a server (`triton://host:8000/name`)
         return False
     return "/" in model or bool(Path(model).suffix) or (folder / model).exists()
 

@@ -221,7 +221,7 @@ def test_a_provider_runs_where_it_starts_and_is_refused_or_falls_back_where_not(
 # -- discovery and auto ------------------------------------------------------------------------------------------
 def test_discovery_lists_every_backend_with_its_state():
     statuses = {s.key: s for s in probe_all()}
-    assert set(statuses) == {"onnx", "tflite", "edgetpu", "openvino", "hailo", "rknn"}
+    assert set(statuses) == {"onnx", "tflite", "edgetpu", "openvino", "hailo", "rknn", "triton"}
     assert statuses["onnx"].available and "cpu" in statuses["onnx"].devices
     assert statuses["openvino"].available and any(d.startswith("CPU") for d in statuses["openvino"].devices)
     # with or without a Coral plugged in: available exactly when nothing is in the way, else the reason is given

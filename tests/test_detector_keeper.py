@@ -130,6 +130,25 @@ def test_an_engine_error_goes_to_the_caller_and_the_detector_stays(tensor):
     keeper.release()
 
 
+def test_inferences_failing_in_a_row_fail_the_stream_until_one_works(tensor):
+    """An engine whose every inference fails (a server away, a device gone) left the stream `ready` and its health
+    ok; two failures in a row now say so in the state, with the engine's line, and the next success clears it."""
+    recorder = Recorder()
+    keeper = keeper_for(lambda: load_detector(DetectorConfig(SSD_ONNX)), threading.Event(), recorder)
+    assert keeper.load()
+    generation, detector = keeper.current()
+    assert detector is not None
+    with pytest.raises(Exception, match=r"(?i)input|shape|rank|dimension"):
+        keeper.infer(generation, detector, tensor[..., :1])
+    assert keeper.state == "ready"  # one failure is not yet a failing engine
+    with pytest.raises(Exception, match=r"(?i)input|shape|rank|dimension"):
+        keeper.infer(generation, detector, tensor[..., :1])
+    assert keeper.state == "failed" and recorder.states[-1][1].startswith("inferences failing: ")
+    assert keeper.infer(generation, detector, tensor) is not None
+    assert keeper.state == "ready" and recorder.states[-1] == ("ready", None)
+    keeper.release()
+
+
 def test_a_stuck_inference_is_given_up_on_and_its_detector_freed_by_its_own_thread(tensor):
     """The keeper says `loading` with the reason, a new detector takes over, and the wedged call, once it returns,
     closes its detector and tells its loop to end."""

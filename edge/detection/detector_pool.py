@@ -415,6 +415,9 @@ class DetectorFigures:
     waiting: int  # frames waiting for their turn now
     errors: int
     hung: bool  # replaced after an inference never returned
+    # a model on a server: a request's round trip, network, the server's queue and compute (ms), and the batch size
+    # the server ran, over its last few seconds (backends/triton_times.py); None for an engine that runs here
+    server_ms: dict[str, float] | None = None
 
 
 def _rounded(value: float) -> float | None:
@@ -445,4 +448,5 @@ def describe_engine(shared: SharedEngine, now: float | None = None) -> DetectorF
         waiting=shared.scheduler.waiting,
         errors=stats.errors,
         hung=shared.retired,
+        server_ms=shared.backend.timing_split(),
     )

@@ -35,6 +35,9 @@ CRASH_WINDOW_S = 60.0  # engine deaths this close together back its restarts off
 # An engine in a process of its own whose inferences keep failing is started anew: a device error that sticks to the
 # process (a CUDA context after an illegal address, a driver handle gone bad) ends with it
 FAILURES_BEFORE_RESTART = 5
+# Inferences failing this many times in a row put the stream in `failed` with the engine's line (a server away, a
+# device gone): health degraded, said within a second or two; the next inference that works makes it ready again
+FAILURES_TO_SAY = 2
 MAX_RESTART_WAIT_S = 30.0
 
 
@@ -77,6 +80,7 @@ class DetectorKeeper:
         self._deaths: deque[float] = deque(maxlen=8)  # when the engine's process died under this stream
         self._restart_due = False  # an engine died: the watchdog's next check has it loaded again
         self._failed_in_row = 0
+        self._said_failing = False  # FAILURES_TO_SAY reached: the state says so until an inference works
 
     def current(self) -> tuple[int, Detector | None]:
         with self._lock:
@@ -112,6 +116,7 @@ class DetectorKeeper:
             return False
         with self._lock:
             self.detector = detector
+            self._said_failing = False
             self._set_state("ready", None)
         return True
 
@@ -185,6 +190,11 @@ class DetectorKeeper:
             self._failing(detector, error)
             raise error
         self._failed_in_row = 0
+        if self._said_failing:
+            with self._lock:
+                if self._said_failing and generation == self.generation:
+                    self._said_failing = False
+                    self._set_state("ready", None)
         return outcome
 
     def _failing(self, detector: Detector, error: Exception) -> None:
@@ -192,6 +202,11 @@ class DetectorKeeper:
         process is ended, and the next inference finds it dead (`_engine_died`): started again, with the deaths'
         backoff."""
         self._failed_in_row += 1
+        if self._failed_in_row >= FAILURES_TO_SAY and not self._said_failing:
+            with self._lock:
+                if self.state == "ready":
+                    self._said_failing = True
+                    self._set_state("failed", f"inferences failing: {error}")
         if self._failed_in_row >= FAILURES_BEFORE_RESTART:
             self._failed_in_row = 0
             detector.backend.abandon(f"{FAILURES_BEFORE_RESTART} inferences in a row failed ({error})")

@@ -17,7 +17,7 @@ from edge_inference.backends import (
     engine_keys,
     open_backend,
 )
-from edge_inference.backends.engine import check_engine_options
+from edge_inference.backends.engine import check_engine_options, get_engine, serving_engine
 from edge_inference.backends.isolated import IsolatedBackend
 from edge_inference.backends.names import backend_named
 from edge_inference.edge.detection.detector import Classes, Detector, inferences_done
@@ -80,7 +80,10 @@ def check_reference(config: DetectorConfig) -> None:
 def engine_model(config: DetectorConfig) -> str:
     """A registry name given with an engine becomes that engine's own file of the same weights
     (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
-    if config.backend == "auto" or not is_registry_name(config.model):
+    remote = serving_engine(config.model) is not None or (
+        config.backend != "auto" and get_engine(config.backend).serves is not None
+    )
+    if config.backend == "auto" or not (is_registry_name(config.model) or remote):
         return config.model
     model, reason = model_for_engine(config.model, config.backend)
     if model is None:
@@ -120,7 +123,11 @@ def load_detector(
     settings = settings or get_settings()
     check_engine_options(config.engine_options)  # every block, also those of engines not loaded now
     note, choice, asked_for = None, None, config.model
-    if config.backend == "auto":
+    served = serving_engine(config.model) if config.backend == "auto" else None
+    if served is not None:  # the reference names its engine: nothing to measure, no other engine to run it
+        config = replace(config, backend=served.key)
+        note = f"--backend auto chose {served.key}: the model is on a server"
+    elif config.backend == "auto":
         config, choice = resolve_auto(config, settings, wait_for_auto)
         note = choice.reason
     planned = config.threads or engine_threads()

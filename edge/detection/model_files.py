@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_inference.backends import Engine, engines, get_engine
+from edge_inference.backends.engine import serving_engine
 from edge_inference.edge.config_paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
@@ -16,7 +17,10 @@ MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
 
 
 def model_reference(model: str) -> RegistryEntry | Path:
-    """What `--model` names: a registry entry or an existing model file; one clear error otherwise."""
+    """What `--model` names: a registry entry, an existing model file or a model on a server (its engine checks the
+    reference when it opens it); one clear error otherwise."""
+    if serving_engine(model) is not None:
+        return Path(model)
     if model in REGISTRY:
         return get_entry(model)
     path = Path(model).expanduser()
@@ -98,6 +102,9 @@ def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
     A registry name or family picks the family member in the engine's own format; a file must be one it reads.
     """
     engine = get_engine(backend)
+    served = serving_engine(model)
+    if served is not None or engine.serves is not None:
+        return _served_by(model, engine, served)
     if is_registry_name(model):
         entry = entry_for_engine(model, lambda e: runs_entry(engine, e), engine.formats)
         if entry is None:
@@ -111,6 +118,24 @@ def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
     return model, None
 
 
+def _served_by(model: str, engine: Engine, served: Engine | None) -> tuple[str | None, str | None]:
+    """A model on a server runs on that server's engine only, and such an engine runs nothing but them."""
+    if served is not None and served.key == engine.key:
+        return model, None
+    if served is not None:
+        return None, f"{model} is a model on a server: backend {served.key} (or auto) runs it, not {engine.key}"
+    return None, (
+        f"{engine.key} runs models on a server, not {model}: give --model triton://HOST:PORT/NAME (`edge models "
+        "export-triton MODEL DIR` writes the server's model repository)"
+    )
+
+
+def served_model_name(model: str) -> str:
+    """The model's name in a server's reference (`.../yolox_nano/2` -> yolox_nano): what a file's stem is to a file."""
+    parts = model.rstrip("/").split("/")
+    return parts[-2] if parts[-1].isdigit() and len(parts) > 1 else parts[-1]
+
+
 def runs_entry(engine: Engine, entry: RegistryEntry) -> bool:
     """The engine reads the entry's file format, and the registry knows of no reason it cannot run it."""
     allowed = entry.only_engines is None or engine.key in entry.only_engines
@@ -119,6 +144,8 @@ def runs_entry(engine: Engine, entry: RegistryEntry) -> bool:
 
 def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
     """A registry name (pulled into the cache when missing) or a path to a model file -> (name, path)."""
+    if serving_engine(model) is not None:
+        return served_model_name(model), Path(model)  # the engine reads the reference back from the path
     reference = model_reference(model)
     if isinstance(reference, Path):
         return reference.stem, reference

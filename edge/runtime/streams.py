@@ -8,7 +8,15 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig, TrackingConfig, compare_member_ids
+from edge_inference.backends.engine import serving_engine
+from edge_inference.edge.config import (
+    ConfigError,
+    ServiceConfig,
+    StreamConfig,
+    TrackingConfig,
+    compare_member_ids,
+    compared,
+)
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool, lone_engine_threads
 from edge_inference.edge.detection.loader import DetectorConfig, check_reference, load_detector
@@ -92,8 +100,8 @@ def compare_members(stream: StreamConfig) -> list[tuple[StreamConfig, str | None
     the model, with why there is none (the stream's model is kept then)."""
     members = []
     for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
-        backend, _, device = item.partition(":")  # the config has checked the engine's name
-        model, reason = model_for_engine(stream.model, backend)
+        backend, device, served = compared(item)  # the config has checked the engine's name
+        model, reason = (served, None) if served else model_for_engine(stream.model, backend)
         update = {"id": member_id, "model": model or stream.model, "backend": backend, "compare": []}
         member = stream.model_copy(update={**update, "device": device or stream.device})
         members.append((member, None if model else reason))
@@ -227,10 +235,15 @@ class StreamManager:
         self.label_problems[stream.id] = problem
 
     def engine_plan(self, key: tuple[str, str, str, int | None], requests: int = 1) -> EnginePlan:
-        """Cores are divided among the engines the config loads; a shared engine's among its streams' lanes."""
-        if self.config.detectors.share:
-            return plan_engine(self._requests[key], len(set(self._engines)), threads=key[3])
-        return plan_engine(requests, len(self._engines), threads=key[3])
+        """Cores are divided among the engines the config loads; a shared engine's among its streams' lanes. A
+        model on a server takes no cores here: a lane (a request in flight) for every frame that may wait."""
+        shared = self.config.detectors.share
+        if serving_engine(key[0]) is not None:
+            return EnginePlan(1, max(1, self._requests[key] if shared else requests))
+        local = [k for k in self._engines if serving_engine(k[0]) is None]
+        if shared:
+            return plan_engine(self._requests[key], len(set(local)), threads=key[3])
+        return plan_engine(requests, len(local), threads=key[3])
 
     def start(self) -> None:
         self.events.start()

@@ -11,6 +11,7 @@ import numpy as np
 import psutil
 
 from edge_inference.backends import BackendError, engine_keys
+from edge_inference.backends.engine import serving_engine
 from edge_inference.backends.names import backend_named
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.model_files import model_for_engine
@@ -69,9 +70,14 @@ class PairResult:
 
 
 def parse_backends(text: str) -> list[tuple[str, str]]:
-    """'onnx,openvino:CPU,onnx:cuda' -> [(onnx, auto), (openvino, CPU), (onnx, cuda)]."""
+    """'onnx,openvino:CPU,onnx:cuda' -> [(onnx, auto), (openvino, CPU), (onnx, cuda)]; a model on a server
+    (`triton+grpc://gpu:8001/yolox_nano`) is a backend too: every model's pair with it runs that server's model,
+    scored against the model's local pairs (local CPU against remote GPU on the same frames)."""
     chosen = []
     for item in filter(None, (part.strip() for part in text.split(","))):
+        if serving_engine(item) is not None:
+            chosen.append((item, "auto"))
+            continue
         name, _, device = item.partition(":")
         try:
             key = backend_named(name, engine_keys())
@@ -137,14 +143,16 @@ def run_pair(
     step: Callable[[], None] = lambda: None,
 ) -> PairResult:
     result = PairResult(pair)
-    target, reason = model_for_engine(pair.model, pair.backend)
+    served = serving_engine(pair.backend)
+    engine = served.key if served else pair.backend
+    target, reason = (pair.backend, None) if served else model_for_engine(pair.model, pair.backend)
     if target is None:
         result.reason = reason
         return result
     result.file = target
     try:
         # timed as a stream runs the engine (threads idle between frames), so the figures are the service's
-        config = DetectorConfig(target, pair.backend, pair.device, conf=conf, back_to_back=False)
+        config = DetectorConfig(target, engine, pair.device, conf=conf, back_to_back=False)
         detector = load_detector(config, settings)
     except (BackendError, ModelError, EdgeError) as exc:
         result.reason = str(exc)

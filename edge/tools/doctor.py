@@ -378,7 +378,24 @@ def _writable(folder: Path) -> bool:
     return existing is not None and existing.is_dir() and os.access(existing, os.W_OK)
 
 
-def run_checks(settings: Settings, user: str | None = None) -> list[Finding]:
+def check_servers(references: list[str]) -> Iterator[Finding]:
+    """Each inference server named (`--server triton://HOST:PORT/MODEL`): it answers with the model ready, or not."""
+    from edge_inference.backends.base import BackendError
+    from edge_inference.backends.engine import serving_engine
+
+    for reference in references:
+        engine = serving_engine(reference)
+        if engine is None or engine.reach is None:
+            yield Finding("servers", reference, "warn", "not a server's model", "write triton://HOST:PORT/MODEL")
+            continue
+        try:
+            yield Finding("servers", reference, "ok", engine.reach(reference))
+        except BackendError as exc:
+            fix = "start the server (tritonserver --model-repository DIR) or correct the address and model name"
+            yield Finding("servers", reference, "warn", str(exc), fix)
+
+
+def run_checks(settings: Settings, user: str | None = None, servers: list[str] | None = None) -> list[Finding]:
     root = system_root()
     account = Account.named(user)
     return [
@@ -391,6 +408,7 @@ def run_checks(settings: Settings, user: str | None = None) -> list[Finding]:
         *check_decoders(root),
         *check_system(root),
         *check_models(settings),
+        *check_servers(servers or []),
         *_not_allowed(root),
     ]
 

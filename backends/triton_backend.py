@@ -1,0 +1,386 @@
+"""Triton Inference Server (and any KServe v2 / Open Inference Protocol server): the network runs on a server,
+capture, pre-processing, decoding, tracking and events stay here.
+
+A model is named by its server: `triton://HOST:PORT/NAME[/VERSION]` over HTTP, `triton+grpc://HOST:PORT/NAME` over
+gRPC (`triton+https://`, `triton+grpcs://` with TLS). Its tensors come from the server's own metadata and config,
+so the decoder is chosen from the output layout as for a local file. The lanes of a shared engine are requests in
+flight at once; the server's dynamic batcher batches them with other boxes' (triton_client.py says how each
+protocol keeps them in flight). On the same host, inputs and outputs pass through system shared memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, TensorInfo, brief
+from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
+from edge_inference.backends.options import EngineOptions, parse_options
+from edge_inference.backends.triton_client import ServerClient, TritonReference, names_server, parse_reference
+from edge_inference.backends.triton_times import ServerTimes
+
+INSTALL = "pip install './edge-inference[triton]' (NVIDIA's tritonclient, HTTP and gRPC)"
+DTYPES = {
+    "FP32": np.float32,
+    "FP16": np.float16,
+    "FP64": np.float64,
+    "UINT8": np.uint8,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "BOOL": np.bool_,
+}
+
+
+DEFAULT_TIMEOUT_S = 5.0
+
+
+class TritonOptions(EngineOptions):
+    timeout_s: float = Field(
+        DEFAULT_TIMEOUT_S,
+        gt=0,
+        description="seconds a request (and connecting) may take before the server counts as away",
+    )
+    shared_memory: Literal["auto", "system", "off"] = Field(
+        "auto",
+        description="system: tensors pass through the host's shared memory (/dev/shm), no tensor bytes over the "
+        "socket (the server on this host, sharing /dev/shm); auto: system where the server's address is this host's "
+        "and it accepts the region, else off",
+    )
+    token: str | None = Field(None, description="sent as 'Authorization: Bearer TOKEN' (a server behind a proxy)")
+    headers: dict[str, str] = Field(default_factory=dict, description="more headers sent with every request")
+    ca_file: str | None = Field(None, description="CA certificates (PEM) for triton+https:// and triton+grpcs://")
+
+    @field_validator("shared_memory", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        """YAML reads `off` as false (and `on` as true), in a config and in --engine-option alike."""
+        return {False: "off", True: "system"}.get(value, value) if isinstance(value, bool) else value
+
+
+def reference_of(path: Path | str) -> TritonReference:
+    reference = parse_reference(str(path))
+    if reference is None:
+        raise BackendError(
+            f"{path} is not a Triton model reference: write triton://HOST:PORT/MODEL (HTTP) or "
+            "triton+grpc://HOST:PORT/MODEL (gRPC); the server's model repository is written by "
+            "`edge models export-triton MODEL DIR`"
+        )
+    return reference
+
+
+# what tritonclient, gRPC, gevent and the resolver say of a server that cannot be reached
+UNREACHABLE = ("unavailable", "connection refused", "failed to connect", "errno 111", "name or service not known")
+
+
+def server_error(reference: TritonReference, exc: BaseException) -> BackendError:
+    """A failed call to the server in one line that says what to do."""
+    text = brief(str(exc) or type(exc).__name__, 300)
+    lowered = text.lower()
+    where = f"the Triton server at {reference.address} ({reference.protocol.upper()})"
+    if any(s in lowered for s in UNREACHABLE):
+        return BackendError(f"{where} does not answer ({text}): is tritonserver running and the address right?")
+    if any(s in lowered for s in ("deadline", "timed out", "timeout")):
+        return BackendError(f"{where} took longer than timeout_s to answer ({text}): a busy or stuck server")
+    if "unknown model" in lowered or "not found" in lowered or "not ready" in lowered:
+        return not_ready(reference, f" ({text})")
+    if "unauthenticated" in lowered or "401" in lowered or "403" in lowered:
+        return BackendError(f"{where} refused the request ({text}): set engine option triton.token or headers")
+    return BackendError(f"{where} failed the request for {reference.model}: {text}")
+
+
+def not_ready(reference: TritonReference, detail: str = "") -> BackendError:
+    return BackendError(
+        f"the Triton server at {reference.address} has no model {reference.model!r} ready{detail}: not in its "
+        "repository, not loaded, or still loading; check the name and the server's log"
+    )
+
+
+def _dims(values: list[Any]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)  # gRPC's JSON writes int64 as strings
+
+
+def _tensor(entry: dict[str, Any], batching: bool) -> TensorInfo:
+    """A tensor of the server's metadata as one request of one frame sees it: a batching model's -1 batch is 1."""
+    dtype = DTYPES.get(entry["datatype"])
+    if dtype is None:
+        raise BackendError(f"tensor {entry['name']} is {entry['datatype']}, which no decoder here reads")
+    shape = _dims(entry["shape"])
+    if batching and shape[:1] == (-1,):
+        shape = (1, *shape[1:])
+    return TensorInfo(entry["name"], shape, np.dtype(dtype))
+
+
+def _parameters(config: dict[str, Any]) -> dict[str, str]:
+    """The model config's string parameters (export-triton writes the model's own metadata there: its decoder,
+    labels, input size), read as a file's metadata."""
+    found = {}
+    for key, value in (config.get("parameters") or {}).items():
+        text = value.get("string_value") if isinstance(value, dict) else None
+        if text is not None:
+            found[key] = str(text)
+    return found
+
+
+_regions = itertools.count()
+
+
+@dataclass
+class _Lane:
+    """A calling thread's shared memory: one region for the input, one for every output back to back."""
+
+    names: tuple[str, str]
+    handles: tuple[Any, Any]
+    registered: bool = False
+
+
+@dataclass
+class TritonBackend(Backend):
+    server: Any = None  # ServerClient
+    memory: str = "off"  # system or off: how the tensors travel
+    times: ServerTimes = field(default_factory=ServerTimes)
+    parallel = "shared"  # every lane a request in flight on the one connection (gRPC) or pool (HTTP)
+
+    def __post_init__(self) -> None:
+        self._local = threading.local()
+        self._lanes: list[_Lane] = []
+        self._lock = threading.Lock()
+        self._out_bytes = [int(np.prod(t.shape)) * t.dtype.itemsize for t in self.outputs]
+
+    @property
+    def reference(self) -> TritonReference:
+        return self.server.reference
+
+    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        try:
+            with self.times.request():
+                outputs = self._shared(tensor) if self.memory == "system" else self._sent(tensor)
+        except BackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - tritonclient's errors and the network's, said in one line
+            if self.memory == "system":
+                self._lane().registered = False  # a restarted server forgot the regions: registered again
+            raise server_error(self.reference, exc) from None
+        self.times.poll(self.server)
+        return outputs
+
+    def _sent(self, tensor: np.ndarray) -> list[np.ndarray]:
+        module = self.server.module
+        request = module.InferInput(self.inputs[0].name, list(tensor.shape), _triton_type(tensor.dtype))
+        request.set_data_from_numpy(np.ascontiguousarray(tensor))
+        wanted = [module.InferRequestedOutput(t.name) for t in self.outputs]
+        result = self.server.infer([request], wanted)
+        return [result.as_numpy(t.name) for t in self.outputs]
+
+    def _shared(self, tensor: np.ndarray) -> list[np.ndarray]:
+        from tritonclient.utils import shared_memory as shm
+
+        lane = self._lane()
+        if not lane.registered:
+            self._register(lane)
+        shm.set_shared_memory_region(lane.handles[0], [np.ascontiguousarray(tensor)])
+        module = self.server.module
+        request = module.InferInput(self.inputs[0].name, list(tensor.shape), _triton_type(tensor.dtype))
+        request.set_shared_memory(lane.names[0], tensor.nbytes)
+        wanted, offset = [], 0
+        for info, size in zip(self.outputs, self._out_bytes, strict=True):
+            output = module.InferRequestedOutput(info.name)
+            output.set_shared_memory(lane.names[1], size, offset)
+            wanted.append(output)
+            offset += size
+        self.server.infer([request], wanted)
+        found, offset = [], 0
+        for info, size in zip(self.outputs, self._out_bytes, strict=True):
+            # a copy: the region is this lane's next frame's
+            found.append(np.array(shm.get_contents_as_numpy(lane.handles[1], info.dtype, info.shape, offset)))
+            offset += size
+        return found
+
+    def _lane(self) -> _Lane:
+        lane: _Lane | None = getattr(self._local, "lane", None)
+        if lane is None:
+            from tritonclient.utils import shared_memory as shm
+
+            number = next(_regions)
+            names = (f"edge-{os.getpid()}-{number}-in", f"edge-{os.getpid()}-{number}-out")
+            sizes = (int(np.prod(self.inputs[0].shape)) * self.inputs[0].dtype.itemsize, sum(self._out_bytes))
+            handles = tuple(shm.create_shared_memory_region(n, "/" + n, s) for n, s in zip(names, sizes, strict=True))
+            lane = self._local.lane = _Lane(names, (handles[0], handles[1]))
+            with self._lock:
+                self._lanes.append(lane)
+        return lane
+
+    def _register(self, lane: _Lane) -> None:
+        for name, handle in zip(lane.names, lane.handles, strict=True):
+            with contextlib.suppress(Exception):  # a region of that name left by a server that kept it; else none
+                self.server.unregister_memory(name)
+            self.server.register_memory(name, "/" + name, handle._mpsm_handle.size)
+        lane.registered = True
+
+    def timing_split(self) -> dict[str, float] | None:
+        return self.times.split()
+
+    def close(self) -> None:
+        from tritonclient.utils import shared_memory as shm
+
+        with self._lock:
+            lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            for name, handle in zip(lane.names, lane.handles, strict=True):
+                if lane.registered:
+                    with contextlib.suppress(Exception):  # a server gone forgot the region with it
+                        self.server.unregister_memory(name)
+                shm.destroy_shared_memory_region(handle)
+        self.server.close()
+
+
+def _triton_type(dtype: np.dtype) -> str:
+    for name, known in DTYPES.items():
+        if np.dtype(known) == dtype:
+            return name
+    raise BackendError(f"Triton takes no {dtype} tensors")
+
+
+def _check_model(metadata: dict[str, Any], config: dict[str, Any], reference: TritonReference) -> bool:
+    """Whether the server batches the model (its max_batch_size); one line for a model no decoder here fits."""
+    if len(metadata.get("inputs", [])) != 1:
+        names = ", ".join(i["name"] for i in metadata.get("inputs", []))
+        raise BackendError(
+            f"{reference.model} on {reference.address} takes inputs {names}: a detector here feeds one image input"
+        )
+    return int(config.get("max_batch_size", 0) or 0) > 0
+
+
+def _memory(settings: TritonOptions, reference: TritonReference) -> str:
+    if settings.shared_memory == "auto":
+        return "system" if reference.on_this_host else "off"
+    return settings.shared_memory
+
+
+def load(path: Path, options: BackendOptions) -> TritonBackend:
+    if not installed("tritonclient"):
+        raise BackendError(f"the triton engine needs NVIDIA's tritonclient: {INSTALL}")
+    reference = reference_of(path)
+    settings = parse_options("triton", TritonOptions, options.engine_options)
+    headers = dict(settings.headers)
+    if settings.token:
+        headers["Authorization"] = f"Bearer {settings.token}"
+    server = ServerClient(reference, settings.timeout_s, headers, settings.ca_file)
+    try:
+        if not server.model_ready():
+            raise not_ready(reference)
+        metadata, config = server.metadata(), server.config()
+    except BackendError:
+        server.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - said in one line
+        server.close()
+        raise server_error(reference, exc) from None
+    batching = _check_model(metadata, config, reference)
+    version = _client_version()
+    backend = TritonBackend(
+        key="triton",
+        model_path=reference.url,
+        engine=f"tritonclient {version} ({reference.protocol})",
+        device=f"{metadata.get('platform') or config.get('backend') or 'server'} on {reference.address}",
+        inputs=[_tensor(t, batching) for t in metadata["inputs"]],
+        outputs=[_tensor(t, batching) for t in metadata["outputs"]],
+        metadata=_parameters(config),
+        server=server,
+    )
+    backend.memory = _settle_memory(backend, _memory(settings, reference), settings.shared_memory)
+    return backend
+
+
+def _settle_memory(backend: TritonBackend, memory: str, asked: str) -> str:
+    """System shared memory where the server takes it; auto falls back to the socket, saying why."""
+    if memory != "system":
+        return "off"
+    backend.memory = "system"
+    try:
+        backend._register(backend._lane())
+    except Exception as exc:  # noqa: BLE001 - a server in a container without the host's /dev/shm refuses it
+        if asked == "system":
+            backend.close()
+            raise BackendError(
+                f"the Triton server at {backend.reference.address} refused system shared memory ({brief(str(exc), 200)}"
+                "): run it on this host sharing /dev/shm (docker run --ipc=host), or set triton.shared_memory: off"
+            ) from None
+        backend.notes.append(
+            f"shared memory not taken by the server ({brief(str(exc), 120)}): tensors go over the socket"
+        )
+        return "off"
+    backend.notes.append("tensors pass through system shared memory (the server is on this host)")
+    return "system"
+
+
+def _client_version() -> str:
+    from importlib.metadata import version
+
+    return version("tritonclient")
+
+
+def probe() -> BackendStatus:
+    status = ENGINE.status()
+    if not installed("tritonclient"):
+        status.problem = "tritonclient is not installed"
+        return status
+    status.available, status.engine = True, f"tritonclient {_client_version()}"
+    status.devices = ["a Triton (KServe v2) server: --model triton://HOST:PORT/MODEL or triton+grpc://..."]
+    return status
+
+
+def reach(model: str) -> str:
+    """Whether the server a reference names answers and has the model ready, in one line."""
+    if not installed("tritonclient"):
+        raise BackendError(f"the triton engine needs NVIDIA's tritonclient: {INSTALL}")
+    reference = reference_of(model)
+    server = ServerClient(reference, DEFAULT_TIMEOUT_S, {}, None)
+    try:
+        if not server.model_ready():
+            raise not_ready(reference)
+        metadata = server.metadata()
+    except BackendError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - said in one line
+        raise server_error(reference, exc) from None
+    finally:
+        server.close()
+    inputs = ", ".join(f"{t['name']} {t['datatype']} {t['shape']}" for t in metadata.get("inputs", []))
+    return f"answers over {reference.protocol.upper()}: {reference.model} ready ({metadata.get('platform')}; {inputs})"
+
+
+def serves(model: str) -> bool:
+    return names_server(model)
+
+
+def rank(path: Path) -> Offer | None:
+    """Only for a server's reference: a file is never sent to a server unasked."""
+    reference = parse_reference(str(path))
+    if reference is None or not installed("tritonclient"):
+        return None
+    return Offer(100, "server", f"the model is served by the Triton server at {reference.address}")
+
+
+ENGINE = Engine(
+    key="triton",
+    formats=(),
+    install=INSTALL,
+    probe=probe,
+    load=load,
+    rank=rank,
+    listed=6,
+    distributions=("tritonclient",),
+    options=TritonOptions,
+    serves=serves,
+    reach=reach,
+)

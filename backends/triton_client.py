@@ -1,0 +1,190 @@
+"""A model on a Triton Inference Server (or any KServe v2 / Open Inference Protocol server): its reference, and
+one way to talk to it over HTTP or gRPC with NVIDIA's `tritonclient`.
+
+The two clients of `tritonclient` differ where it matters here. The gRPC client is thread-safe but for its streams:
+the lanes of a shared engine call `infer` on one channel at once, several frames in flight on one HTTP/2
+connection. The HTTP client is not (its docstring: "None of the methods are thread safe"; it runs on gevent): each
+lane has a client of its own, a keep-alive connection each. Its `async_infer` would keep frames in flight from one
+thread, but through gevent's hub, which the service's threads do not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
+# scheme -> (protocol, TLS)
+SCHEMES = {
+    "triton": ("http", False),
+    "triton+http": ("http", False),
+    "triton+https": ("http", True),
+    "triton+grpc": ("grpc", False),
+    "triton+grpcs": ("grpc", True),
+}
+# `triton://host:port/model[/version]`; one slash after the scheme too, as a path made of the reference reads
+REFERENCE = re.compile(
+    r"^(?P<scheme>triton(?:\+[a-z]+)?):/{1,2}(?P<address>[^/]+)/(?P<model>[^/]+?)(?:/(?P<version>\d+))?/?$"
+)
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
+# the gRPC channel tries a lost server again at most this often (gRPC's default backoff grows to 120 s: a server
+# back after a minute's outage would wait that long for its clients)
+RECONNECT_BACKOFF_MS = 2000
+
+
+@dataclass(frozen=True)
+class TritonReference:
+    protocol: str  # http or grpc
+    tls: bool
+    host: str
+    port: int
+    model: str
+    version: str  # "" = the server's choice (its latest)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        scheme = {("http", False): "triton", ("http", True): "triton+https", ("grpc", False): "triton+grpc"}.get(
+            (self.protocol, self.tls), "triton+grpcs"
+        )
+        version = f"/{self.version}" if self.version else ""
+        return f"{scheme}://{self.address}/{self.model}{version}"
+
+    @property
+    def on_this_host(self) -> bool:
+        return self.host.lower() in LOOPBACK or self.host.startswith("127.")
+
+
+def parse_reference(text: str) -> TritonReference | None:
+    """The server and model a reference names; None for anything that is not one (a file, a registry name)."""
+    found = REFERENCE.match(text.strip())
+    if not found or found["scheme"] not in SCHEMES:
+        return None
+    protocol, tls = SCHEMES[found["scheme"]]
+    host, _, port = found["address"].rpartition(":")
+    if not host or not port.isdigit():  # no port given (or an IPv6 address without one)
+        host, port = found["address"], str(DEFAULT_PORTS[protocol])
+    return TritonReference(protocol, tls, host, int(port), found["model"], found["version"] or "")
+
+
+def names_server(text: str) -> bool:
+    """Written as a server's reference, right or wrong (`triton:/x`, `triton+grcp://...`): answered by the engine."""
+    return text.strip().lower().startswith("triton") and ":/" in text
+
+
+class ServerClient:
+    """The calls the engine makes, the same over both protocols; `headers` go with every call (a token for a proxy)."""
+
+    def __init__(self, reference: TritonReference, timeout_s: float, headers: Mapping[str, str], ca_file: str | None):
+        self.reference = reference
+        self.timeout_s = timeout_s
+        self.headers = dict(headers) or None
+        self._ca_file = ca_file
+        self._local = threading.local()
+        self._made: list[Any] = []
+        self._lock = threading.Lock()
+        if reference.protocol == "grpc":
+            import tritonclient.grpc as module
+        else:
+            import tritonclient.http as module
+        self.module = module
+
+    @property
+    def client(self) -> Any:
+        """gRPC: one client (one channel) for every thread. HTTP: this thread's own."""
+        if self.reference.protocol == "grpc":
+            with self._lock:
+                if not self._made:
+                    self._made.append(self._grpc())
+                return self._made[0]
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._http()
+            with self._lock:
+                self._made.append(client)
+        return client
+
+    def _grpc(self) -> Any:
+        import tritonclient.grpc as grpcclient
+
+        args = [
+            ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.initial_reconnect_backoff_ms", 500),
+            ("grpc.min_reconnect_backoff_ms", 500),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
+        ]
+        ref = self.reference
+        return grpcclient.InferenceServerClient(
+            ref.address, ssl=ref.tls, root_certificates=self._ca_file, channel_args=args
+        )
+
+    def _http(self) -> Any:
+        import tritonclient.http as httpclient
+
+        ref = self.reference
+        ssl_options = {"ca_certs": self._ca_file} if ref.tls and self._ca_file else None
+        return httpclient.InferenceServerClient(
+            ref.address,
+            connection_timeout=self.timeout_s,
+            network_timeout=self.timeout_s,
+            ssl=ref.tls,
+            ssl_options=ssl_options,
+        )
+
+    def _timeout(self) -> dict[str, Any]:
+        """gRPC takes a deadline per call; the HTTP client's timeouts are its own."""
+        return {"client_timeout": self.timeout_s} if self.reference.protocol == "grpc" else {}
+
+    def model_ready(self) -> bool:
+        ref = self.reference
+        return bool(self.client.is_model_ready(ref.model, ref.version, headers=self.headers, **self._timeout()))
+
+    def server_live(self) -> bool:
+        return bool(self.client.is_server_live(headers=self.headers, **self._timeout()))
+
+    def metadata(self) -> dict[str, Any]:
+        ref, json = self.reference, self._json()
+        return dict(self.client.get_model_metadata(ref.model, ref.version, headers=self.headers, **json))
+
+    def config(self) -> dict[str, Any]:
+        """The model's configuration (the server's, auto-completed where it filled it in)."""
+        ref, json = self.reference, self._json()
+        found = self.client.get_model_config(ref.model, ref.version, headers=self.headers, **json)
+        return dict(found.get("config", found))  # gRPC wraps it in {"config": ...}
+
+    def statistics(self) -> dict[str, Any]:
+        """The model's cumulative statistics (Triton's statistics extension), {} where the server has none."""
+        ref, json = self.reference, self._json()
+        found = self.client.get_inference_statistics(ref.model, ref.version, headers=self.headers, **json)
+        stats = found.get("model_stats") or []
+        return dict(stats[0]) if stats else {}
+
+    def _json(self) -> dict[str, Any]:
+        return {"as_json": True, **self._timeout()} if self.reference.protocol == "grpc" else {}
+
+    def register_memory(self, name: str, key: str, size: int) -> None:
+        self.client.register_system_shared_memory(name, key, size, headers=self.headers, **self._timeout())
+
+    def unregister_memory(self, name: str) -> None:
+        self.client.unregister_system_shared_memory(name, headers=self.headers, **self._timeout())
+
+    def infer(self, inputs: list[Any], outputs: list[Any]) -> Any:
+        ref = self.reference
+        return self.client.infer(
+            ref.model, inputs, ref.version, outputs=outputs, headers=self.headers, **self._timeout()
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            made, self._made = self._made, []
+        for client in made:
+            with contextlib.suppress(Exception):  # closing a connection to a server already gone
+                client.close()
