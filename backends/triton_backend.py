@@ -28,6 +28,7 @@ from edge_inference.backends.triton_client import ServerClient, TritonReference,
 from edge_inference.backends.triton_times import ServerTimes
 
 INSTALL = "pip install './edge-inference[triton]' (NVIDIA's tritonclient, HTTP and gRPC)"
+EXTRA = "pip install 'edge-inference[triton]'"
 DTYPES = {
     "FP32": np.float32,
     "FP16": np.float16,
@@ -268,7 +269,7 @@ def _memory(settings: TritonOptions, reference: TritonReference) -> str:
 
 def load(path: Path, options: BackendOptions) -> TritonBackend:
     if not installed("tritonclient"):
-        raise BackendError(f"the triton engine needs NVIDIA's tritonclient: {INSTALL}")
+        raise BackendError(f"the triton engine needs NVIDIA's tritonclient: {EXTRA}")
     reference = reference_of(path)
     settings = parse_options("triton", TritonOptions, options.engine_options)
     headers = dict(settings.headers)
@@ -342,7 +343,7 @@ def probe() -> BackendStatus:
 def reach(model: str) -> str:
     """Whether the server a reference names answers and has the model ready, in one line."""
     if not installed("tritonclient"):
-        raise BackendError(f"the triton engine needs NVIDIA's tritonclient: {INSTALL}")
+        raise BackendError(f"the triton engine needs NVIDIA's tritonclient: {EXTRA}")
     reference = reference_of(model)
     server = ServerClient(reference, DEFAULT_TIMEOUT_S, {}, None)
     try:

@@ -20,7 +20,7 @@ import numpy as np
 
 from edge_inference.models.errors import ModelError
 
-NEEDS = "pip install './edge-inference[triton]' (onnx and tritonclient write the repository)"
+NEEDS = "pip install 'edge-inference[triton]' (onnx and tritonclient write the repository)"
 DATA_TYPES = {
     "float32": "TYPE_FP32",
     "float16": "TYPE_FP16",

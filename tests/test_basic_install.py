@@ -173,6 +173,8 @@ def test_serve_checks_and_serves(basic: BasicInstall):
 def test_what_needs_an_extra_says_which_in_one_line(basic: BasicInstall, tmp_path: Path):
     _one_line_naming(basic.run("detect", CAT, "-m", "yolox-nano", "-b", "tflite"), "tflite")
     _one_line_naming(basic.run("detect", CAT, "-m", "yolox-nano", "-b", "openvino"), "openvino")
+    _one_line_naming(basic.run("detect", CAT, "-m", f"triton+grpc://127.0.0.1:{free_port()}/yolox_nano"), "triton")
+    _one_line_naming(basic.run("models", "export-triton", "yolox-nano", str(tmp_path / "repository")), "triton")
     config = tmp_path / "events.yaml"
     config.write_text(
         f"mqtt:\n  url: mqtt://127.0.0.1:{free_port()}\nstreams:\n  - id: door\n    source: {VTEST}\n"
