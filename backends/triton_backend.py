@@ -168,7 +168,7 @@ class TritonBackend(Backend):
         except BackendError:
             raise
         except Exception as exc:  # noqa: BLE001 - tritonclient's errors and the network's, said in one line
-            if self.memory == "system":
+            if self.memory == "system" and "shared memory" in str(exc).lower():
                 self._lane().registered = False  # a restarted server forgot the regions: registered again
             raise server_error(self.reference, exc) from None
         self.times.poll(self.server)
@@ -222,9 +222,12 @@ class TritonBackend(Backend):
 
     def _register(self, lane: _Lane) -> None:
         for name, handle in zip(lane.names, lane.handles, strict=True):
-            with contextlib.suppress(Exception):  # a region of that name left by a server that kept it; else none
-                self.server.unregister_memory(name)
-            self.server.register_memory(name, "/" + name, handle._mpsm_handle.size)
+            try:
+                self.server.register_memory(name, "/" + name, handle._mpsm_handle.size)
+            except Exception as exc:
+                # the name holds this process's id and lane: a region the server already has under it is this one
+                if "already" not in str(exc).lower():
+                    raise
         lane.registered = True
 
     def timing_split(self) -> dict[str, float] | None:

@@ -14,9 +14,10 @@ from edge_inference.backends.discovery import choose_backend
 from edge_inference.cli.app import cli
 from edge_inference.cli.options import detector_config, detector_options
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
-from edge_inference.edge.detection.model_files import locate_model, model_for_engine
+from edge_inference.edge.detection.model_files import converted_folder, locate_model, model_for_engine
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.edge.tools.quantize import DEFAULT_METHOD
 from edge_inference.models.download import is_cached, pull, verify
 from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry
 
@@ -74,6 +75,7 @@ def list_models(cache: str | None, as_json: bool) -> None:
         }
         for e in REGISTRY.values()
     ]
+    rows += converted_rows(settings)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -82,6 +84,31 @@ def list_models(cache: str | None, as_json: bool) -> None:
         mark = " (default)" if r["default"] else ""
         click.echo(f"{r['name']:<26}{r['license']:<12}{'yes' if r['cached'] else 'no':<8}{r['description']}{mark}")
     click.echo(f"\ncache: {settings.model_cache}")
+
+
+def converted_rows(settings: Settings) -> list[dict[str, Any]]:
+    """`edge models convert`'s files, each with what its record says it was made from and how it did."""
+    rows = []
+    for record_file in sorted(converted_folder(settings).glob("*.json")):
+        try:
+            record = json.loads(record_file.read_text())
+        except (OSError, ValueError):
+            continue
+        made, table, calibration = (record.get(k, {}) for k in ("made_from", "table", "calibration"))
+        rows.append(
+            {
+                "name": record_file.name.removesuffix(".json").rsplit(".", 1)[0],
+                "license": "as its source",
+                "cached": True,
+                "default": False,
+                "description": f"{record.get('target')} of {made.get('model')}, calibrated on "
+                f"{calibration.get('frames')} frames of {calibration.get('source')}; agreement "
+                f"{table.get('agreement_map50')}, CPU {table.get('cpu_ratio')}x the float model's",
+                "upstream": "(converted here)",
+                "record": record,
+            }
+        )
+    return rows
 
 
 @models.command("pull")
@@ -199,3 +226,71 @@ def export_triton(model: str, folder: Path, name: str | None, mirror: str | None
         "nvcr.io/nvidia/tritonserver:<yy.mm>-py3 tritonserver --model-repository /models"
     )
     click.echo(f"cameras: edge serve --model triton+grpc://SERVER:8001/{name} --source CAMERA")
+
+
+@models.command("convert")
+@click.argument("model")
+@click.option("--to", "target", required=True, help="onnx-int8 (ONNX Runtime) or openvino-int8 (NNCF).")
+@click.option("--calibrate", required=True, help="Your camera or footage: a camera, an RTSP URL, a video, a folder.")
+@click.option(
+    "--eval", "evaluate", help="Other footage to judge the conversion on [default: the second half of --calibrate]."
+)
+@click.option(
+    "--output", type=click.Path(dir_okay=False, path_type=Path), help="[default: the model cache's converted/]"
+)
+@click.option(
+    "--method",
+    type=click.Choice(["minmax", "entropy", "percentile"]),
+    default=DEFAULT_METHOD,
+    show_default=True,
+    help="onnx-int8: ONNX Runtime's calibration method.",
+)
+@click.option(
+    "--frames",
+    type=click.IntRange(4, 2000),
+    default=100,
+    show_default=True,
+    help="Calibration frames (and as many evaluation frames), spread over the footage.",
+)
+@click.option("--no-progress", is_flag=True)
+@mirror_option
+def convert_model(
+    model: str,
+    target: str,
+    calibrate: str,
+    evaluate: str | None,
+    output: Path | None,
+    method: str,
+    frames: int,
+    no_progress: bool,
+    mirror: str | None,
+) -> None:
+    """Make MODEL int8 for this device with the vendor's tool, calibrated on your own camera, and judge it on
+    other frames of it against the float model: size, CPU per frame, agreement. `edge serve --model NAME-int8`
+    then runs it."""
+    from edge_inference.edge.tools.convert import convert
+
+    done = convert(
+        model,
+        target,
+        calibrate,
+        _settings(None, mirror),
+        evaluate=evaluate,
+        output=output,
+        method=method,
+        counts=(frames, frames),
+        progress=not no_progress,
+    )
+    table = done.record["table"]
+    click.echo(f"{'':<8}{'size MiB':>10}{'CPU ms/frame':>14}{'fps':>8}")
+    for side in ("float", "int8"):
+        row = table[side]
+        click.echo(f"{side:<8}{row['size_mib']:>10}{row['cpu_ms_per_frame']:>14}{row['fps']:>8}")
+    per_class = ", ".join(f"{label} {ap}" for label, ap in table["agreement_per_class"].items())
+    click.echo(
+        f"agreement with the float model (mAP@0.5): {table['agreement_map50']}"
+        + (f" ({per_class})" if per_class else "")
+    )
+    click.echo(done.record["verdict"])
+    kept = len(done.record["kept_in_float"])
+    click.echo(f"{done.name}: {done.path} (kept in float: {kept} head nodes; record {done.path}.json)")

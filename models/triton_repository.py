@@ -99,6 +99,7 @@ def _same_per_frame(original: bytes, changed: bytes) -> bool:
     """ONNX Runtime runs the changed model on a batch of two frames: each must get the original's outputs."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)
     quiet = ort.SessionOptions()
     quiet.log_severity_level = 4  # a model that cannot batch fails here by design: its kernel's error is no news
     try:
@@ -132,6 +133,16 @@ def _ports(onnx: Any, ports: Any, batched: bool) -> list[tuple[str, str, list[in
     return found
 
 
+def _weights_are_not_inputs(model: Any) -> None:
+    """Older exporters (NanoDet's) list every weight among the graph's inputs too (ONNX IR < 4): ONNX Runtime reads
+    them as overridable constants, Triton as inputs a client must send. Taken out, as ONNX Runtime's
+    remove_initializer_from_input.py does."""
+    weights = {t.name for t in model.graph.initializer}
+    kept = [port for port in model.graph.input if port.name not in weights]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+
+
 def export_repository(source: Path, folder: Path, name: str, options: ExportOptions) -> Exported:
     """Write `folder/name/` for `source` (an ONNX model): the model as version 1 and its config."""
     onnx, text_format, pb = _imports()
@@ -141,6 +152,7 @@ def export_repository(source: Path, folder: Path, name: str, options: ExportOpti
             "give the model's .onnx (`edge models list` shows the registry's)"
         )
     model = onnx.load(str(source))
+    _weights_are_not_inputs(model)
     notes: list[str] = []
     changed = batchable(model) if options.max_batch_size > 0 else None
     if changed is not None and _same_per_frame(model.SerializeToString(), changed.SerializeToString()):

@@ -22,6 +22,7 @@ from tests.triton import TritonServer, export
 
 YOLOX = MODELS / "onnx" / "yolox_nano.onnx"
 SSD = MODELS / "onnx" / "ssd_mobilenet_v2_coco_quant_postprocess.onnx"
+NANODET = MODELS / "onnx" / "nanodet_m.onnx"
 PHOTOS = [str(MEDIA / "cat_720p.jpg"), str(MEDIA / "kite_and_cold.jpg")]
 
 
@@ -30,12 +31,14 @@ def repository(tmp_path_factory):
     folder = tmp_path_factory.mktemp("triton-repository")
     export(folder, str(YOLOX), "yolox_nano")
     export(folder, str(SSD), "ssd")
+    export(folder, str(NANODET), "nanodet")
     return folder
 
 
 @pytest.fixture(scope="module")
 def triton(repository, tmp_path_factory):
-    server = TritonServer(repository, ["yolox_nano", "ssd"], tmp_path_factory.mktemp("triton") / "triton.log")
+    models = ["yolox_nano", "ssd", "nanodet"]
+    server = TritonServer(repository, models, tmp_path_factory.mktemp("triton") / "triton.log")
     server.start()
     yield server
     server.stop()
@@ -74,10 +77,12 @@ def test_photos_give_the_local_engines_detections(triton, protocol, memory):
     assert (said in remote.stderr) == (memory == "auto"), remote.stderr
 
 
-def test_an_ssd_with_four_outputs_and_uint8_input_over_grpc(triton):
-    """The decoder comes from the server's metadata (four outputs, a uint8 NHWC input), as for a local file."""
-    remote = records(run_edge("detect", *PHOTOS, "--model", triton.grpc("ssd"), "--json"))
-    local = records(run_edge("detect", *PHOTOS, "--model", str(SSD), "--backend", "onnx", "--json"))
+@pytest.mark.parametrize(("name", "path"), [("ssd", SSD), ("nanodet", NANODET)])
+def test_other_layouts_find_their_decoders_from_the_servers_metadata(triton, name, path):
+    """An SSD (four outputs, a uint8 NHWC input) and NanoDet (one output of its own layout): the decoder comes from
+    the server's metadata, as for a local file."""
+    remote = records(run_edge("detect", *PHOTOS, "--model", triton.grpc(name), "--json"))
+    local = records(run_edge("detect", *PHOTOS, "--model", str(path), "--backend", "onnx", "--json"))
     assert any(d["label"] == "cat" for d in remote[0]["detections"])
     assert_same_detections(remote, local)
 
@@ -114,6 +119,9 @@ def test_the_exported_repository_batches_where_the_model_allows(repository):
     )
     assert yolox.backend == "onnxruntime" and (repository / "yolox_nano" / "1" / "model.onnx").is_file()
     assert ssd.max_batch_size == 0 and not ssd.HasField("dynamic_batching")
+    # NanoDet's exporter listed its 200 weights among the graph's inputs: Triton would have asked clients for them
+    nanodet = text_format.Parse((repository / "nanodet" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert [i.name for i in nanodet.input] == ["input.1"]
 
 
 def test_export_triton_command_says_both_sides(tmp_path):
@@ -396,5 +404,26 @@ def test_a_server_not_there_at_start_is_waited_for(repository, tmp_path):
             server.start()
             edge.wait_for_frames("main", 5, timeout=120)
         assert "Traceback" not in edge.log
+    finally:
+        server.stop()
+
+
+def test_grpc_over_tls_with_the_servers_certificate(repository, tmp_path):
+    """`triton+grpcs://` with `ca_file`: a server whose certificate it names is reached; without it, one line."""
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = TritonServer(repository, ["yolox_nano"], tmp_path / "triton.log", grpc_tls=(cert, key)).start()
+    try:
+        model = f"triton+grpcs://127.0.0.1:{server.grpc_port}/yolox_nano"
+        trusted = run_edge("detect", PHOTOS[0], "--model", model, "--json", "--engine-option", f"triton.ca_file={cert}")
+        assert any(d["label"] == "cat" for d in records(trusted)[0]["detections"])
+        assert_one_clear_error(run_edge("detect", PHOTOS[0], "--model", model, "--engine-option",
+                                        "triton.timeout_s=2"), "Triton server")  # fmt: skip
     finally:
         server.stop()

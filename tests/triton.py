@@ -62,9 +62,16 @@ def require_pytriton() -> Path:
 class TritonServer:
     """`models` are the repository's model names; ready once each answers ready."""
 
-    def __init__(self, repository: Path, models: list[str], log: Path, access_token: str | None = None) -> None:
+    def __init__(
+        self,
+        repository: Path,
+        models: list[str],
+        log: Path,
+        access_token: str | None = None,
+        grpc_tls: tuple[Path, Path] | None = None,  # (certificate, key): gRPC over TLS
+    ) -> None:
         self.repository, self.models, self.log = repository, models, log
-        self.access_token = access_token
+        self.access_token, self.grpc_tls = access_token, grpc_tls
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -81,6 +88,8 @@ class TritonServer:
         command += ["--metrics-port", str(self.metrics_port)]
         if self.access_token:
             command += ["--access-token", self.access_token]
+        if self.grpc_tls:
+            command += ["--grpc-cert", str(self.grpc_tls[0]), "--grpc-key", str(self.grpc_tls[1])]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + READY_WITHIN_S

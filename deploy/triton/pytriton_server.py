@@ -84,13 +84,17 @@ def main() -> None:
         help="restrict shared memory, statistics and the repository API to clients sending this token (Triton's "
         "--http-restricted-api; PyTriton's default, with a random token). Without: open, as tritonserver's default",
     )
+    parser.add_argument("--grpc-cert", type=Path, help="gRPC over TLS: the server's certificate (PEM)")
+    parser.add_argument("--grpc-key", type=Path, help="and its key")
     args = parser.parse_args()
+    tls = {"grpc_use_ssl": True, "grpc_server_cert": args.grpc_cert, "grpc_server_key": args.grpc_key}
     config = TritonConfig(
         http_address=args.address,
         http_port=args.http_port,
         grpc_address=args.address,
         grpc_port=args.grpc_port,
         metrics_port=args.metrics_port,
+        **(tls if args.grpc_cert else {}),
     )
     security = (
         TritonSecurityConfig(access_token=args.access_token)

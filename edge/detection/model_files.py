@@ -9,11 +9,24 @@ from edge_inference.backends import Engine, engines, get_engine
 from edge_inference.backends.engine import serving_engine
 from edge_inference.edge.config_paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.settings import Settings
+from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import LFS_POINTER, Progress, check_cached, is_cached, pull
 from edge_inference.models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry, is_registry_name
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
+CONVERTED = "converted"  # `edge models convert`'s files, under the model cache, found by their names
+
+
+def converted_folder(settings: Settings | None = None) -> Path:
+    return (settings or get_settings()).model_cache / CONVERTED
+
+
+def converted_model(name: str, settings: Settings | None = None) -> Path | None:
+    """The file `edge models convert` made under this name (`yolox-nano-int8`), if there is one."""
+    if not name or "/" in name or Path(name).suffix in MODEL_SUFFIXES:
+        return None
+    folder = converted_folder(settings)
+    return next((p for p in (folder / f"{name}.onnx", folder / f"{name}.xml") if p.is_file()), None)
 
 
 def model_reference(model: str) -> RegistryEntry | Path:
@@ -23,6 +36,9 @@ def model_reference(model: str) -> RegistryEntry | Path:
         return Path(model)
     if model in REGISTRY:
         return get_entry(model)
+    converted = converted_model(model)
+    if converted is not None:
+        return converted
     path = Path(model).expanduser()
     if path.is_file():
         check_model_file(path)
@@ -110,7 +126,7 @@ def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
         if entry is None:
             return None, f"the registry has no {model} file that {backend} can run"
         return entry.name, None
-    path = Path(model).expanduser()
+    path = converted_model(model) or Path(model).expanduser()
     if not path.is_file():
         return None, f"{model} is neither a registry model nor a file"
     if not engine.reads(path.name):

@@ -1,0 +1,92 @@
+"""int8 conversions of yolox-nano calibrated on the shared video, judged against the float model (issue 59).
+
+    python -m benchmarks.convert [--frames 100] [--rounds 3]
+
+`edge models convert yolox-nano --to onnx-int8|openvino-int8 --calibrate vtest.avi`: calibrated on frames spread
+over the video's first half, judged on frames spread over its second half. Printed per target: the conversion's own
+table (agreement with the float model over the classes it found 10 times or more, and over every class), then CPU
+per frame of the int8 model and the float one on the same engine, one thread, timed again here over `--rounds`
+alternating passes of the evaluation frames (the process's CPU time from the kernel). Targets: agreement >= 0.90;
+CPU per frame int8 / float <= 0.80 on ONNX Runtime and <= 0.70 on OpenVINO. On OpenVINO the float model also runs
+at f32 precision (`openvino.precision: f32`): on a CPU with AVX-512 BF16 OpenVINO's default runs a float model in
+bf16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+from benchmarks.common import MODELS, VTEST, machine
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.timings import process_cpu_seconds
+from edge_inference.edge.settings import Settings
+from edge_inference.edge.tools.calibration import Frames, calibration_frames
+from edge_inference.edge.tools.convert import TARGETS, convert
+
+GOALS = {"onnx-int8": 0.80, "openvino-int8": 0.70}
+
+
+def cpu_ms(model: str, engine: str, frames: list, options: dict | None = None) -> float:
+    detector = load_detector(
+        DetectorConfig(model, backend=engine, threads=1, back_to_back=False, engine_options=options or {})
+    )
+    try:
+        for frame in frames[:5]:
+            detector.detect(frame)
+        start = process_cpu_seconds()
+        for frame in frames:
+            detector.detect(frame)
+        return (process_cpu_seconds() - start) * 1e3 / len(frames)
+    finally:
+        detector.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(f"# {machine()}; {args.frames} calibration and {args.frames} evaluation frames of {VTEST.name}")
+    evaluation = Frames.decoded(calibration_frames(str(VTEST), None, args.frames, args.frames).evaluation)
+    with tempfile.TemporaryDirectory() as cache:
+        settings = Settings(model_cache=Path(cache))
+        for target, (engine, _, _) in TARGETS.items():
+            done = convert(
+                "yolox-nano", target, str(VTEST), settings, counts=(args.frames, args.frames), progress=False
+            )
+            table = done.record["table"]
+            print(
+                f"\n## {target} ({done.record['toolchain']}; {len(done.record['kept_in_float'])} head nodes in float)"
+            )
+            print(f"convert's own table: float {table['float']}, int8 {table['int8']}")
+            print(f"agreement (classes seen >= 10 times) {table['agreement_map50']}: {table['agreement_per_class']}")
+            print(f"agreement (every class) {table['agreement_map50_every_class']}: {table['agreement_every_class']}")
+            float_file = str(MODELS / "onnx" / "yolox_nano.onnx")  # what both conversions start from
+            variants: dict[str, tuple[str, dict]] = {"float": (float_file, {}), "int8": (str(done.path), {})}
+            if engine == "openvino":
+                variants["float f32"] = (float_file, {"openvino": {"precision": "f32"}})
+            figures: dict[str, list[float]] = {name: [] for name in variants}
+            for _ in range(args.rounds):
+                for name, (model, options) in variants.items():
+                    figures[name].append(cpu_ms(model, engine, evaluation, options))
+            medians = {name: statistics.median(values) for name, values in figures.items()}
+            for name, value in medians.items():
+                rounds = ", ".join(f"{v:.2f}" for v in figures[name])
+                print(f"{name:<10} {value:6.2f} ms CPU/frame (rounds {rounds})")
+            ratio = medians["int8"] / medians["float"]
+            agreed = table["agreement_map50"] or 0.0
+            print(
+                f"int8 / float CPU per frame {ratio:.3f} (target <= {GOALS[target]}: "
+                f"{'met' if ratio <= GOALS[target] else 'MISSED'}); agreement {agreed} (target >= 0.90: "
+                f"{'met' if agreed >= 0.90 else 'MISSED'})"
+            )
+            if "float f32" in medians:
+                print(f"int8 / float at f32 precision {medians['int8'] / medians['float f32']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""`edge models convert`: a float model made int8 for this device with the vendor's own tool, calibrated on the
+user's own camera, then judged on other frames of it by the vendor's runtime against the float model (agreement,
+CPU per frame, size), and kept in the model cache with a record of what it was made from.
+
+The converted file lands in `<model cache>/converted/` as NAME-int8 (ONNX Runtime) or NAME-openvino-int8 (OpenVINO
+IR), with two files beside it: the spec sidecar (`.yaml`, the float model's decoder, so the int8 file reads as the
+float one does) and the record (`.json`). It is written under a temporary name and renamed once converted and
+judged, so a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from tqdm import tqdm
+
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.model_files import converted_folder, locate_model, model_for_engine
+from edge_inference.edge.detection.timings import process_cpu_seconds
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.secrets import mask_url
+from edge_inference.edge.settings import Settings
+from edge_inference.edge.tools.calibration import Frames, calibration_frames
+from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8, openvino_int8
+from edge_inference.models.agreement import agreement
+from edge_inference.models.detection import Detection
+from edge_inference.models.download import sha256_of
+from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
+
+# target -> (engine that runs it, file ending, name suffix)
+TARGETS = {"onnx-int8": ("onnx", ".onnx", "-int8"), "openvino-int8": ("openvino", ".xml", "-openvino-int8")}
+ELSEWHERE = {
+    "rknn": "Rockchip's rknn-toolkit2 runs in an environment of its own (it pins numpy<=1.26.4 and torch<=2.4.0); "
+    "not built by this command yet: convert with rknn-toolkit2 and give the .rknn to --backend rknn",
+    "tflite-int8": "needs onnx2tf with TensorFlow, not installed by this project yet; then compile with "
+    "edgetpu_compiler (Coral's Debian package) for the Edge TPU",
+    "hailo": "Hailo's Dataflow Compiler is behind Hailo's developer login (hailo.ai, Developer Zone): compile a HEF "
+    "there and give it to --backend hailo",
+}
+AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to keep the float one
+# The float model's boxes at its usual threshold are the truth; the int8 model's are scored down to this score, as mAP
+# is computed (ranked, COCO's evaluation goes down to 0.001): a box the float model gives 0.26 and the int8 0.24 is
+# then a lower-ranked match, not a missed class
+CANDIDATE_CONF = 0.05
+REFERENCE_CONF = 0.25  # the float model's boxes kept as truth: the service's default threshold
+CLASS_BOXES = 10  # a class is shown on its own once the float model found this many of it
+TIMED_BLOCK = 8  # evaluation frames alternate between the two models in blocks of this many
+
+
+@dataclass
+class Judged:
+    """One model on the evaluation frames."""
+
+    cpu_ms: float
+    fps: float
+    detections: list[list[Detection]] = field(default_factory=list)
+
+
+@dataclass
+class Converted:
+    name: str
+    path: Path
+    record: dict[str, Any]
+
+
+def _known_target(target: str) -> tuple[str, str, str]:
+    if target in TARGETS:
+        return TARGETS[target]
+    if target in ELSEWHERE:
+        raise EdgeError(f"--to {target}: {ELSEWHERE[target]}")
+    raise EdgeError(f"--to {target} is no target; choose one of: {', '.join([*TARGETS, *ELSEWHERE])}")
+
+
+def _files(path: Path) -> list[Path]:
+    """The file and what goes with it: an IR's weights."""
+    return [path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path]
+
+
+def _judge(float_detector: Detector, int8_detector: Detector, frames: list[np.ndarray]) -> tuple[Judged, Judged]:
+    """Both models on the same frames, in alternating blocks so a busy moment falls on both alike."""
+    judged = (Judged(0.0, 0.0), Judged(0.0, 0.0))
+    cpu, wall = [0.0, 0.0], [0.0, 0.0]
+    for start in range(0, len(frames), TIMED_BLOCK):
+        block = frames[start : start + TIMED_BLOCK]
+        for side, detector in enumerate((float_detector, int8_detector)):
+            cpu0, wall0 = process_cpu_seconds(), time.perf_counter()
+            judged[side].detections.extend(detector.detect(frame).detections for frame in block)
+            cpu[side] += process_cpu_seconds() - cpu0
+            wall[side] += time.perf_counter() - wall0
+    for side in (0, 1):
+        judged[side].cpu_ms = cpu[side] * 1e3 / len(frames)
+        judged[side].fps = len(frames) / wall[side]
+    return judged
+
+
+def _table(floating: Judged, int8: Judged, sizes: tuple[int, int]) -> dict[str, Any]:
+    """Size, CPU per frame and fps of each; agreement as the project's mAP@0.5 over the classes the float model found
+    CLASS_BOXES times or more (a class seen once or twice, often the float model's own stray box, says little of
+    the conversion and weighs as much as people in a class mean), and over every class it found, for the record."""
+    floating.detections = [[d for d in frame if d.score >= REFERENCE_CONF] for frame in floating.detections]
+    counts: dict[str, int] = {}
+    for frame in floating.detections:
+        for detection in frame:
+            counts[detection.label] = counts.get(detection.label, 0) + 1
+    agreed = agreement(floating.detections, int8.detections)
+    enough = {label: ap for label, ap in agreed.per_class.items() if counts.get(label, 0) >= CLASS_BOXES}
+
+    def side(judged: Judged, size: int) -> dict[str, float]:
+        return {
+            "size_mib": round(size / 2**20, 2),
+            "cpu_ms_per_frame": round(judged.cpu_ms, 2),
+            "fps": round(judged.fps, 1),
+        }
+
+    return {
+        "float": side(floating, sizes[0]),
+        "int8": side(int8, sizes[1]),
+        "agreement_map50": round(float(np.mean(list(enough.values()))), 3) if enough else None,
+        "agreement_per_class": {label: round(ap, 3) for label, ap in enough.items()},
+        "agreement_map50_every_class": None if agreed.map50 is None else round(agreed.map50, 3),
+        "agreement_every_class": {
+            label: {"ap": round(ap, 3), "boxes": counts.get(label, 0)} for label, ap in agreed.per_class.items()
+        },
+        "cpu_ratio": round(int8.cpu_ms / floating.cpu_ms, 3) if floating.cpu_ms else None,
+    }
+
+
+def verdict(table: dict[str, Any]) -> str:
+    agreed, ratio = table["agreement_map50"], table["cpu_ratio"]
+    if agreed is None:
+        return (
+            f"the float model found no class {CLASS_BOXES} times on the evaluation frames: nothing to judge the "
+            "conversion by; evaluate on other frames (--eval) or more of them (--frames)"
+        )
+    if agreed < AGREES:
+        return (
+            f"int8 agrees {agreed:.3f} with the float model (< {AGREES}): keep the float model, or calibrate on "
+            "more frames of the camera"
+        )
+    return f"int8 agrees {agreed:.3f} with the float model at {ratio:.2f}x its CPU per frame: use it"
+
+
+def convert(
+    model: str,
+    target: str,
+    calibrate: str,
+    settings: Settings,
+    *,
+    evaluate: str | None = None,
+    output: Path | None = None,
+    method: str = DEFAULT_METHOD,
+    counts: tuple[int, int] = (100, 100),
+    progress: bool = True,
+) -> Converted:
+    engine, suffix, name_suffix = _known_target(target)
+    onnx_model, reason = model_for_engine(model, "onnx")  # the float ONNX file both vendors' tools start from
+    if onnx_model is None:
+        raise EdgeError(f"{reason}: conversion starts from the float ONNX model")
+    stem, source = locate_model(onnx_model, settings)
+    name = stem + name_suffix  # a registry name's, or the file's stem
+    target_path = output or converted_folder(settings) / f"{name}{suffix}"
+    target_path.parent.mkdir(parents=True, exist_ok=True)
+    frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
+    partial = target_path.with_name(f".{target_path.stem}.partial{suffix}")
+    try:
+        record = _make(source, partial, engine, frames, method, progress)
+    except BaseException:
+        for path in _files(partial):
+            path.unlink(missing_ok=True)
+        raise
+    for done, final in zip(_files(partial), _files(target_path), strict=True):
+        done.replace(final)
+    record.update(made_from={"model": model, "file": source.name, "sha256": sha256_of(source)}, target=target)
+    record["calibration"] = {
+        "source": mask_url(frames.source),
+        "frames": len(frames.calibration),
+        "method": record.pop("calibration_method"),
+        "source_frames_read": frames.read,
+    }
+    record["evaluation"] = {
+        "source": mask_url(evaluate or frames.source),
+        "frames": len(frames.evaluation),
+        "frames_are": "the second half of the source" if evaluate is None else "another source",
+    }
+    record["verdict"] = verdict(record["table"])
+    spec = SpecOverrides(decoder=record.pop("decoder"))
+    float_sidecar = sidecar_path(source)
+    spec = (load_sidecar(float_sidecar) if float_sidecar else SpecOverrides()).merged(spec)
+    Path(f"{target_path}.yaml").write_text(yaml.safe_dump(spec.model_dump(exclude_none=True)), encoding="utf-8")
+    Path(f"{target_path}.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return Converted(target_path.name.removesuffix(suffix), target_path, record)
+
+
+def _make(source: Path, partial: Path, engine: str, frames: Frames, method: str, progress: bool) -> dict[str, Any]:
+    """Converted to `partial` and judged there: the record's toolchain, decoder and table."""
+    # both decode down to CANDIDATE_CONF, so their CPU per frame is like for like; the float's truth is then cut
+    config = DetectorConfig(str(source), backend=engine, threads=1, back_to_back=False, conf=CANDIDATE_CONF)
+    float_detector = load_detector(config)
+    try:
+        tensors = [float_detector.prepare(f).tensor.copy() for f in Frames.decoded(frames.calibration)]
+        bar = tqdm(total=len(tensors), desc=f"calibrating ({engine})", unit="frame", disable=not progress)
+        step: Callable[[], None] = bar.update
+        with bar:
+            if engine == "onnx":
+                done = onnx_int8(source, partial, tensors, method, step)
+            else:
+                done = openvino_int8(source, partial, tensors, step)
+        spec = float_detector.spec
+        int8_config = DetectorConfig(
+            str(partial),
+            backend=engine,
+            threads=1,
+            back_to_back=False,
+            conf=CANDIDATE_CONF,
+            overrides=SpecOverrides(decoder=spec.decoder),
+        )
+        int8_detector = load_detector(int8_config)
+        try:
+            judged = _judge(float_detector, int8_detector, Frames.decoded(frames.evaluation))
+        finally:
+            int8_detector.close()
+    finally:
+        float_detector.close()
+    sizes = (
+        sum(p.stat().st_size for p in _files(source) if p.exists()),
+        sum(p.stat().st_size for p in _files(partial)),
+    )
+    return {**done, "decoder": spec.decoder, "engine": engine, "table": _table(*judged, sizes)}

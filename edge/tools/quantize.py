@@ -1,0 +1,158 @@
+"""int8 with the vendors' own tools: ONNX Runtime's static quantisation and NNCF's post-training quantisation for
+OpenVINO, both calibrated on tensors made from the user's frames exactly as the pipeline makes them.
+
+The detection head stays in float. Its last convolutions (YOLOX: class, box and objectness per scale) and what
+follows them to the outputs (sigmoid, reshape, concat) carry scores and box offsets whose int8 steps cost agreement
+at little gain: they are a small share of the compute. rknn_model_zoo and Ultralytics' int8 exports keep that part
+in float for the same reason. It is found from the graph, not by name: every node on a path from an output back to,
+and including, the first convolution met.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_inference.edge.errors import EdgeError
+
+CONVERT_EXTRA = "pip install 'edge-inference[convert]'"
+QDQ_OPSET = 13  # per-channel QuantizeLinear/DequantizeLinear needs opset 13
+# ONNX Runtime's calibration: percentile (99.999th) clips the rare extreme activations min-max would stretch every
+# step for. yolox-nano on the shared video, 100 frames each: people's AP against the float model 0.987 with it, 0.895
+# with minmax and with entropy (BENCHMARKS.md, issue 59)
+DEFAULT_METHOD = "percentile"
+
+
+def onnx_head(model: Any) -> list[str]:
+    """Names of an ONNX graph's head nodes: from each output back to the first Conv on each path, inclusive."""
+    producer = {out: node for node in model.graph.node for out in node.output}
+    head: dict[str, None] = {}
+    stack = [output.name for output in model.graph.output]
+    while stack:
+        node = producer.get(stack.pop())
+        if node is None or node.name in head:
+            continue
+        head[node.name] = None
+        if node.op_type != "Conv":
+            stack.extend(node.input)
+    return list(head)
+
+
+def openvino_head(model: Any) -> list[str]:
+    """The same walk on an OpenVINO model: friendly names from each Result back to the first Convolution."""
+    head: dict[str, None] = {}
+    stack = [result.input_value(0).get_node() for result in model.get_results()]
+    while stack:
+        node = stack.pop()
+        name = node.get_friendly_name()
+        if name in head or node.get_type_name() in ("Parameter", "Constant"):
+            continue
+        head[name] = None
+        if node.get_type_name() != "Convolution":
+            stack.extend(value.get_node() for value in node.input_values())
+    return list(head)
+
+
+class _Reader:
+    """ONNX Runtime's CalibrationDataReader: one input feed per calibration tensor."""
+
+    def __init__(self, name: str, tensors: list[np.ndarray], step: Callable[[], None]) -> None:
+        self._feeds: Iterator[dict[str, np.ndarray]] = iter({name: t} for t in tensors)
+        self._step = step
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        feed = next(self._feeds, None)
+        if feed is not None:
+            self._step()
+        return feed
+
+
+def onnx_int8(
+    source: Path, target: Path, tensors: list[np.ndarray], method: str, step: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """`source` quantised to `target` (QDQ, int8 weights per channel, uint8 activations), the head in float; what
+    was done, for the record."""
+    try:
+        import onnx
+        from onnx import version_converter
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+    except ImportError:
+        raise EdgeError(f"onnx-int8 needs the onnx package: {CONVERT_EXTRA}") from None
+    model = onnx.load(str(source))
+    if any(not d.HasField("dim_value") for d in model.graph.input[0].type.tensor_type.shape.dim[1:]):
+        raise EdgeError(f"{source.name} has a dynamic input size: export it with a fixed size to convert it")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        upgraded, prepared = Path(work) / "upgraded.onnx", Path(work) / "prepared.onnx"
+        onnx.save(version_converter.convert_version(model, QDQ_OPSET) if opset < QDQ_OPSET else model, str(upgraded))
+        quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=False)
+        head = onnx_head(onnx.load(str(prepared)))
+        methods = {
+            "minmax": CalibrationMethod.MinMax,
+            "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile,
+        }
+        with contextlib.redirect_stdout(sys.stderr):  # its calibrator prints progress: stdout is the command's table
+            quantize_static(
+                str(prepared),
+                str(target),
+                _Reader(model.graph.input[0].name, tensors, step),
+                quant_format=QuantFormat.QDQ,
+                per_channel=True,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=methods[method],
+                nodes_to_exclude=head,
+            )
+    import onnxruntime
+
+    return {
+        "toolchain": f"onnxruntime {onnxruntime.__version__} quantize_static",
+        "format": "QDQ, int8 weights per channel, uint8 activations",
+        "calibration_method": method,
+        "opset": max(opset, QDQ_OPSET),
+        "kept_in_float": head,
+    }
+
+
+def openvino_int8(
+    source: Path, target: Path, tensors: list[np.ndarray], step: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """`source` (ONNX or IR) quantised by NNCF to an int8 IR at `target` (.xml, .bin beside it), the head in float."""
+    try:
+        import nncf
+        import openvino as ov
+    except ImportError:
+        raise EdgeError(f"openvino-int8 needs NNCF and OpenVINO: {CONVERT_EXTRA}") from None
+    nncf.set_log_level(logging.WARNING)  # its INFO lines name each operation it leaves alone: hundreds
+    model = ov.Core().read_model(str(source))
+    if not model.inputs[0].get_partial_shape().is_static:
+        raise EdgeError(f"{source.name} has a dynamic input size: export it with a fixed size to convert it")
+    head = openvino_head(model)
+
+    def counted(tensor: np.ndarray) -> np.ndarray:
+        step()
+        return tensor
+
+    quantized = nncf.quantize(
+        model,
+        nncf.Dataset(tensors, counted),
+        preset=nncf.QuantizationPreset.MIXED,
+        subset_size=len(tensors),
+        ignored_scope=nncf.IgnoredScope(names=head, validate=False),
+    )
+    ov.save_model(quantized, str(target), compress_to_fp16=False)
+    return {
+        "toolchain": f"nncf {nncf.__version__} quantize, openvino {ov.__version__.split('-')[0]}",
+        "format": "OpenVINO IR, int8 (NNCF's mixed preset: symmetric weights, asymmetric activations)",
+        "calibration_method": "nncf (min-max statistics per tensor)",
+        "kept_in_float": head,
+    }

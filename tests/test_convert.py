@@ -1,0 +1,106 @@
+"""`edge models convert` end to end on a short clip of the shared video: the vendors' own tools make the int8 model
+(ONNX Runtime's quantize_static, NNCF for OpenVINO), their runtimes judge it against the float model on frames it
+was not calibrated on, and the result is found by name afterwards. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import pytest
+import yaml
+
+from edge_inference.models.download import sha256_of
+from tests.conftest import MODELS, VTEST
+from tests.helpers import run_edge
+from tests.test_cli_detect import assert_one_clear_error
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    """40 frames of the pedestrian video: people, cars."""
+    path = tmp_path_factory.mktemp("clip") / "walkway.avi"
+    capture, writer = cv2.VideoCapture(str(VTEST)), None
+    for _ in range(40):
+        ok, frame = capture.read()
+        assert ok
+        if writer is None:
+            writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, frame.shape[1::-1])
+        writer.write(frame)
+    writer.release()
+    return path
+
+
+@pytest.fixture(scope="module")
+def later_frame(tmp_path_factory) -> Path:
+    """A frame of the same camera from well after the clip."""
+    capture = cv2.VideoCapture(str(VTEST))
+    capture.set(cv2.CAP_PROP_POS_FRAMES, 400)
+    ok, frame = capture.read()
+    assert ok
+    path = tmp_path_factory.mktemp("frame") / "walkway-400.jpg"
+    cv2.imwrite(str(path), frame)
+    return path
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    return {"EDGE_MODEL_CACHE": str(tmp_path / "cache"), "EDGE_MODEL_MIRROR": str(MODELS)}
+
+
+def convert(env, clip, target):
+    return run_edge("models", "convert", "yolox-nano", "--to", target, "--calibrate", str(clip), "--frames", "12",
+                    "--no-progress", env=env, timeout=600)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("target", "engine", "files"),
+    [
+        ("onnx-int8", "onnx", ["yolox-nano-int8.onnx"]),
+        ("openvino-int8", "openvino", ["yolox-nano-openvino-int8.xml", "yolox-nano-openvino-int8.bin"]),
+    ],
+)
+def test_a_conversion_on_the_users_footage_is_judged_recorded_and_found_by_name(
+    env, clip, later_frame, target, engine, files
+):
+    proc = convert(env, clip, target)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = Path(env["EDGE_MODEL_CACHE"]) / "converted"
+    model = folder / files[0]
+    assert all((folder / name).is_file() for name in files)
+    assert not list(folder.glob(".*partial*")), list(folder.iterdir())
+    assert yaml.safe_load(Path(f"{model}.yaml").read_text()) == {"decoder": "yolox"}  # the float model's decoder
+    record = json.loads(Path(f"{model}.json").read_text())
+    float_file = MODELS / "onnx" / "yolox_nano.onnx"  # the registry file, pulled from the mirror
+    assert record["made_from"]["sha256"] == sha256_of(float_file) and record["target"] == target
+    assert record["calibration"]["frames"] == 12 and record["evaluation"]["frames"] == 12
+    assert record["calibration"]["source"] == str(clip)
+    assert record["toolchain"].startswith("onnxruntime" if engine == "onnx" else "nncf")
+    assert record["kept_in_float"]  # the head
+    table = record["table"]
+    assert table["agreement_per_class"]["person"] >= 0.7, table  # the people of the clip, found by both
+    assert table["int8"]["size_mib"] < table["float"]["size_mib"]
+    assert "agreement with the float model" in proc.stdout and record["verdict"] in proc.stdout
+    name = files[0].rsplit(".", 1)[0]
+    # found by its name, on a frame of the same camera (calibrated on a street, it is that street's model)
+    detected = run_edge("detect", str(later_frame), "--model", name, "--backend", engine, "--json", env=env)
+    assert detected.returncode == 0, detected.stderr
+    assert any(d["label"] == "person" for d in json.loads(detected.stdout)["detections"])
+    listed = json.loads(run_edge("models", "list", "--json", env=env).stdout)
+    row = next(r for r in listed if r["name"] == name)
+    assert row["record"]["target"] == target and "calibrated on 12 frames" in row["description"]
+
+
+def test_targets_made_elsewhere_and_unknown_ones_are_one_line(env, clip):
+    assert_one_clear_error(convert(env, clip, "rknn"), "rknn-toolkit2")
+    assert_one_clear_error(convert(env, clip, "hailo"), "Dataflow Compiler", "Developer Zone")
+    assert_one_clear_error(convert(env, clip, "tensorrt"), "choose one of: onnx-int8, openvino-int8")
+
+
+def test_footage_that_cannot_be_read_leaves_nothing_behind(env, tmp_path):
+    proc = run_edge("models", "convert", "yolox-nano", "--to", "onnx-int8", "--calibrate", str(tmp_path / "no.mp4"),
+                    "--no-progress", env=env)  # fmt: skip
+    assert_one_clear_error(proc, "no.mp4")
+    folder = Path(env["EDGE_MODEL_CACHE"]) / "converted"
+    assert not folder.exists() or not list(folder.iterdir())
