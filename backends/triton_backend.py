@@ -309,6 +309,12 @@ def _settle_memory(backend: TritonBackend, memory: str, asked: str) -> str:
     """System shared memory where the server takes it; auto falls back to the socket, saying why."""
     if memory != "system":
         return "off"
+    if any(d < 0 for t in [*backend.inputs, *backend.outputs] for d in t.shape):
+        # a region is sized before the request: an output whose size the model decides per frame cannot have one
+        backend.notes.append(
+            "tensors go over the socket: the model's outputs vary in size, shared memory needs them fixed"
+        )
+        return "off"
     backend.memory = "system"
     try:
         backend._register(backend._lane())

@@ -81,11 +81,12 @@ def onnx_int8(
     was done, for the record."""
     try:
         import onnx
+        import sympy  # noqa: F401 - quant_pre_process's symbolic shape inference needs it, and says so only there
         from onnx import version_converter
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError:
-        raise EdgeError(f"onnx-int8 needs the onnx package: {CONVERT_EXTRA}") from None
+        raise EdgeError(f"onnx-int8 needs onnx and sympy: {CONVERT_EXTRA}") from None
     model = onnx.load(str(source))
     if any(not d.HasField("dim_value") for d in model.graph.input[0].type.tensor_type.shape.dim[1:]):
         raise EdgeError(f"{source.name} has a dynamic input size: export it with a fixed size to convert it")
