@@ -164,6 +164,9 @@ def describe(name: str | None, **kwargs: Any) -> None:
         "classes": len(spec.labels),
         "sources": spec.sources,
     }
+    record = Path(f"{backend.model_path}.json")
+    if record.parent == converted_folder() and record.is_file():  # what `edge models convert` made it from
+        info["conversion"] = json.loads(record.read_text())
     click.echo(json.dumps(info, indent=2, default=str))
     detector.close()
 

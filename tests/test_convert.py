@@ -87,6 +87,8 @@ def test_a_conversion_on_the_users_footage_is_judged_recorded_and_found_by_name(
     detected = run_edge("detect", str(later_frame), "--model", name, "--backend", engine, "--json", env=env)
     assert detected.returncode == 0, detected.stderr
     assert any(d["label"] == "person" for d in json.loads(detected.stdout)["detections"])
+    described = json.loads(run_edge("models", "describe", name, "--backend", engine, env=env).stdout)
+    assert described["conversion"]["made_from"]["sha256"] == record["made_from"]["sha256"]
     listed = json.loads(run_edge("models", "list", "--json", env=env).stdout)
     row = next(r for r in listed if r["name"] == name)
     assert row["record"]["target"] == target and "calibrated on 12 frames" in row["description"]
