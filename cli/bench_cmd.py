@@ -24,8 +24,9 @@ from edge_inference.edge.tools.bench_report import CHART_NEEDS, table, writable_
     "--backends",
     "backend_list",
     required=True,
-    help="Comma-separated backend[:device], e.g. onnx,openvino:CPU,tflite,edgetpu:usb; or a model on a server, "
-    "triton+grpc://HOST:PORT/NAME, run for each model beside its local pairs.",
+    help="Comma-separated backend[:device][@model], e.g. onnx,openvino:CPU,tflite,edgetpu:usb,onnx@yolox-nano-int8; "
+    "or a model on a server, triton+grpc://HOST:PORT/NAME; one with a model of its own runs it beside each model's "
+    "pairs and is scored against them.",
 )
 @click.option("--frames", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--step", type=click.IntRange(min=1), default=1, show_default=True, help="Take every Nth frame.")

@@ -67,7 +67,8 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @click.option(
     "--compare",
     help="Run the source through several backends at once, e.g. onnx,openvino,tflite "
-    "(backend[:device], or a model on a server: triton+grpc://HOST:PORT/NAME); the first is the agreement reference.",
+    "(backend[:device][@model]: onnx@yolox-nano-int8 runs another model on the same frames; or a model on a server: "
+    "triton+grpc://HOST:PORT/NAME); the first is the agreement reference.",
 )
 @click.option(
     "--mode",

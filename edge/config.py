@@ -322,11 +322,16 @@ class StreamConfig(BaseModel):
     @field_validator("compare")
     @classmethod
     def _compared_engines(cls, items: list[str]) -> list[str]:
-        parts = [(item, *item.partition(":")) for item in items]
-        return [
-            item if serving_engine(item) else _engine_named(backend) + (f":{device}" if device else "")
-            for item, backend, _, device in parts
-        ]
+        """Each item's engine named as written here, its device and model (`@NAME`) kept as given."""
+        found = []
+        for item in items:
+            if serving_engine(item):
+                found.append(item)
+                continue
+            head, at, model = item.partition("@")
+            backend, colon, device = head.partition(":")
+            found.append(_engine_named(backend) + colon + device + at + model)
+        return found
 
     @field_validator("threads")
     @classmethod
@@ -405,27 +410,35 @@ class StreamConfig(BaseModel):
 
 
 def compared(item: str) -> tuple[str, str, str | None]:
-    """A `compare:` item as (engine, device, model): `onnx`, `openvino:GPU`, or a model on a server
-    (`triton+grpc://gpu:8001/yolox_nano`: its engine, the server's device, that model)."""
+    """A `compare:` item as (engine, device, model): `onnx`, `openvino:GPU`, `onnx@yolox-nano-int8` (that engine
+    running another model on the same frames: a float model against its int8 conversion), or a model on a server
+    (`triton+grpc://gpu:8001/yolox_nano`: its engine, the server's device, that model). None: the stream's model."""
     served = serving_engine(item)
     if served is not None:
         return served.key, "auto", item
-    backend, _, device = item.partition(":")
-    return backend, device, None
+    head, _, model = item.partition("@")
+    backend, _, device = head.partition(":")
+    return backend, device, model or None
+
+
+def _member_suffix(item: str) -> str:
+    """What tells apart two members on one engine: a server's model name (and version), a model, or the device."""
+    _, device, model = compared(item)
+    if model and serving_engine(item):
+        which = "-".join(model.rstrip("/").split("/")[3:])  # NAME or NAME-VERSION
+    else:
+        which = "-".join(filter(None, (device, Path(model).stem if model else None))) or "auto"
+    return re.sub(r"[^a-z0-9_-]+", "-", which.lower()).strip("-") or "auto"
 
 
 def compare_member_ids(stream_id: str, items: list[str]) -> list[str]:
-    """`<id>-<backend>` for each compared backend; `<id>-<backend>-<device>` (a server's: its model's name) when
-    one engine appears twice."""
+    """`<id>-<backend>` for each compared backend; `<id>-<backend>-<device or model>` (a server's: its model's
+    name) when one engine appears twice."""
     backends = [compared(item)[0] for item in items]
-    ids = []
-    for item, backend in zip(items, backends, strict=True):
-        _, device, model = compared(item)
-        which = "-".join(model.rstrip("/").split("/")[3:]) if model else device  # NAME or NAME-VERSION
-        device = re.sub(r"[^a-z0-9_-]+", "-", which.lower()).strip("-")
-        twice = backends.count(backend) > 1
-        ids.append(f"{stream_id}-{backend}-{device or 'auto'}" if twice else f"{stream_id}-{backend}")
-    return ids
+    return [
+        f"{stream_id}-{backend}-{_member_suffix(item)}" if backends.count(backend) > 1 else f"{stream_id}-{backend}"
+        for item, backend in zip(items, backends, strict=True)
+    ]
 
 
 class ServerConfig(BaseModel):

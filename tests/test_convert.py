@@ -5,6 +5,7 @@ was not calibrated on, and the result is found by name afterwards. No timing is 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import cv2
@@ -106,3 +107,32 @@ def test_footage_that_cannot_be_read_leaves_nothing_behind(env, tmp_path):
     assert_one_clear_error(proc, "no.mp4")
     folder = Path(env["EDGE_MODEL_CACHE"]) / "converted"
     assert not folder.exists() or not list(folder.iterdir())
+
+
+def test_float_and_its_int8_side_by_side_live_and_in_bench(env, clip, tmp_path):
+    """`--compare onnx,onnx@yolox-nano-int8`: the same frames through the float model and its conversion, the
+    int8's agreement with the float one live; `edge bench --backends onnx,onnx@yolox-nano-int8` scores it too."""
+    from tests.server import running_server
+
+    assert convert(env, clip, "onnx-int8").returncode == 0
+    bench = run_edge("bench", "-s", str(clip), "--models", "yolox-nano", "--backends", "onnx,onnx@yolox-nano-int8",
+                     "--frames", "6", "--warmup", "1", "--out", str(tmp_path / "bench"), env=env)  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    rows = {r["backend"]: r for r in json.loads((tmp_path / "bench" / "bench.json").read_text())["pairs"]}
+    assert rows["onnx"]["reference"] and rows["onnx@yolox-nano-int8"]["file"] == "yolox-nano-int8", rows
+    assert rows["onnx@yolox-nano-int8"]["map50"] is not None
+    args = ["--source", str(clip), "--loop", "--model", "yolox-nano", "--compare", "onnx,onnx@yolox-nano-int8"]
+    with running_server(args, tmp_path / "edge.log", env=env) as edge:
+        edge.wait_until("/health/live")
+        deadline = time.monotonic() + 120
+        while True:
+            rows = {r["stream"]: r for r in edge.client.get("/api/v1/compare").json()[0]["backends"]}
+            if rows.get("main-onnx-yolox-nano-int8", {}).get("agreement", {}).get("map50") is not None:
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.5)
+    assert (
+        rows["main-onnx-yolox-nano-int8"]["model"] == "yolox-nano-int8"
+        and rows["main-onnx-auto"]["model"] == "yolox-nano"
+    )
+    assert rows["main-onnx-yolox-nano-int8"]["agreement"]["map50"] > 0.5

@@ -100,8 +100,8 @@ def compare_members(stream: StreamConfig) -> list[tuple[StreamConfig, str | None
     the model, with why there is none (the stream's model is kept then)."""
     members = []
     for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
-        backend, device, served = compared(item)  # the config has checked the engine's name
-        model, reason = (served, None) if served else model_for_engine(stream.model, backend)
+        backend, device, given = compared(item)  # the config has checked the engine's name
+        model, reason = model_for_engine(given or stream.model, backend)
         update = {"id": member_id, "model": model or stream.model, "backend": backend, "compare": []}
         member = stream.model_copy(update={**update, "device": device or stream.device})
         members.append((member, None if model else reason))

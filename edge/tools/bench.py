@@ -71,19 +71,21 @@ class PairResult:
 
 def parse_backends(text: str) -> list[tuple[str, str]]:
     """'onnx,openvino:CPU,onnx:cuda' -> [(onnx, auto), (openvino, CPU), (onnx, cuda)]; a model on a server
-    (`triton+grpc://gpu:8001/yolox_nano`) is a backend too: every model's pair with it runs that server's model,
-    scored against the model's local pairs (local CPU against remote GPU on the same frames)."""
+    (`triton+grpc://gpu:8001/yolox_nano`) is a backend too, and so is an engine on another model
+    (`onnx@yolox-nano-int8`): every model's pair with it runs that model, scored against the model's other pairs
+    (local CPU against a remote GPU, float against its int8 conversion, on the same frames)."""
     chosen = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         if serving_engine(item) is not None:
             chosen.append((item, "auto"))
             continue
-        name, _, device = item.partition(":")
+        head, at, model = item.partition("@")  # `onnx@yolox-nano-int8`: that engine on another model, same frames
+        name, _, device = head.partition(":")
         try:
             key = backend_named(name, engine_keys())
         except BackendError as exc:
             raise EdgeError(f"--backends: {exc}") from None
-        chosen.append((key, device or "auto"))
+        chosen.append((key + at + model, device or "auto"))
     if not chosen:
         raise EdgeError("--backends is empty; e.g. --backends onnx,openvino,tflite")
     return chosen
@@ -144,8 +146,8 @@ def run_pair(
 ) -> PairResult:
     result = PairResult(pair)
     served = serving_engine(pair.backend)
-    engine = served.key if served else pair.backend
-    target, reason = (pair.backend, None) if served else model_for_engine(pair.model, pair.backend)
+    engine, _, given = (served.key, "", pair.backend) if served else pair.backend.partition("@")
+    target, reason = model_for_engine(given or pair.model, engine)
     if target is None:
         result.reason = reason
         return result
