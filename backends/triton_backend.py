@@ -122,8 +122,8 @@ def _tensor(entry: dict[str, Any], batching: bool) -> TensorInfo:
 
 
 def _parameters(config: dict[str, Any]) -> dict[str, str]:
-    """The model config's string parameters (export-triton writes the model's own metadata there: its decoder,
-    labels, input size), read as a file's metadata."""
+    """The model config's string parameters, read as a file's metadata (export-triton writes the ONNX file's own
+    metadata there: an Ultralytics export's class names and input size)."""
     found = {}
     for key, value in (config.get("parameters") or {}).items():
         text = value.get("string_value") if isinstance(value, dict) else None
