@@ -91,3 +91,22 @@ def provider_starts_here(provider: str, model: Path) -> bool:
     except Exception:  # whatever the provider raises, it does not start
         return False
     return bool(session.get_providers()[0] == provider)
+
+
+def write_clip(source: Path, path: Path, frames: int) -> Path:
+    """The first `frames` frames of a video, as an MJPG AVI any OpenCV reads back."""
+    import cv2
+
+    capture, writer = cv2.VideoCapture(str(source)), None
+    try:
+        for _ in range(frames):
+            ok, frame = capture.read()
+            assert ok, f"{source} has fewer than {frames} frames"
+            if writer is None:
+                writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, frame.shape[1::-1])
+            writer.write(frame)
+    finally:
+        capture.release()
+        if writer is not None:
+            writer.release()
+    return path

@@ -14,23 +14,14 @@ import yaml
 
 from edge_inference.models.download import sha256_of
 from tests.conftest import MODELS, VTEST
-from tests.helpers import run_edge
+from tests.helpers import run_edge, write_clip
 from tests.test_cli_detect import assert_one_clear_error
 
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory) -> Path:
     """40 frames of the pedestrian video: people, cars."""
-    path = tmp_path_factory.mktemp("clip") / "walkway.avi"
-    capture, writer = cv2.VideoCapture(str(VTEST)), None
-    for _ in range(40):
-        ok, frame = capture.read()
-        assert ok
-        if writer is None:
-            writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, frame.shape[1::-1])
-        writer.write(frame)
-    writer.release()
-    return path
+    return write_clip(VTEST, tmp_path_factory.mktemp("clip") / "walkway.avi", 40)
 
 
 @pytest.fixture(scope="module")

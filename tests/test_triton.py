@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from edge_inference.backends.triton_client import parse_reference
 from tests.conftest import MEDIA, MODELS, VTEST
-from tests.helpers import run_edge
+from tests.helpers import run_edge, write_clip
 from tests.server import free_port, running_server
 from tests.test_cli_detect import assert_one_clear_error
 from tests.triton import TritonServer, export
@@ -88,17 +88,7 @@ def test_other_layouts_find_their_decoders_from_the_servers_metadata(triton, nam
 
 
 def test_video_frames_give_the_local_engines_detections(triton, tmp_path):
-    clip = tmp_path / "clip.avi"
-    import cv2
-
-    capture, writer = cv2.VideoCapture(str(VTEST)), None
-    for _ in range(12):
-        ok, frame = capture.read()
-        assert ok
-        if writer is None:
-            writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), 10, frame.shape[1::-1])
-        writer.write(frame)
-    writer.release()
+    clip = write_clip(VTEST, tmp_path / "clip.avi", 12)
     remote = records(run_edge("detect", str(clip), "--model", triton.grpc("yolox_nano"), "--json"))
     local = records(run_edge("detect", str(clip), "--model", str(YOLOX), "--backend", "onnx", "--json"))
     assert len(remote) == 12 and sum(len(r["detections"]) for r in remote) > 12  # pedestrians in every frame
