@@ -103,7 +103,7 @@ def write_clip(source: Path, path: Path, frames: int) -> Path:
             ok, frame = capture.read()
             assert ok, f"{source} has fewer than {frames} frames"
             if writer is None:
-                writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, frame.shape[1::-1])
+                writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*"MJPG"), 10, frame.shape[1::-1])
             writer.write(frame)
     finally:
         capture.release()
