@@ -231,7 +231,7 @@ class TritonBackend(Backend):
         lane.registered = True
 
     def timing_split(self) -> dict[str, float] | None:
-        return self.times.split()
+        return self.times.last
 
     def close(self) -> None:
         from tritonclient.utils import shared_memory as shm
@@ -247,11 +247,14 @@ class TritonBackend(Backend):
         self.server.close()
 
 
+TRITON_TYPES = {np.dtype(known): name for name, known in DTYPES.items()}
+
+
 def _triton_type(dtype: np.dtype) -> str:
-    for name, known in DTYPES.items():
-        if np.dtype(known) == dtype:
-            return name
-    raise BackendError(f"Triton takes no {dtype} tensors")
+    name = TRITON_TYPES.get(dtype)
+    if name is None:
+        raise BackendError(f"Triton takes no {dtype} tensors")
+    return name
 
 
 def _check_model(metadata: dict[str, Any], config: dict[str, Any], reference: TritonReference) -> bool:
@@ -262,12 +265,6 @@ def _check_model(metadata: dict[str, Any], config: dict[str, Any], reference: Tr
             f"{reference.model} on {reference.address} takes inputs {names}: a detector here feeds one image input"
         )
     return int(config.get("max_batch_size", 0) or 0) > 0
-
-
-def _memory(settings: TritonOptions, reference: TritonReference) -> str:
-    if settings.shared_memory == "auto":
-        return "system" if reference.on_this_host else "off"
-    return settings.shared_memory
 
 
 def load(path: Path, options: BackendOptions) -> TritonBackend:
@@ -301,13 +298,14 @@ def load(path: Path, options: BackendOptions) -> TritonBackend:
         metadata=_parameters(config),
         server=server,
     )
-    backend.memory = _settle_memory(backend, _memory(settings, reference), settings.shared_memory)
+    backend.memory = _settle_memory(backend, settings.shared_memory)
     return backend
 
 
-def _settle_memory(backend: TritonBackend, memory: str, asked: str) -> str:
-    """System shared memory where the server takes it; auto falls back to the socket, saying why."""
-    if memory != "system":
+def _settle_memory(backend: TritonBackend, asked: str) -> str:
+    """System shared memory where asked for, or by default for a server on this host, and the server takes it;
+    auto falls back to the socket, saying why."""
+    if asked == "off" or (asked == "auto" and not backend.reference.on_this_host):
         return "off"
     if any(d < 0 for t in [*backend.inputs, *backend.outputs] for d in t.shape):
         # a region is sized before the request: an output whose size the model decides per frame cannot have one

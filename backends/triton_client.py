@@ -88,27 +88,29 @@ class ServerClient:
         self.headers = dict(headers) or None
         self._ca_file = ca_file
         self._local = threading.local()
-        self._made: list[Any] = []
+        self._http_clients: list[Any] = []  # every thread's, to close
         self._lock = threading.Lock()
         if reference.protocol == "grpc":
             import tritonclient.grpc as module
         else:
             import tritonclient.http as module
         self.module = module
+        self._channel: Any = None  # gRPC: one client, one channel for every thread; made at the first call
 
     @property
     def client(self) -> Any:
-        """gRPC: one client (one channel) for every thread. HTTP: this thread's own."""
+        """gRPC: the one client. HTTP: this thread's own."""
         if self.reference.protocol == "grpc":
-            with self._lock:
-                if not self._made:
-                    self._made.append(self._grpc())
-                return self._made[0]
+            if self._channel is None:
+                with self._lock:
+                    if self._channel is None:
+                        self._channel = self._grpc()
+            return self._channel
         client = getattr(self._local, "client", None)
         if client is None:
             client = self._local.client = self._http()
             with self._lock:
-                self._made.append(client)
+                self._http_clients.append(client)
         return client
 
     def _grpc(self) -> Any:
@@ -147,9 +149,6 @@ class ServerClient:
         ref = self.reference
         return bool(self.client.is_model_ready(ref.model, ref.version, headers=self.headers, **self._timeout()))
 
-    def server_live(self) -> bool:
-        return bool(self.client.is_server_live(headers=self.headers, **self._timeout()))
-
     def metadata(self) -> dict[str, Any]:
         ref, json = self.reference, self._json()
         return dict(self.client.get_model_metadata(ref.model, ref.version, headers=self.headers, **json))
@@ -184,7 +183,9 @@ class ServerClient:
 
     def close(self) -> None:
         with self._lock:
-            made, self._made = self._made, []
+            made, self._http_clients = self._http_clients, []
+        if self._channel is not None:
+            made.append(self._channel)
         for client in made:
             with contextlib.suppress(Exception):  # closing a connection to a server already gone
                 client.close()

@@ -54,8 +54,8 @@ class ServerTimes:
     _previous: dict[str, int] | None = None
     _trips_at_previous: tuple[float, int] = (0.0, 0)
     _next_poll: float = 0.0
+    _polling: bool = False  # a lane is reading the statistics: the others go on
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _polling: threading.Lock = field(default_factory=threading.Lock)
 
     @contextmanager
     def request(self) -> Iterator[None]:
@@ -67,31 +67,25 @@ class ServerTimes:
             self.requests += 1
 
     def poll(self, server: Any) -> None:
-        """Read the server's statistics when POLL_S has passed; one lane at a time, the others go on."""
+        """Read the server's statistics when POLL_S has passed; one lane at a time, no lock held while it asks."""
         now = time.monotonic()
-        if now < self._next_poll or not self._polling.acquire(blocking=False):
-            return
-        try:
-            self._next_poll = now + POLL_S
-            try:
-                current = totals(server.statistics())
-            except Exception:  # noqa: BLE001 - a server without the extension (or gone a moment): no split
+        with self._lock:
+            if now < self._next_poll or self._polling:
                 return
-            with self._lock:
-                trips = (self.round_trips_ms, self.requests)
+            self._polling, self._next_poll = True, now + POLL_S
+        try:
+            current = totals(server.statistics())
+        except Exception:  # noqa: BLE001 - a server without the extension (or gone a moment): no split
+            current = None
+        with self._lock:
+            self._polling = False
+            if current is None:
+                return
+            trips = (self.round_trips_ms, self.requests)
             if self._previous is not None:
-                self.last = split(
-                    self._previous,
-                    current,
-                    trips[0] - self._trips_at_previous[0],
-                    trips[1] - self._trips_at_previous[1],
-                )
+                done = (trips[0] - self._trips_at_previous[0], trips[1] - self._trips_at_previous[1])
+                self.last = split(self._previous, current, *done)
             self._previous, self._trips_at_previous = current, trips
-        finally:
-            self._polling.release()
-
-    def split(self) -> dict[str, float] | None:
-        return self.last
 
 
 def split(before: dict[str, int], after: dict[str, int], trips_ms: float, trips: int) -> dict[str, float] | None:

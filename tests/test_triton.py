@@ -196,7 +196,9 @@ def test_two_streams_share_one_connection_and_the_server_batches_them(repository
                 assert time.monotonic() < deadline
                 time.sleep(0.5)
             split = edge.client.get("/api/v1/stats").json()["detectors"][0]["server_ms"]
-            assert split["compute_ms"] > 0 and split["round_trip_ms"] >= split["compute_ms"], split
+            # averages over the same few seconds, not over the very same requests: no order between them is asserted
+            assert set(split) == {"round_trip_ms", "network_ms", "queue_ms", "compute_ms", "batch_size"}, split
+            assert split["compute_ms"] > 0 and split["round_trip_ms"] > 0, split
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
         stats = client.get_inference_statistics("yolox_nano", as_json=True)["model_stats"][0]
         sizes = {int(b["batch_size"]) for b in stats["batch_stats"]}

@@ -80,10 +80,10 @@ def check_reference(config: DetectorConfig) -> None:
 def engine_model(config: DetectorConfig) -> str:
     """A registry name given with an engine becomes that engine's own file of the same weights
     (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
-    remote = serving_engine(config.model) is not None or (
-        config.backend != "auto" and get_engine(config.backend).serves is not None
-    )
-    if config.backend == "auto" or not (is_registry_name(config.model) or remote):
+    if config.backend == "auto":
+        return config.model
+    remote = serving_engine(config.model) is not None or get_engine(config.backend).serves is not None
+    if not (is_registry_name(config.model) or remote):  # a file for a file engine: checked when it is read
         return config.model
     model, reason = model_for_engine(config.model, config.backend)
     if model is None:

@@ -13,6 +13,7 @@ import psutil
 from edge_inference.backends import BackendError, engine_keys
 from edge_inference.backends.engine import serving_engine
 from edge_inference.backends.names import backend_named
+from edge_inference.edge.config import compared
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.model_files import model_for_engine
 from edge_inference.edge.detection.timings import StageTimings
@@ -79,13 +80,12 @@ def parse_backends(text: str) -> list[tuple[str, str]]:
         if serving_engine(item) is not None:
             chosen.append((item, "auto"))
             continue
-        head, at, model = item.partition("@")  # `onnx@yolox-nano-int8`: that engine on another model, same frames
-        name, _, device = head.partition(":")
+        name, device, model = compared(item)  # read as a stream's `compare:` items are
         try:
             key = backend_named(name, engine_keys())
         except BackendError as exc:
             raise EdgeError(f"--backends: {exc}") from None
-        chosen.append((key + at + model, device or "auto"))
+        chosen.append((key + (f"@{model}" if model else ""), device or "auto"))
     if not chosen:
         raise EdgeError("--backends is empty; e.g. --backends onnx,openvino,tflite")
     return chosen
@@ -145,8 +145,7 @@ def run_pair(
     step: Callable[[], None] = lambda: None,
 ) -> PairResult:
     result = PairResult(pair)
-    served = serving_engine(pair.backend)
-    engine, _, given = (served.key, "", pair.backend) if served else pair.backend.partition("@")
+    engine, _, given = compared(pair.backend)
     target, reason = model_for_engine(given or pair.model, engine)
     if target is None:
         result.reason = reason
