@@ -6,7 +6,7 @@ runtimes newer than 2.11 (google-coral/edgetpu#812). The maintained community bu
 Frigate installs) name the TensorFlow they were built against in their version: `16.0tf2.17.1-1.bookworm`, to be
 used with the TFLite runtime of that same version.
 
-Known-good pairs (README, "Coral Edge TPU"):
+Known-good pairs (docs/hardware/coral.md):
 - Raspberry Pi OS bookworm (arm64) and Debian 12 (x86-64): feranick's `libedgetpu1-std 16.0tf2.17.1` with
   `tflite_runtime 2.17.1` (feranick's wheel; Frigate pins this pair);
 - Debian 11 / Pi OS bullseye with Python 3.9: Coral's `libedgetpu1-std 16.0` with `tflite_runtime 2.5.0.post1`.

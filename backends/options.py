@@ -36,7 +36,7 @@ def _type_name(annotation: Any) -> str:
 
 
 def describe_options(model: type[EngineOptions]) -> list[dict[str, Any]]:
-    """Each option's name, type, default and meaning, for `edge backends` and the README."""
+    """Each option's name, type, default and meaning, for `edge backends`."""
     return [
         {
             "name": name,

@@ -45,7 +45,7 @@ def backends(as_json: bool, bench_model: str | None, frames_from: str | None, ca
             click.echo(f"          why not: {report.problem}")
         if not report.available:
             click.echo(f"          install: {report.install}")
-        models = ", ".join(report.models) or "none in the registry: bring your own file (README, Hardware)"
+        models = ", ".join(report.models) or "none in the registry: bring your own file (docs/hardware/index.md)"
         click.echo(f"          models: {models}")
         for option in report.options:
             described = f"{option['type']}, default {option['default']}"

@@ -115,8 +115,8 @@ class ZoneConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=NAME)
-    polygon: list[Point] = Field(min_length=3)
+    name: str = Field(pattern=NAME)  # the zone's name in stats, topics and events
+    polygon: list[Point] = Field(min_length=3)  # [[x, y], ...] or Frigate's `x1,y1,x2,y2,...`
 
     @model_validator(mode="before")
     @classmethod
@@ -143,9 +143,9 @@ class LineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=NAME)
-    start: Point
-    end: Point
+    name: str = Field(pattern=NAME)  # the line's name in stats and topics
+    start: Point  # [x, y]
+    end: Point  # [x, y]
 
     @model_validator(mode="after")
     def _in_one_unit(self) -> LineConfig:
@@ -198,10 +198,10 @@ class EventsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    labels: list[str] = Field(default_factory=lambda: ["person"])
+    labels: list[str] = Field(default_factory=lambda: ["person"])  # labels that make events (tracked too)
     zones: list[str] = Field(default_factory=list)  # only inside one of these zones; [] anywhere
-    min_score: float = Field(default=0.5, ge=0, le=1)
-    min_frames: int = Field(default=3, ge=1)
+    min_score: float = Field(default=0.5, ge=0, le=1)  # the least score a detection needs to count
+    min_frames: int = Field(default=3, ge=1)  # detections before a tracked object becomes an event
     end_after_s: float = Field(default=3.0, gt=0)  # the event ends once its object is lost this long
 
 
@@ -220,19 +220,22 @@ class StreamConfig(BaseModel):
     def _frigate_form(cls, stream: Any) -> Any:
         return frigate_camera(stream)
 
-    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")  # the stream's name in URLs, topics and stats
+    # A camera index or /dev/video*, rtsp:// or http(s):// URL, a video, an image, a folder or a glob
     source: str = Field(min_length=1)
-    model: str = DEFAULT_MODEL
-    backend: str = "auto"
-    device: str = "auto"
-    fallback: bool = False
+    model: str = DEFAULT_MODEL  # a registry name, a model file, or a server's model (triton+grpc://HOST:PORT/NAME)
+    backend: str = "auto"  # the engine (onnx, tflite, edgetpu, openvino, hailo, rknn, triton); auto: measured
+    device: str = "auto"  # the engine's device (cpu, cuda, tensorrt, usb, GPU, NPU, ...); auto: the engine's pick
+    fallback: bool = False  # run on the CPU, and say so, where the device asked for is missing
+    # Engine threads; default: the usable cores shared among the engines (auto)
     threads: int | None = Field(default=None, gt=0)
     # Each engine's own settings, a block per engine: {onnx: {trt_fp16: false}, hailo: {scheduler: none}}
     engine_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # Where its engine runs: a process of its own (a native crash or hang ends that process, not the service), or
     # the service's; auto: its own for accelerators and plugin engines, the service's for the CPU engines
     isolation: Literal["auto", "process", "thread"] = "auto"
-    conf: float = Field(default=0.25, ge=0, le=1)
+    conf: float = Field(default=0.25, ge=0, le=1)  # the least score a detection is reported with
+    # Non-maximum suppression's overlap: boxes of one class overlapping more are one
     iou: float = Field(default=0.45, ge=0, le=1)
     # Only these classes are reported (Ultralytics' `classes`, Frigate's `objects.track`): labels or class ids, or a
     # mapping of label to its own least score ({person: 0.5, car: 0.7}); empty: every class at `conf`
@@ -242,7 +245,7 @@ class StreamConfig(BaseModel):
     pace: bool = True  # file mode: at the file's own fps
     loop: bool = False  # file mode: start again at the end
     width: int | None = Field(default=None, gt=0)  # cameras: requested resolution and rate
-    height: int | None = Field(default=None, gt=0)
+    height: int | None = Field(default=None, gt=0)  # cameras: requested resolution; ffmpeg: frames scaled to it
     fps: float | None = Field(default=None, gt=0)  # cameras: the rate asked for; images: shown at this rate
     # Live comparison: the same frames through each of these backends (backend or backend:device); each becomes
     # a stream "<id>-<backend>" ("<id>-<backend>-<device>" when one engine is compared on two devices); the first
@@ -256,9 +259,9 @@ class StreamConfig(BaseModel):
     inference_timeout_s: float = Field(default=10, gt=0)
     # Boxes to events: a tracker gives every detection a track_id; zones and lines count; events are stored.
     tracking: TrackingConfig | None = None
-    zones: list[ZoneConfig] = Field(default_factory=list)
-    lines: list[LineConfig] = Field(default_factory=list)
-    events: EventsConfig | None = None
+    zones: list[ZoneConfig] = Field(default_factory=list)  # polygons: objects in them counted, events limited
+    lines: list[LineConfig] = Field(default_factory=list)  # crossings counted in each direction
+    events: EventsConfig | None = None  # tracked objects become stored events (MQTT, webhooks); off: none
     # Run the detector only where something moves; `motion: {}` turns it on with the defaults. Off: every frame.
     motion: MotionConfig | None = None
     # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
@@ -269,7 +272,7 @@ class StreamConfig(BaseModel):
     # For a model of one's own, what its file does not say (as `edge detect --labels/--color`, or the model's
     # sidecar, which these win over): a label file (one name a line, or `id name`) and the input's colour order
     labels: Path | None = None
-    color: Literal["RGB", "BGR"] | None = None
+    color: Literal["RGB", "BGR"] | None = None  # the model input's colour order
 
     @field_validator("color", mode="before")
     @classmethod
@@ -444,14 +447,14 @@ def compare_member_ids(stream_id: str, items: list[str]) -> list[str]:
 class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    host: str = LOOPBACK
-    port: int = Field(default=8080, ge=0, le=65535)
+    host: str = LOOPBACK  # the address to listen on (0.0.0.0: every interface; then a token is needed)
+    port: int = Field(default=8080, ge=0, le=65535)  # the port to listen on
     # Access control. A token (here, in token_file, or EDGE_TOKEN / EDGE_TOKEN_FILE) protects every route but
     # /health/live. Listening beyond loopback without one makes a random token, printed in the start-up URL,
     # unless allow_no_token says that an open service is really wanted.
-    token: SecretStr | None = None  # at least MIN_TOKEN_LENGTH characters
-    token_file: Path | None = None
-    allow_no_token: bool = False
+    token: SecretStr | None = None  # 8 characters or more (MIN_TOKEN_LENGTH)
+    token_file: Path | None = None  # a file holding the token (a container's secret)
+    allow_no_token: bool = False  # true: listen beyond loopback with no token at all
     metrics_public: bool = False  # true: /metrics answers a scraper without the token
     # Host header names accepted; default: the loopback names, or any name when listening beyond loopback.
     allowed_hosts: list[str] | None = None
@@ -460,16 +463,18 @@ class ServerConfig(BaseModel):
     strict_ready: bool = False
     # Connections: all of them, streaming clients per stream, and the clocks that end idle or stuck ones.
     max_connections: int = Field(default=100, ge=4)
+    # Streaming clients (SSE, WebSocket, MJPEG) per stream; then 503
     max_clients_per_stream: int = Field(default=16, ge=1)
-    header_timeout_s: float = Field(default=10, gt=0)
-    keep_alive_timeout_s: int = Field(default=5, ge=1)
+    header_timeout_s: float = Field(default=10, gt=0)  # a request's header must arrive within this
+    keep_alive_timeout_s: int = Field(default=5, ge=1)  # an idle keep-alive connection is closed after this
     send_timeout_s: float = Field(default=30, gt=0)  # a streaming client that takes nothing for this long is cut
-    shutdown_timeout_s: int = Field(default=3, ge=1)
+    shutdown_timeout_s: int = Field(default=3, ge=1)  # on SIGTERM every stream and client ends within this
     # Uploads to /detect: body size, pixels from the header (checked before decoding), work in flight and queued.
     max_upload_mb: float = Field(default=20, gt=0)
-    max_upload_megapixels: float = Field(default=50, gt=0)
-    upload_workers: int = Field(default=2, ge=1, le=64)
-    upload_queue: int = Field(default=8, ge=0, le=1000)
+    max_upload_megapixels: float = Field(default=50, gt=0)  # an image's pixels, read from its header before decoding
+    upload_workers: int = Field(default=2, ge=1, le=64)  # uploads decoded and run at once
+    upload_queue: int = Field(default=8, ge=0, le=1000)  # uploads waiting; beyond, 503 with Retry-After
+    # Events buffered per client; a slow client loses its own oldest
     subscriber_buffer: int = Field(default=32, ge=1, le=10_000)
     # SSE/WebSocket writes per client per second; faster streams arrive in batches (every event is still sent).
     client_flush_hz: float = Field(default=30, gt=0, le=1000)
@@ -493,8 +498,8 @@ class StorageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     data_dir: Path | None = None  # default: ~/.local/share/edge-inference
-    max_age_days: float = Field(default=30, gt=0)
-    max_events: int = Field(default=20_000, ge=10)
+    max_age_days: float = Field(default=30, gt=0)  # events older than this are deleted
+    max_events: int = Field(default=20_000, ge=10)  # the most events kept; oldest deleted beyond
     max_snapshot_mb: float = Field(default=500, gt=0)  # oldest snapshots are deleted beyond this
     max_outbox: int = Field(default=50_000, ge=100)  # undelivered messages kept per destination; oldest dropped
     min_free_mb: float = Field(default=200, ge=0)  # below this free on the data folder's disk, oldest snapshots go
@@ -506,17 +511,17 @@ class MqttConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: SecretStr | None = None
+    url: SecretStr | None = None  # mqtt://[user:pass@]host[:1883] or mqtts://host[:8883]
     username: str | None = None  # when not in the URL
-    password: SecretStr | None = None
+    password: SecretStr | None = None  # when not in the URL
     ca_file: Path | None = None  # mqtts: a private CA; default: the system's
     client_id: str | None = None  # default: edge-inference-<device_id>
-    topic_prefix: str = "edge-inference"
+    topic_prefix: str = "edge-inference"  # topics are <topic_prefix>/<device_id>/...
     device_id: str | None = Field(default=None, pattern=NAME)  # default: the host name; unique per device
     discovery: bool = True  # Home Assistant MQTT discovery
-    discovery_prefix: str = "homeassistant"
-    stats_interval_s: float = Field(default=30, gt=0)
-    keepalive_s: int = Field(default=30, ge=5)
+    discovery_prefix: str = "homeassistant"  # where Home Assistant listens for discovery
+    stats_interval_s: float = Field(default=30, gt=0)  # how often the stats topic is published
+    keepalive_s: int = Field(default=30, ge=5)  # MQTT keep-alive
 
     @field_validator("topic_prefix", "discovery_prefix")
     @classmethod
@@ -555,8 +560,8 @@ class WebhookConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: SecretStr
-    timeout_s: float = Field(default=10, gt=0)
+    url: SecretStr  # the receiver; its path (often a secret) is never shown
+    timeout_s: float = Field(default=10, gt=0)  # a POST that takes longer has failed and is retried
 
     @field_validator("url")
     @classmethod
@@ -593,12 +598,12 @@ class DetectorsConfig(BaseModel):
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    server: ServerConfig = ServerConfig()
-    detectors: DetectorsConfig = DetectorsConfig()
-    streams: list[StreamConfig] = Field(min_length=1)
-    storage: StorageConfig = StorageConfig()
-    mqtt: MqttConfig | None = None
-    webhooks: list[WebhookConfig] = Field(default_factory=list)
+    server: ServerConfig = ServerConfig()  # the HTTP service: address, access, client limits
+    detectors: DetectorsConfig = DetectorsConfig()  # how streams share loaded engines
+    streams: list[StreamConfig] = Field(min_length=1)  # the cameras (a list, or Frigate's mapping of id to settings)
+    storage: StorageConfig = StorageConfig()  # where events are kept
+    mqtt: MqttConfig | None = None  # a broker for events and Home Assistant; off: none
+    webhooks: list[WebhookConfig] = Field(default_factory=list)  # URLs each event change is POSTed to
     # What reading the file said beside it (a Frigate file: what was read as what, what was left out)
     _notes: list[str] = PrivateAttr(default_factory=list)
 

@@ -22,27 +22,27 @@ class Settings(BaseSettings):
     # `--backend auto`'s measurements of the engines, per model, engine versions and machine
     # (edge/detection/autoselect.py)
     auto_cache: Path = Path.home() / ".cache" / "edge-inference" / "auto-backend.json"
-    # ... and how long one engine may take to load and be timed before it loses (EDGE_AUTO_BUDGET_S)
+    # How long one engine may take to load and be timed before it loses (EDGE_AUTO_BUDGET_S)
     auto_budget_s: float = Field(default=120.0, gt=0)
-    # ... and the seconds of each of an engine's timed rounds (EDGE_AUTO_ROUND_S): longer for a slow model on a slow
+    # The seconds of each of an engine's timed rounds (EDGE_AUTO_ROUND_S): longer for a slow model on a slow
     # board (a 300 ms model runs 3 frames in a 1 s round), shorter for a pick sooner
     auto_round_s: float = Field(default=1.0, gt=0, le=60)
-    # ... and how long the service runs before its own inference times become the figure its later ones are checked
+    # How long the service runs before its own inference times become the figure its later ones are checked
     # against (EDGE_AUTO_SETTLE_S): streams starting, engines warming and auto's first measurement settle first
     auto_settle_s: float = Field(default=180.0, ge=0)
     # A folder or URL laid out like the registry paths (onnx/..., tflite/...), for machines without internet.
     model_mirror: str | None = None
     # The service's API token (EDGE_TOKEN), or a file holding it (EDGE_TOKEN_FILE); a config file's own wins.
     token: SecretStr | None = None
-    token_file: Path | None = None
+    token_file: Path | None = None  # a file holding the token
     # Events: the broker (EDGE_MQTT_URL, e.g. mqtt://user:pass@host:1883) and the data folder (EDGE_DATA_DIR).
     mqtt_url: SecretStr | None = None
-    data_dir: Path | None = None
+    data_dir: Path | None = None  # the events' data folder
     # `edge serve` in a container or a systemd unit: the config file, bind address and port. Flags win, then the
     # config file's own server.host / server.port, then these (EDGE_CONFIG, EDGE_HOST, EDGE_PORT).
     config: Path | None = None
-    host: str | None = None
-    port: int | None = Field(default=None, ge=0, le=65535)
+    host: str | None = None  # the address to listen on
+    port: int | None = Field(default=None, ge=0, le=65535)  # the port to listen on
     # Set by our image (EDGE_IN_CONTAINER): a missing config is the user's to mount, and the message says how.
     in_container: bool = False
 

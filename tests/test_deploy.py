@@ -93,13 +93,13 @@ def test_the_systemd_unit_has_its_user_and_working_directory():
 
 def test_the_systemd_unit_starts_the_edge_the_readme_installs_for_it():
     """The unit started /usr/local/bin/edge while the README's Pi install put it in ~/edge/bin/edge (a home folder
-    the service's user cannot read): the unit's program is the one its install line makes, in the README too."""
+    the service's user cannot read): the unit's program is the one its install line makes, in the Pi's docs too."""
     unit = (REPO / "deploy/edge.service").read_text()
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     program = start.removeprefix("ExecStart=").split()[0]
     venv = program.removesuffix("/bin/edge")
     install = f"sudo python3 -m venv {venv} && sudo {venv}/bin/pip install"
-    assert install in unit and install in (REPO / "README.md").read_text()
+    assert install in unit and install in (REPO / "docs/hardware/raspberry-pi.md").read_text()
     assert f"{program} serve --config /etc/edge/streams.yaml --check" in unit  # the try-it line runs the same one
 
 

@@ -137,7 +137,7 @@ def check_edgetpu_runtime() -> Iterator[Finding]:
     package, runtime = installed_package(), runtime_version()
     problem = pair_problem(package, runtime)
     said = f"{package or library}: {build}; runtime {runtime or 'none installed'}"
-    fix = "README, Coral Edge TPU: the known-good pairs per system"
+    fix = "docs/hardware/coral.md: the known-good pairs per system"
     yield Finding("engines", "edgetpu runtime", "warn" if problem else "ok", problem or said, fix if problem else "")
 
 
@@ -154,7 +154,7 @@ def check_engine_deaths(settings: Settings, shown: int = 3) -> Iterator[Finding]
 def check_devices(root: Path) -> Iterator[Finding]:
     found = list(_devices(root))
     yield from found or [
-        Finding("devices", "accelerators", "info", "none found: the CPU runs the models (README: Hardware)")
+        Finding("devices", "accelerators", "info", "none found: the CPU runs the models (docs/hardware/index.md)")
     ]
 
 

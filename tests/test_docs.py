@@ -1,0 +1,115 @@
+"""The manual: the site builds (`mkdocs build --strict`), the README stays a page, and every `edge ...` command line
+the docs quote is one the command accepts (its sub-command and each flag)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from edge_inference.backends import engines
+from edge_inference.cli.app import cli
+from edge_inference.edge.config import ServiceConfig
+from edge_inference.edge.tools.config_reference import _sections, field_comments
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+MANUAL = [README, *sorted((REPO / "docs").rglob("*.md"))]
+# `edge` as a program: `edge`, `~/edge/bin/edge`, `/opt/edge/bin/edge`, then its sub-command
+COMMAND = re.compile(r"(?:^|(?<=[\s(]))(?:[~\w./-]*/)?edge\s+(?=[a-z])")
+
+
+def test_the_site_builds_with_no_warning_and_documents_every_config_key(tmp_path):
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = (site / "reference" / "configuration.html").read_text()
+    for path, model in _sections(ServiceConfig, ""):
+        for key in model.model_fields:
+            assert f"<code>{key}</code>" in reference, f"{path}.{key} is missing from the configuration reference"
+    for key, engine in engines().items():
+        for option in engine.options.model_fields:
+            assert f"<code>{option}</code>" in reference, f"engine option {key}.{option} is missing"
+    assert (site / "search" / "search_index.js").exists() or (site / "search" / "search_index.json").exists()
+    assert "fonts.googleapis.com" not in (site / "index.html").read_text()  # offline: no web fonts
+
+
+def test_every_config_key_says_what_it_does():
+    """The reference is written from the models' own comments: a key added without one would be a bare row."""
+    bare = [
+        f"{path}.{key}".lstrip(".")
+        for path, model in _sections(ServiceConfig, "")
+        for key in model.model_fields
+        if not field_comments(model).get(key)
+    ]
+    assert not bare, f"config keys without a comment saying what they do: {bare}"
+
+
+def test_the_readme_fits_a_screen_and_opens_with_the_two_commands():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 150
+    fence = lines.index("```bash")
+    assert fence < 10, "the two commands come first"
+    run, test = lines[fence + 1], lines[fence + 2]
+    assert lines[fence + 3] == "```"
+    assert run.startswith("python3 -m pip install . && ") and " edge serve " in run
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert test == ci, ".ci/run must run exactly the README's test command"
+
+
+def quoted_commands() -> Iterator[tuple[str, str]]:
+    """Each `edge ...` command in a shell block or an inline code span of the manual, with where it is."""
+    for page in MANUAL:
+        text = page.read_text()
+        where = page.relative_to(REPO).as_posix()
+        for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, flags=re.S):
+            joined = block.replace("\\\n", " ")
+            for line in joined.splitlines():
+                yield from ((where, command) for command in _commands_in(line))
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        for span in re.findall(r"`([^`\n]+)`", prose):
+            yield from ((where, command) for command in _commands_in(span))
+
+
+def _commands_in(line: str) -> Iterator[str]:
+    for match in COMMAND.finditer(line):
+        rest = line[match.end() :]
+        command = re.split(r"\s(?:&&|\|\||\||;)\s|\s#\s|\s{2,}#", rest)[0]
+        yield command.strip()
+
+
+def test_the_manual_quotes_commands_at_all():
+    commands = [command for _, command in quoted_commands()]
+    assert len(commands) > 50
+    assert any(c.startswith("models convert") for c in commands) and any(c.startswith("serve ") for c in commands)
+
+
+@pytest.mark.parametrize(("page", "command"), sorted(set(quoted_commands())))
+def test_each_quoted_command_line_exists(page, command):
+    words = shlex.split(command, comments=True)
+    context = click.Context(cli, info_name="edge")
+    group: click.Command = cli
+    while isinstance(group, click.Group) and words and not words[0].startswith("-"):
+        found = group.get_command(context, words[0])
+        assert found is not None, f"{page}: `edge {command}`: no sub-command {words[0]!r}"
+        group, words = found, words[1:]
+    flags = {name for param in group.params for name in (*param.opts, *param.secondary_opts)}
+    flags |= {"-h", "--help"}
+    for word in words:
+        if word.startswith("-") and not re.fullmatch(r"-\d[\d.]*", word):
+            name = word.split("=", 1)[0]
+            assert name in flags, f"{page}: `edge {command}`: {name} is not an option of `{group.name}`"
