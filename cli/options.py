@@ -11,10 +11,10 @@ import yaml
 
 from edge_inference.edge.config import MAX_THREADS, classes_from_text
 from edge_inference.edge.config_messages import fraction_as_percentage, number_as_written
-from edge_inference.edge.detection.detector import Classes, Detector
+from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.stream.tracking import labels_listed, unknown_classes
+from edge_inference.models.labels import Classes, labels_listed, unknown_classes
 from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.registry import DEFAULT_MODEL
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -41,6 +40,7 @@ from edge_inference.edge.config_messages import (
 from edge_inference.edge.config_paths import anchored_model, anchored_path, anchored_source, path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import get_settings
+from edge_inference.models.labels import label_key
 from edge_inference.models.registry import DEFAULT_MODEL
 
 LOOPBACK = "127.0.0.1"
@@ -62,15 +62,6 @@ class ConfigError(EdgeError):
 
 
 Point = tuple[float, float]
-
-
-def label_key(name: str) -> str:
-    """A label as configs, MQTT topics and Home Assistant's object ids name it ([a-z0-9_-]+): "Person" is the
-    model's "person", "traffic_light" and "Traffic Light" its "traffic light", "Fußgänger" "fussganger". A letter
-    with no ASCII form keeps its code point ("狗" is "u72d7"): a model's labels in Chinese were all "unnamed"."""
-    plain = "".join(c for c in unicodedata.normalize("NFKD", name.casefold()) if not unicodedata.combining(c))
-    spelled = "".join(c if c.isascii() else f"_u{ord(c):04x}_" for c in plain)
-    return re.sub(r"[^a-z0-9-]+", "_", spelled).strip("_") or "unnamed"
 
 
 def are_fractions(points: list[Point]) -> bool:

@@ -13,7 +13,7 @@ from starlette.datastructures import QueryParams
 
 from edge_inference.edge.config import classes_from_text
 from edge_inference.edge.detection.detector import Detector, Reporting
-from edge_inference.edge.stream.tracking import labels_listed, unknown_classes
+from edge_inference.models.labels import labels_listed, unknown_classes
 from edge_inference.service.errors import invalid
 from edge_inference.service.upload_text import URL_PARAMETERS
 

@@ -38,9 +38,9 @@ from edge_inference.edge.config import (
 from edge_inference.edge.events.builder import EventBuilder
 from edge_inference.edge.runtime.streams import tracker_for
 from edge_inference.edge.stream.drawing import ZONE_COLOUR, render_jpeg
-from edge_inference.edge.stream.tracking import StreamTracker, unknown_labels
+from edge_inference.edge.stream.tracking import StreamTracker
 from edge_inference.models.detection import BoxXYXY, Detection
-from edge_inference.models.labels import COCO80
+from edge_inference.models.labels import COCO80, unknown_labels
 from tests.conftest import REPO, VTEST, example_detections
 
 HAND_COUNT_IN, HAND_COUNT_OUT = 6, 8

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -12,12 +11,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edge_inference.backends import Backend
-from edge_inference.edge.config import label_key
 from edge_inference.edge.detection.threads import LoopThreads
 from edge_inference.edge.detection.timings import StageTimings
 from edge_inference.models.decoders import DecodeContext, get_decoder
 from edge_inference.models.decoders.base import dequantize
 from edge_inference.models.detection import Detection
+from edge_inference.models.labels import Classes, class_minimums
 from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.spec import ModelSpec
 from edge_inference.models.transform import ImageTransform
@@ -30,28 +29,6 @@ _INFERENCES = [0]  # every detector's inferences in this process: `--backend aut
 def inferences_done() -> int:
     """Inferences run by every detector of this process so far (auto's live check divides CPU time by them)."""
     return _INFERENCES[0]
-
-
-NUMBERED_CLASS = re.compile(r"class_(\d+)")  # a class without a name in the label file, as it is shown
-Classes = Mapping[str | int, float | None]  # label (or class id) -> its least score, None: the stream's conf
-
-
-def class_minimums(labels: Mapping[int, str], classes: Classes, conf: float) -> dict[int, float]:
-    """The classes to report, by id, each with the least score reported: `classes` names them by label as
-    `label_key` spells it ("Person", "traffic_light"), as `class_7`, or by id (Ultralytics' `classes=[0, 2]`).
-    Names the model does not have are left out here; the stream says so where it checks its labels."""
-    by_key = {label_key(name): class_id for class_id, name in labels.items()}
-    wanted: dict[int, float] = {}
-    for name, score in classes.items():
-        if isinstance(name, int):
-            class_id: int | None = name
-        elif numbered := NUMBERED_CLASS.fullmatch(name):
-            class_id = int(numbered.group(1))
-        else:
-            class_id = by_key.get(label_key(name))
-        if class_id is not None:
-            wanted[class_id] = conf if score is None else score
-    return wanted
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from edge_inference.backends import (
 from edge_inference.backends.engine import check_engine_options, get_engine, serving_engine
 from edge_inference.backends.isolated import IsolatedBackend
 from edge_inference.backends.names import backend_named
-from edge_inference.edge.detection.detector import Classes, Detector, inferences_done
+from edge_inference.edge.detection.detector import Detector, inferences_done
 from edge_inference.edge.detection.model_files import (
     check_label_file,
     locate_model,
@@ -31,6 +31,7 @@ from edge_inference.edge.detection.threads import CPU_ENGINES, LoopThreads, engi
 from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.models.labels import Classes
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
 from edge_inference.models.registry import is_registry_name
 from edge_inference.models.resolve import ModelIO, resolve_spec

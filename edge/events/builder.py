@@ -17,8 +17,9 @@ from typing import Literal
 import numpy as np
 
 from edge_inference.edge.config import EventsConfig
-from edge_inference.edge.stream.tracking import LabelSet, LineState, ZoneState
+from edge_inference.edge.stream.tracking import LineState, ZoneState
 from edge_inference.models.detection import BoxXYXY, Detection
+from edge_inference.models.labels import LabelSet
 
 Kind = Literal["start", "update", "end"]
 BETTER_SNAPSHOT = 0.05  # a snapshot is replaced when the score improves by this much

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig, label_key
+from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig
 from edge_inference.edge.errors import connection_failure, needs_events_extra
 from edge_inference.edge.events.store import Message
 from edge_inference.edge.secrets import mask_url, password_encoding_advice
 from edge_inference.edge.settings import Settings
+from edge_inference.models.labels import label_key
 
 log = logging.getLogger("edge.mqtt")
 PUBACK_TIMEOUT_S = 10.0

@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_inference.edge.config import StorageConfig, label_key
+from edge_inference.edge.config import StorageConfig
 from edge_inference.edge.events.builder import Event
+from edge_inference.models.labels import label_key
 
 log = logging.getLogger("edge.events")
 

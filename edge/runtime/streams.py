@@ -31,7 +31,8 @@ from edge_inference.edge.stream.ffmpeg import ffmpeg_source
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.stream.sources import FrameSource, camera_device, open_source
-from edge_inference.edge.stream.tracking import StreamTracker, labels_listed, unknown_labels
+from edge_inference.edge.stream.tracking import StreamTracker
+from edge_inference.models.labels import labels_listed, unknown_labels
 from edge_inference.models.overrides import SpecOverrides
 
 log = logging.getLogger("edge.streams")

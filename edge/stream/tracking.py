@@ -15,20 +15,18 @@ changes, since 0..1 coordinates become pixels then).
 
 from __future__ import annotations
 
-import difflib
 import functools
 import logging
 import math
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
 
-from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig, are_fractions, label_key
-from edge_inference.edge.detection.detector import NUMBERED_CLASS
+from edge_inference.edge.config import LineConfig, Point, TrackingConfig, ZoneConfig, are_fractions
 from edge_inference.edge.stream.bytetrack import ByteTracker
 from edge_inference.models.detection import Detection
+from edge_inference.models.labels import LabelSet
 
 log = logging.getLogger("edge.tracking")
 # Drawn a little past an edge is deliberate (a zone down to the bottom of the picture); further, the points were
@@ -65,49 +63,6 @@ class Analysis:
     zones: tuple[ZoneState, ...] = ()
     lines: tuple[LineState, ...] = ()
     held: frozenset[int] = frozenset()  # track ids the tracker keeps, lost ones included: they may come back
-
-
-class LabelSet:
-    """Labels as a config names them, matched as `label_key` spells them ("Person", "traffic_light"); empty: every
-    label. A model has a few dozen labels: each one's answer is kept after its first frame."""
-
-    def __init__(self, names: list[str]) -> None:
-        self._keys = {label_key(name) for name in names}
-        self._answers: dict[object, bool] = {}
-
-    def __contains__(self, label: object) -> bool:
-        if not self._keys:
-            return True
-        answer = self._answers.get(label)
-        if answer is None:
-            answer = self._answers[label] = label_key(str(label)) in self._keys
-        return answer
-
-
-def unknown_labels(names: list[str], model_labels: list[str]) -> list[str]:
-    """Each of `names` the model cannot detect, with the model's nearest label where one is close:
-    ["'persons' (did you mean 'person'?)"]."""
-    keys = {label_key(label): label for label in model_labels}
-    unknown = []
-    for name in names:
-        if label_key(name) in keys or NUMBERED_CLASS.fullmatch(name):
-            continue
-        near = difflib.get_close_matches(label_key(name), list(keys), n=1, cutoff=0.6)
-        unknown.append(f"{name!r}" + (f" (did you mean {keys[near[0]]!r}?)" if near else ""))
-    return unknown
-
-
-def unknown_classes(labels: Mapping[int, str], classes: Iterable[str | int]) -> list[str]:
-    """Each of `classes` (labels, or class ids as Ultralytics' `classes=[0, 2]`) that the model does not have."""
-    chosen = list(classes)
-    unknown = unknown_labels([str(c) for c in chosen if not isinstance(c, int)], list(labels.values()))
-    return unknown + [str(c) for c in chosen if isinstance(c, int) and labels and c not in labels]
-
-
-def labels_listed(labels: list[str], most: int = 12) -> str:
-    """A model's labels as a message shows them: the first `most`, and how many there are in all."""
-    more = f", ... ({len(labels)} in all)" if len(labels) > most else ""
-    return ", ".join(labels[:most]) + more
 
 
 def to_pixels(points: list[Point], width: int, height: int) -> np.ndarray:
