@@ -13,7 +13,7 @@ import numpy as np
 from edge_inference.cli.app import cli
 from edge_inference.cli.detect_video import detect_video, named_path, saved_as
 from edge_inference.cli.options import check_classes, detector_config, detector_options, home_expanded
-from edge_inference.edge.config_paths import with_path_meant
+from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record, result_table
 from edge_inference.edge.secrets import mask_url

@@ -10,7 +10,7 @@ import click
 import yaml
 
 from edge_inference.edge.config import MAX_THREADS, classes_from_text
-from edge_inference.edge.config_messages import fraction_as_percentage, number_as_written
+from edge_inference.edge.config.messages import fraction_as_percentage, number_as_written
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig
 from edge_inference.edge.errors import EdgeError

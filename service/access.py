@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from edge_inference.edge.config import MIN_TOKEN_LENGTH, ServerConfig
-from edge_inference.edge.config_paths import with_path_meant
+from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.errors import EdgeError, counted
 from edge_inference.edge.settings import Settings
 from edge_inference.service.form_key import KEY_BYTES, ClientGone, read_form_key

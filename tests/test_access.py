@@ -121,7 +121,7 @@ def test_quotes_around_an_environment_value_are_not_part_of_it(monkeypatch, tmp_
     was read with them (every client's token "wrong"), `EDGE_PORT="8080"` was "Input should be a valid integer",
     `EDGE_DATA_DIR="/data"` made a folder named `"`, and a camera password from `${PORCH_PASSWORD}` failed at the
     camera. The quotes are now taken off; `EDGE_TOKEN=""` is no token, as `EDGE_TOKEN=` is."""
-    from edge_inference.edge.config_env import filled_from_environment
+    from edge_inference.edge.config.env import filled_from_environment
     from edge_inference.edge.settings import get_settings
 
     monkeypatch.setenv("EDGE_TOKEN", f'"{TOKEN}"')

@@ -14,18 +14,8 @@ from tests.conftest import REPO
 
 MAX_COMPLEXITY = 15
 PARTS = ("cli", "edge", "backends", "models", "service")
-EDGE_SUBPACKAGES = ("detection", "stream", "events", "runtime", "tools")
-EDGE_SHARED_MODULES = {
-    "__init__.py",
-    "config.py",
-    "config_messages.py",
-    "config_paths.py",
-    "config_env.py",
-    "config_frigate.py",
-    "errors.py",
-    "secrets.py",
-    "settings.py",
-}
+EDGE_SUBPACKAGES = ("config", "detection", "stream", "events", "runtime", "tools")
+EDGE_SHARED_MODULES = {"__init__.py", "errors.py", "secrets.py", "settings.py"}
 MAX_MODULES_PER_SUBPACKAGE = 12
 CONTRACTS = 3
 LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"

@@ -18,7 +18,7 @@ import pytest
 
 from edge_inference.cli.serve import with_environment
 from edge_inference.edge.config import ConfigError, ServerConfig, ServiceConfig, load_config, single_stream_config
-from edge_inference.edge.config_env import EnvironmentReferenceError, filled_from_environment
+from edge_inference.edge.config.env import EnvironmentReferenceError, filled_from_environment
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.ffmpeg import ffmpeg_source
 from edge_inference.edge.stream.sources import open_source

@@ -248,7 +248,7 @@ def test_serve_check_runs_a_frame_on_the_server(triton, tmp_path):
 
 
 def test_path_of_reference_is_not_anchored_to_the_config_folder(tmp_path):
-    from edge_inference.edge.config_paths import anchored_model
+    from edge_inference.edge.config.paths import anchored_model
 
     assert anchored_model("triton+grpc://gpu:8001/yolox_nano", tmp_path) == "triton+grpc://gpu:8001/yolox_nano"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edge_inference.backends import Engine, engines, get_engine
 from edge_inference.backends.engine import serving_engine
-from edge_inference.edge.config_paths import with_path_meant
+from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import LFS_POINTER, Progress, check_cached, is_cached, pull

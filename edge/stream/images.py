@@ -11,7 +11,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from edge_inference.edge.config_paths import with_path_meant
+from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 
 _JPEG_START, _JPEG_END = b"\xff\xd8", b"\xff\xd9"

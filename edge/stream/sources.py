@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import cv2
 import numpy as np
 
-from edge_inference.edge.config_paths import HOST_AND_PORT, TYPED_SCHEME, path_meant
+from edge_inference.edge.config.paths import HOST_AND_PORT, TYPED_SCHEME, path_meant
 from edge_inference.edge.errors import EdgeError, connection_failure
 from edge_inference.edge.secrets import mask_in, mask_url, password_encoding_advice
 from edge_inference.edge.stream.images import (

@@ -1,0 +1,61 @@
+"""What every config section shares: the base model, the error, points in a frame, sections keyed by name."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from edge_inference.edge.errors import EdgeError
+
+
+class ConfigModel(BaseModel):
+    """Every section of a config: a key it does not know is refused (with the nearest it does: messages.py),
+    never dropped, as Frigate's FrigateBaseModel does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ConfigError(EdgeError):
+    pass
+
+
+Point = tuple[float, float]
+
+
+def are_fractions(points: list[Point]) -> bool:
+    """Points in 0..1 of the frame, every coordinate of them; otherwise they are pixels."""
+    return all(0 <= value <= 1 for point in points for value in point)
+
+
+def checked_points(points: list[Point], kind: str) -> list[Point]:
+    """Points are 0..1 of the frame only when every coordinate is; one typed past 1 ((1.2, 0.5) among fractions)
+    made them all pixels, a shape a pixel or two across that nothing ever enters or crosses."""
+    if are_fractions(points):
+        return points
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    width, height = max(xs) - min(xs), max(ys) - min(ys)
+    length = math.hypot(width, height)
+    if (kind != "line" and min(width, height) < 2) or (kind == "line" and length < 2):
+        x, y = next(point for point in points if not are_fractions([point]))
+        size = f"{width:g}x{height:g} pixels across" if kind != "line" else f"{length:.3g} pixels long"
+        raise ValueError(
+            f"({x:g}, {y:g}) is not in 0..1, so the {kind}'s points are read as pixels: a {kind} {size}; keep every "
+            "coordinate in 0..1 of the frame, or write them all in pixels"
+        )
+    return points
+
+
+def listed_by_key(items: Any, key: str, what: str) -> Any:
+    """A mapping of name to settings (Frigate writes cameras and zones so) as the list of settings this config
+    takes, each with its name under `key`; anything else as it is."""
+    if not isinstance(items, dict) or not all(isinstance(v, dict | None) for v in items.values()):
+        return items
+    listed = []
+    for name, settings in items.items():
+        given = (settings or {}).get(key, name)
+        if given != name:
+            raise ValueError(f"{name} has {key}: {given}; leave {key} out where the key names the {what}")
+        listed.append({**(settings or {}), key: str(name)})
+    return listed
