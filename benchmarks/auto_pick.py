@@ -20,7 +20,8 @@ from pathlib import Path
 
 from benchmarks.common import busy_cores, machine
 from benchmarks.shared import launch
-from edge_inference.edge.detection.autoselect import auto_choice, candidates
+from edge_inference.edge.detection.auto.choice import auto_choice
+from edge_inference.edge.detection.auto.store import candidates
 from edge_inference.edge.settings import get_settings
 
 MODEL = "yolox-nano"

@@ -46,7 +46,8 @@ from benchmarks.common import (
     stage_timings,
 )
 from edge_inference.backends import BackendOptions, open_backend
-from edge_inference.edge.detection.autoselect import auto_choice, candidates
+from edge_inference.edge.detection.auto.choice import auto_choice
+from edge_inference.edge.detection.auto.store import candidates
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.settings import get_settings

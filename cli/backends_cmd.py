@@ -8,10 +8,11 @@ from dataclasses import asdict
 import click
 
 from edge_inference.cli.app import cli
-from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.loader import DetectorConfig, check_reference, load_detector
+from edge_inference.edge.detection.loader import DetectorConfig, check_reference
 from edge_inference.edge.settings import get_settings
 from edge_inference.edge.tools.backends_report import backends_report
+
+FRAMES_TIMED = 30  # `--frames VIDEO`: its first frames, run in turn by each engine
 
 
 @cli.command("backends")
@@ -23,12 +24,8 @@ from edge_inference.edge.tools.backends_report import backends_report
     help="Time every engine that can run MODEL here, as --backend auto does, and keep the result for it.",
 )
 @click.option("--frames", "frames_from", metavar="VIDEO", help="With --bench: time on this video or image's frames.")
-@click.option("--candidate", hidden=True)  # --backend auto's own call: one engine (JSON), timed in rounds on stdin
-def backends(as_json: bool, bench_model: str | None, frames_from: str | None, candidate: str | None) -> None:
+def backends(as_json: bool, bench_model: str | None, frames_from: str | None) -> None:
     """List inference backends, devices found and the registry models each can run."""
-    if bench_model and candidate:
-        _bench_one(bench_model, candidate, frames_from)
-        return
     if bench_model:
         _bench(bench_model, as_json, frames_from)
         return
@@ -52,31 +49,17 @@ def backends(as_json: bool, bench_model: str | None, frames_from: str | None, ca
             click.echo(f"          option {report.key}.{option['name']} ({described}): {option['help']}")
 
 
-def _bench_one(model: str, candidate: str, frames_from: str | None) -> None:
-    import sys
-
-    from edge_inference.edge.detection.autoselect import Candidate, bench_image, serve_rounds
-    from edge_inference.edge.tools.bench import read_frames
-
-    settings = get_settings()
-
-    def load(name: str, backend: str, device: str) -> Detector:
-        # timed as the service runs a camera's engine (its threads idle between frames, not spinning)
-        return load_detector(DetectorConfig(name, backend, device, back_to_back=False), settings)
-
-    frames = read_frames(frames_from, 30) if frames_from else [bench_image()]
-    serve_rounds(Candidate(**json.loads(candidate)), load, frames, sys.stdin, sys.stdout)
-
-
 def _bench(model: str, as_json: bool, frames_from: str | None) -> None:
-    from edge_inference.edge.detection.autoselect import certainty, check_cache_writable, fastest, measure
+    from edge_inference.edge.detection.auto.figures import certainty, fastest
+    from edge_inference.edge.detection.auto.store import check_cache_writable
+    from edge_inference.edge.detection.auto.timing import measure
     from edge_inference.edge.tools.bench import read_frames
 
     check_reference(DetectorConfig(model))
     check_cache_writable(get_settings())  # said before minutes of timing, not after them in place of the table
-    if frames_from:
-        read_frames(frames_from, 1)  # a missing or undecodable file is one line here, not a failure per engine
-    _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True), frames=frames_from)
+    # decoded once here (a missing or undecodable file is one line, not a failure per engine), read by each child
+    frames = read_frames(frames_from, FRAMES_TIMED) if frames_from else None
+    _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True), frames=frames)
     if as_json:
         rows = [asdict(r) | {"fps": r.fps, "best_fps": r.best_fps, "spread": round(r.spread, 3)} for r in results]
         click.echo(json.dumps({"results": rows, "certainty": certainty(results)}, indent=2))

@@ -125,7 +125,7 @@ def serve(
         from edge_inference.cli.serve_check import report  # engines, events: loaded for the check alone
 
         raise SystemExit(report(config, settings))
-    from edge_inference.edge.detection.autoselect import lines_to_log
+    from edge_inference.edge.detection.auto.choice import lines_to_log
 
     lines_to_log()  # `--backend auto`'s lines, as the service's others: with time and level
     # the service (FastAPI, the runtime) after the config is read: a mistake in it is said without waiting for them

@@ -20,7 +20,7 @@ class Settings(BaseSettings):
     # Where registry models are kept once pulled.
     model_cache: Path = Path.home() / ".cache" / "edge-inference" / "models"
     # `--backend auto`'s measurements of the engines, per model, engine versions and machine
-    # (edge/detection/autoselect.py)
+    # (edge/detection/auto/)
     auto_cache: Path = Path.home() / ".cache" / "edge-inference" / "auto-backend.json"
     # How long one engine may take to load and be timed before it loses (EDGE_AUTO_BUDGET_S)
     auto_budget_s: float = Field(default=120.0, gt=0)

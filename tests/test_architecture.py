@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -114,3 +115,25 @@ def test_every_import_goes_through_the_one_package_name(folder):
                 names = [node.module]
             bare += [f"{path.relative_to(REPO)}:{node.lineno} {n}" for n in names if n.split(".")[0] in PARTS]
     assert not bare, bare
+
+
+# `python -m edge_inference ...` or `-m edge_inference.cli...`, or the `edge` program itself, as a process's argv
+STARTS_THE_COMMAND = re.compile(
+    r"""["']-m["']\s*,\s*["']edge_inference(?:\.cli[\w.]*)?["']"""
+    r"""|\[\s*["'](?:[\w./~-]*/)?edge["']\s*,\s*["'](?:backends|serve|detect|bench|doctor|models)["']"""
+)
+
+
+def test_no_module_of_edge_starts_the_edge_command():
+    """auto's timing children ran `python -m edge_inference backends --bench ... --candidate JSON`: the lowest layer
+    called the command line through a process, where import-linter could not see it. A child runs a module of its
+    own layer (`edge/detection/auto/worker.py`); nothing under edge/ starts the command."""
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in (REPO / "edge").rglob("*.py")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if STARTS_THE_COMMAND.search(line)
+    ]
+    assert not found, f"modules of edge/ that start the edge command: {found}"
+    assert STARTS_THE_COMMAND.search('[sys.executable, "-m", "edge_inference", "backends", "--bench"]')  # the old
+    assert STARTS_THE_COMMAND.search("['edge', 'serve', '--check']")

@@ -18,18 +18,12 @@ from pathlib import Path
 import pytest
 
 from edge_inference.backends.hardware import intel_accelerators
-from edge_inference.edge.detection import autoselect
-from edge_inference.edge.detection.autoselect import (
-    AutoChoice,
-    Measurement,
-    auto_choice,
-    cache_key,
-    cache_path,
-    candidates,
-    certainty,
-    fastest,
-    live_check,
-)
+from edge_inference.edge.detection.auto import choice as chooser
+from edge_inference.edge.detection.auto import figures, store, timing, worker
+from edge_inference.edge.detection.auto.choice import AutoChoice, auto_choice, live_check
+from edge_inference.edge.detection.auto.figures import Measurement, certainty, fastest
+from edge_inference.edge.detection.auto.lock import longest_measurement_s
+from edge_inference.edge.detection.auto.store import cache_key, cache_path, candidates
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.errors import EdgeError
@@ -213,7 +207,7 @@ def _measuring_elsewhere(settings: Settings) -> subprocess.Popen[str]:
     holder_code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from edge_inference.edge.detection.autoselect import measuring_on_this_machine\n"
+        "from edge_inference.edge.detection.auto.lock import measuring_on_this_machine\n"
         "from edge_inference.edge.settings import Settings\n"
         f"settings = Settings(auto_cache=Path({str(settings.auto_cache)!r}), auto_budget_s={settings.auto_budget_s})\n"
         "with measuring_on_this_machine(settings):\n"
@@ -234,9 +228,9 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
     by side: each would slow the other's engines and rank them at random, and one's entry in the cache would be
     lost. The second says it waits, then reads what the first stored instead of measuring again. Its watchdog does
     not wait meanwhile (it checks every stream for stuck inferences)."""
-    monkeypatch.setattr(autoselect, "_PICKED", {})  # this test's pick stays out of the other tests' services
-    monkeypatch.setattr(autoselect, "_PICKED_AT", {})
-    monkeypatch.setattr(autoselect, "_REMEASURED", {})
+    monkeypatch.setattr(chooser, "_PICKED", {})  # this test's pick stays out of the other tests' services
+    monkeypatch.setattr(chooser, "_PICKED_AT", {})
+    monkeypatch.setattr(chooser, "_REMEASURED", {})
     holder = _measuring_elsewhere(settings)
     try:
         choices: list[AutoChoice] = []
@@ -254,7 +248,7 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
         slowed = AutoChoice("onnx", "cpu", missing, "", key="a stream whose pick slowed")
         asked: list[bool] = []
         watchdog = threading.Thread(
-            target=lambda: asked.append(autoselect.remeasure_in_background(slowed, missing, settings, "slowed"))
+            target=lambda: asked.append(chooser.remeasure_in_background(slowed, missing, settings, "slowed"))
         )
         watchdog.start()
         watchdog.join(timeout=60)
@@ -279,7 +273,7 @@ def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_on
     passed, even though their own limits would allow an hour, name the process and say what to do: the bench with
     one clear error, auto by going on with the engines' ranking."""
     for bookkeeping in ("_FAILED", "_PICKED", "_PICKED_AT"):  # what this test leaves there stays out of the others
-        monkeypatch.setattr(autoselect, bookkeeping, type(getattr(autoselect, bookkeeping))())
+        monkeypatch.setattr(chooser, bookkeeping, type(getattr(chooser, bookkeeping))())
     quick = settings.model_copy(update={"auto_budget_s": 0.1})
     patient = settings.model_copy(update={"auto_budget_s": 1000.0})  # its own bound: over an hour
     model = str(MODELS / "openvino/yolox_nano.xml")  # one engine runs it
@@ -287,21 +281,21 @@ def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_on
     os.kill(holder.pid, signal.SIGSTOP)
     lock = cache_path(settings).with_name(cache_path(settings).name + ".lock")
     pid, started, longest = lock.read_text().split()
-    assert int(pid) == holder.pid and float(longest) == pytest.approx(autoselect.longest_measurement_s(1, quick), 0.01)
+    assert int(pid) == holder.pid and float(longest) == pytest.approx(longest_measurement_s(1, quick), 0.01)
     try:
         said: list[str] = []
         benched: list[Exception] = []
 
         def bench() -> None:
             try:
-                autoselect.measure(model, patient, say=said.append)
+                timing.measure(model, patient, say=said.append)
             except EdgeError as exc:
                 benched.append(exc)
 
         bench_thread = threading.Thread(target=bench)
         bench_thread.start()
         key = cache_key(candidates(model, patient))
-        assert autoselect.stored_results(key, model, patient) == []  # the detect/service path: nothing measured
+        assert chooser.stored_results(key, model, patient) == []  # the detect/service path: nothing measured
         gave_up = time.monotonic()
         bench_thread.join(timeout=120)
     finally:
@@ -317,7 +311,7 @@ def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_on
     for message in (str(benched[0]), capsys.readouterr().err):
         assert f"(pid {holder.pid})" in message and "stopped (Ctrl-Z) or stuck" in message, message
         assert "kill -CONT" in message and "EDGE_AUTO_MEASURE=0" in message, message
-    assert autoselect.read_cache(settings) == {}  # nothing measured beside the stopped one
+    assert store.read_cache(settings) == {}  # nothing measured beside the stopped one
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):
@@ -497,7 +491,7 @@ def test_the_service_never_judges_its_live_inferences_by_the_quiet_measurement(s
 def _infer(detector, count: int, burn_s: float = 0.0) -> None:
     """`count` real inferences as a stream's lane runs them, each followed by `burn_s` of this process's CPU."""
     for _ in range(count):
-        detector.infer_timed(detector.prepare(autoselect.bench_image()).tensor)
+        detector.infer_timed(detector.prepare(worker.bench_image()).tensor)
         until = time.thread_time() + burn_s
         while time.thread_time() < until:
             pass
@@ -506,8 +500,8 @@ def _infer(detector, count: int, burn_s: float = 0.0) -> None:
 @pytest.fixture
 def fresh_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> None:
     for bookkeeping in ("_FAILED", "_PICKED", "_PICKED_AT", "_REMEASURED", "_STALE", "_LOOKED"):
-        monkeypatch.setattr(autoselect, bookkeeping, type(getattr(autoselect, bookkeeping))())
-    monkeypatch.setattr(autoselect, "LIVE_SAMPLES", 20)  # windows of 20 inferences: the test's CPU burns are short
+        monkeypatch.setattr(chooser, bookkeeping, type(getattr(chooser, bookkeeping))())
+    monkeypatch.setattr(chooser, "LIVE_SAMPLES", 20)  # windows of 20 inferences: the test's CPU burns are short
 
 
 def test_a_pick_is_measured_again_when_the_services_cpu_per_frame_grows_and_never_for_slower_wall_times(
@@ -517,7 +511,7 @@ def test_a_pick_is_measured_again_when_the_services_cpu_per_frame_grows_and_neve
     longer on the clock (another program's load) ask for nothing; frames that cost far more CPU (a throttled core,
     an engine gone slow) have the engines measured again for real in the background, and the detector names the
     engine that won or says it was confirmed; the lines go through the service's logger."""
-    monkeypatch.setattr(autoselect, "_LINES_TO_LOG", True)  # as `edge serve` sets it
+    monkeypatch.setattr(chooser, "_LINES_TO_LOG", True)  # as `edge serve` sets it
     _close_race(settings, infer_ms=8.0)
     settled = settings.model_copy(update={"auto_settle_s": 0.0})
     detector = load_detector(DetectorConfig("yolox-nano", backend="auto"), settled)
@@ -529,11 +523,11 @@ def test_a_pick_is_measured_again_when_the_services_cpu_per_frame_grows_and_neve
         assert detector.superseded() is None  # the settled figure is taken
         _infer(detector, 20)
         detector.recent_inference_ms.extend([500.0] * 100)  # the clock's figures: what the old check judged by
-        assert detector.superseded() is None and not autoselect._REMEASURED  # the same CPU per frame: nothing
+        assert detector.superseded() is None and not chooser._REMEASURED  # the same CPU per frame: nothing
         _infer(detector, 20, burn_s=0.1)  # each frame now costs 100 ms more CPU than yolox-nano's inference
         with caplog.at_level(logging.INFO, logger="edge.auto"):
             assert detector.superseded() is None  # asked: measuring in the background
-            assert autoselect._REMEASURED, "a new measurement was asked for"
+            assert chooser._REMEASURED, "a new measurement was asked for"
             deadline = time.monotonic() + 240
             while (faster := detector.superseded()) is None and "measured again" not in detector.backend.notes[0]:
                 assert time.monotonic() < deadline, caplog.text
@@ -568,7 +562,7 @@ def test_a_pick_measured_while_the_machine_was_busy_is_measured_again_at_a_start
     busy is timed again by a start that finds them quiet, and kept by one that finds them still busy. The machine's
     load now is given (a test cannot make its machine quiet); the measurement is real."""
     _close_race(settings, infer_ms=0.01, others_busy=1.5)
-    monkeypatch.setattr(autoselect, "_others_now", lambda: others_now)
+    monkeypatch.setattr(chooser, "_others_now", lambda: others_now)
     choice = auto_choice("yolox-nano", settings)
     (entry,) = json.loads(cache_path(settings).read_text()).values()
     assert ({r["infer_ms"] for r in entry["results"]} != {0.01}) is measured_again
@@ -582,12 +576,12 @@ def test_a_measurement_keeps_how_busy_other_programs_kept_the_machine(settings: 
     """Another program (not this process's child: a shell's) spins on a core throughout the measurement."""
     spinner = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'while True: pass' & wait"], start_new_session=True)
     try:
-        autoselect.measure("yolox-nano", settings)
+        timing.measure("yolox-nano", settings)
     finally:
         os.killpg(spinner.pid, signal.SIGKILL)
         spinner.wait()
     (entry,) = json.loads(cache_path(settings).read_text()).values()
-    assert entry["others_busy_cores"] >= autoselect.BUSY_CORES
+    assert entry["others_busy_cores"] >= figures.BUSY_CORES
 
 
 def test_auto_says_why_no_measurement_could_be_made_or_kept(
@@ -596,7 +590,7 @@ def test_auto_says_why_no_measurement_could_be_made_or_kept(
     """The note said "no measurement could be made or kept" and no more; now it says why, in the same words as the
     error line (here a file stands where the cache's folder should be)."""
     for bookkeeping in ("_FAILED", "_PICKED", "_PICKED_AT"):
-        monkeypatch.setattr(autoselect, bookkeeping, type(getattr(autoselect, bookkeeping))())
+        monkeypatch.setattr(chooser, bookkeeping, type(getattr(chooser, bookkeeping))())
     (tmp_path / "blocked").write_text("a file where the cache's folder should be")
     blocked = settings.model_copy(update={"auto_cache": tmp_path / "blocked" / "auto.json"})
     choice = auto_choice("yolox-nano", blocked)

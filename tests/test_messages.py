@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from edge_inference.backends import brief
 from edge_inference.backends.base import BRIEF_LIMIT
 from edge_inference.backends.edgetpu_backend import INSTALL_LIBEDGETPU, NO_DEVICE
-from edge_inference.edge.detection.autoselect import AutoChoice, Measurement, certainty, live_check
+from edge_inference.edge.detection.auto.choice import AutoChoice, live_check
+from edge_inference.edge.detection.auto.figures import Measurement, certainty
 from edge_inference.edge.errors import counted
 from tests.conftest import REPO
 

@@ -1,0 +1,181 @@
+"""A detector opened on one named engine: the model's file located, its spec resolved, the engine loaded.
+
+What the user typed is made concrete before this (`loader.py`: `--backend auto`, the loop's threads, auto's
+watchers); this opens what it is given, and is all auto's timing children (`auto/worker.py`) need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from edge_inference.backends import (
+    Backend,
+    BackendOptions,
+    Description,
+    PixelSteps,
+    describe_model,
+    engine_keys,
+    open_backend,
+)
+from edge_inference.backends.engine import check_engine_options, get_engine, serving_engine
+from edge_inference.backends.names import backend_named
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.detection.model_files import (
+    check_label_file,
+    locate_model,
+    model_for_engine,
+    model_reference,
+)
+from edge_inference.edge.detection.threads import engine_threads
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings
+from edge_inference.models.labels import Classes
+from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
+from edge_inference.models.registry import is_registry_name
+from edge_inference.models.resolve import ModelIO, resolve_spec
+from edge_inference.models.spec import ModelSpec
+
+Progress = Callable[[str, int, int | None], None]
+Opener = Callable[[str, Path, BackendOptions], Backend]
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    model: str
+    backend: str = "auto"
+    device: str = "auto"
+    conf: float = 0.25
+    iou: float = 0.45
+    max_detections: int = 100
+    classes: Classes = field(default_factory=dict)  # only these are reported; empty: every class
+    threads: int | None = None  # None: the thread budget's share (edge/detection/threads.py)
+    allow_fallback: bool = False
+    overrides: SpecOverrides = field(default_factory=SpecOverrides)
+    # input buffers: 1 for one frame at a time, more for a pipeline that prepares ahead
+    buffers: int = 1
+    # each engine's own options, by engine (`engine_options:` in a stream, `--engine-option` on the command line)
+    engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # True: `detect` is called back to back (a loop over images or frames): without `threads`, a CPU engine starts
+    # on one thread and measures whether the budget's pay (threads.py, `LoopThreads`). False: frames come at a
+    # camera's pace or one at a time (the service), or are timed as such (auto, `edge bench`): the budget's threads
+    back_to_back: bool = True
+    # where the engine runs: auto, process (a child of its own), thread (this process); by engine where auto
+    isolation: str = "auto"
+    engine_isolation: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # `ONNX`, `Auto`: the engine's key in any case, as devices are read (`cpu`, `CPU`)
+        object.__setattr__(self, "backend", self.backend.strip().lower())
+
+
+def check_reference(config: DetectorConfig) -> None:
+    """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
+    backend_named(config.backend, ["auto", *engine_keys()])
+    check_engine_options(config.engine_options)
+    model_reference(engine_model(config))  # a registry name must also have a file this engine reads
+    check_label_file(config.overrides.labels)
+
+
+def engine_model(config: DetectorConfig) -> str:
+    """A registry name given with an engine becomes that engine's own file of the same weights
+    (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
+    if config.backend == "auto":
+        return config.model
+    remote = serving_engine(config.model) is not None or get_engine(config.backend).serves is not None
+    if not (is_registry_name(config.model) or remote):  # a file for a file engine: checked when it is read
+        return config.model
+    model, reason = model_for_engine(config.model, config.backend)
+    if model is None:
+        raise EdgeError(f"{reason}; see `edge models list` or `edge backends` for what each engine can run")
+    return model
+
+
+def isolation_of(config: DetectorConfig) -> str:
+    """Where the engine runs: the stream's `isolation:`, else the detectors' setting for its engine, else auto."""
+    return config.isolation if config.isolation != "auto" else config.engine_isolation.get(config.backend, "auto")
+
+
+def open_detector(
+    config: DetectorConfig, settings: Settings, progress: Progress | None = None, opener: Opener = open_backend
+) -> Detector:
+    """A Detector on `config`'s engine (named: not `auto`), with its thresholds and classes."""
+    backend, spec = open_engine(config, settings, progress, opener)
+    return Detector(
+        backend,
+        spec,
+        conf=config.conf,
+        iou=config.iou,
+        max_detections=config.max_detections,
+        buffers=config.buffers,
+        classes=config.classes,
+    )
+
+
+def open_engine(
+    config: DetectorConfig,
+    settings: Settings,
+    progress: Progress | None,
+    opener: Opener,
+) -> tuple[Backend, ModelSpec]:
+    """The engine opened on the model's file, and the model's spec. Where the engine can read the model's tensors
+    without compiling it, the spec comes first and the engine is asked to take the pre-processing."""
+    name, path = locate_model(engine_model(config), settings, progress)
+    key = config.backend
+    sidecar = sidecar_path(path)
+    overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
+    check_label_file(overrides.labels)
+    size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
+    threads = config.threads or engine_threads()
+    own = config.engine_options.get(key, {})
+    isolation = isolation_of(config)
+    options = BackendOptions(
+        config.device,
+        threads,
+        config.allow_fallback,
+        size,
+        own,
+        settings.model_cache,
+        isolation=isolation,
+    )
+    described = _spec_before_loading(key, name, path, options, overrides)
+    if described is not None:  # the engine can take the pre-processing, compiled into the model
+        options = replace(options, pixels=pixel_steps(described))
+    backend = opener(key, path, options)
+    try:
+        spec = described if described and backend.pixels else resolve_spec(name, _io(backend), overrides)
+    except Exception:
+        backend.close()
+        raise
+    return backend, spec
+
+
+def _io(model: Backend | Description) -> ModelIO:
+    return ModelIO(
+        input_shape=model.inputs[0].shape,
+        output_shapes=[o.shape for o in model.outputs],
+        output_names=[o.name for o in model.outputs],
+        metadata=model.metadata,
+    )
+
+
+def _spec_before_loading(
+    key: str, name: str, path: Path, options: BackendOptions, overrides: SpecOverrides
+) -> ModelSpec | None:
+    """The spec, from what the model declares, for an engine that can read that without compiling it; None
+    otherwise (the spec then comes from the loaded engine, as for every other)."""
+    description = describe_model(key, path, options)
+    if description is None or not description.inputs:
+        return None
+    try:
+        return resolve_spec(name, _io(description), overrides)
+    except Exception:  # noqa: BLE001 - resolved again after loading, where its error is reported
+        return None
+
+
+def pixel_steps(spec: ModelSpec) -> PixelSteps:
+    """What an engine does to BGR pixels to make the model's input: the spec's colour order, mean and std."""
+    pre = spec.preprocessing
+    return PixelSteps(reverse_channels=pre.color == "RGB", mean=pre.mean, std=pre.std)
