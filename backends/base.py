@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 Parallel = Literal["shared", "copies", "none"]
 
@@ -43,6 +44,13 @@ def unreadable_model(path: Path, kind: str, detail: str) -> BackendError:
         f"{path} could not be loaded as {kind} model ({detail}): the file is damaged, incomplete or not {kind} model;"
         " copy, download or export it again"
     )
+
+
+class EngineOptions(BaseModel):
+    """An engine's own settings (backends/options.py): an engine without any has this; engines with some subclass
+    it, with a description per field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass(frozen=True)
@@ -89,8 +97,9 @@ class BackendOptions:
     allow_fallback: bool = False
     # (width, height) for engines whose files do not declare their input size (RKNN); from the sidecar or flags
     input_size: tuple[int, int] | None = None
-    # This engine's own block of `engine_options`, checked by its options model (backends/options.py) at load
-    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    # This engine's own block of `engine_options`: typed by its options model where the config or the loader parsed
+    # it (backends/options.py), a mapping from a caller of its own (parsed at load then)
+    engine_options: Mapping[str, Any] | EngineOptions = field(default_factory=dict)
     # Where an engine may keep what it builds from a model (TensorRT engines and timing caches); None: nowhere
     cache_dir: Path | None = None
     # Inferences that will run at once on this loaded model (streams sharing it): OpenVINO compiles that many

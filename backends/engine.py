@@ -81,7 +81,7 @@ class Engine:
     # or a BackendError saying what is wrong (`edge doctor --server`)
     reach: Callable[[str], str] | None = None
 
-    def parse_options(self, raw: Mapping[str, Any]) -> EngineOptions:
+    def parse_options(self, raw: Mapping[str, Any] | EngineOptions) -> EngineOptions:
         return parse_options(self.key, self.options, raw)
 
     def versions(self) -> dict[str, str]:
@@ -149,12 +149,13 @@ def choose(path: Path) -> Choice:
     return Choice(key, offer.device, offer.reason)
 
 
-def check_engine_options(blocks: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A stream's `engine_options` (a block per engine), each checked by its engine; one line for a mistake."""
+def check_engine_options(blocks: Mapping[str, Any]) -> dict[str, EngineOptions]:
+    """A stream's `engine_options` (a block per engine), each parsed by its engine into its own typed options (the
+    engines' option models keyed by engine: the config holds them typed, and `load` receives them so); one line for
+    a mistake."""
     if not isinstance(blocks, Mapping):
         raise BackendError("engine_options must map an engine to its options, e.g. {onnx: {trt_fp16: false}}")
-    for key, block in blocks.items():
+    for key in blocks:
         if key not in engines():
             raise BackendError(f"engine_options names {key!r}, which is no engine; choose from: {', '.join(engines())}")
-        engines()[key].parse_options(block)
-    return {key: dict(block) for key, block in blocks.items()}
+    return {key: engines()[key].parse_options(block) for key, block in blocks.items()}

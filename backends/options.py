@@ -7,18 +7,15 @@ engine and its allowed keys.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, TypeVar, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
-from edge_inference.backends.base import BackendError
+from edge_inference.backends.base import BackendError, EngineOptions
 
-
-class EngineOptions(BaseModel):
-    """An engine without settings of its own; engines with some subclass it, with a description per field."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+__all__ = ["EngineOptions", "Options", "allowed", "describe_options", "options_key", "parse_options"]
 
 
 Options = TypeVar("Options", bound=EngineOptions)
@@ -48,13 +45,24 @@ def describe_options(model: type[EngineOptions]) -> list[dict[str, Any]]:
     ]
 
 
+def options_key(options: Mapping[str, Any] | EngineOptions) -> str:
+    """Options as text that is the same for the same settings, typed or not: what they set beyond the defaults."""
+    given = options.model_dump(mode="json", exclude_defaults=True) if isinstance(options, EngineOptions) else options
+    return json.dumps(dict(given), sort_keys=True, default=str)
+
+
 def allowed(model: type[EngineOptions]) -> str:
     names = list(model.model_fields)
     return f"allowed: {', '.join(names)}" if names else "it has no options"
 
 
-def parse_options(engine: str, model: type[Options], raw: Mapping[str, Any]) -> Options:
-    """The engine's options from a config block or flags, or one line that says what is wrong and what is allowed."""
+def parse_options(engine: str, model: type[Options], raw: Mapping[str, Any] | EngineOptions) -> Options:
+    """The engine's options from a config block or flags, or one line that says what is wrong and what is allowed.
+    Options already typed (the config's, parsed once when it was read) are taken as they are."""
+    if isinstance(raw, model):
+        return raw
+    if isinstance(raw, EngineOptions):  # another engine's model: its fields, checked against this one's
+        raw = raw.model_dump(exclude_defaults=True)
     if not isinstance(raw, Mapping):
         raise BackendError(f"engine_options.{engine} must be a mapping of option: value ({allowed(model)})")
     try:

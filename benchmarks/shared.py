@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import VTEST, cpu_seconds, machine, peak_rss_mib
+from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.threads import CameraThreads
@@ -102,7 +103,7 @@ def run_service(
                 pace=live,
                 loop=True,
                 threads=threads,
-                engine_options=engine_options or {},
+                engine_options=check_engine_options(engine_options or {}),
             )
             for i in range(streams)
         ],

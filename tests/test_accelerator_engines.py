@@ -25,7 +25,7 @@ from edge_inference.edge.detection.detector_pool import DetectorPool, describe_e
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.settings import Settings
 from tests import fake_devices
-from tests.conftest import MODELS, skimage_photo
+from tests.conftest import MODELS, VTEST, skimage_photo
 from tests.fakes import onnxruntime_gpu
 from tests.helpers import provider_starts_here, run_edge
 
@@ -527,6 +527,32 @@ def test_a_wrong_engine_option_is_one_line_naming_the_engine_and_its_keys(tmp_pa
         load_config(config)
     assert "engine option hailo.scheduler" in str(bad.value) and "allowed: scheduler" in str(bad.value)
     assert "\n" not in str(bad.value)
+
+
+def test_the_config_holds_typed_engine_options_and_the_engine_receives_them(tmp_path):
+    """Engine options were checked in the config, twice more in the loader, then parsed again inside each engine's
+    `load` (the typed result thrown away each time): the config now holds each engine's own options model, parsed
+    once, and `load` receives that very object."""
+    from edge_inference.backends.onnxruntime_backend import OnnxRuntimeOptions
+
+    config = tmp_path / "cams.yaml"
+    config.write_text(
+        f"streams:\n  - id: gate\n    source: {VTEST}\n    model: {YOLOX}\n    backend: onnx\n"
+        "    engine_options:\n      onnx: {spinning: runs}\n      openvino: {performance_hint: THROUGHPUT}\n"
+    )
+    stream = load_config(config).streams[0]
+    typed = stream.engine_options["onnx"]
+    assert isinstance(typed, OnnxRuntimeOptions) and typed.spinning == "runs"
+    assert stream.model_dump()["engine_options"]["openvino"]["performance_hint"] == "THROUGHPUT"
+    received = []
+
+    def opener(key: str, path: Path, options: BackendOptions) -> Backend:
+        received.append(options.engine_options)
+        return open_backend(key, path, options)
+
+    engine = DetectorConfig(str(YOLOX), "onnx", "cpu", threads=1, engine_options=stream.engine_options)
+    load_detector(engine, opener=opener).close()
+    assert received == [typed] and received[0] is typed
 
 
 def test_the_command_line_takes_engine_options_and_lists_them(tmp_path):

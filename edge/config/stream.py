@@ -8,11 +8,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from edge_inference.backends import BackendError, engine_keys
 from edge_inference.backends.engine import check_engine_options, serving_engine
 from edge_inference.backends.names import backend_named
+from edge_inference.backends.options import EngineOptions
 from edge_inference.edge.config.base import ConfigModel, listed_by_key
 from edge_inference.edge.config.frames import FFmpegConfig, MotionConfig
 from edge_inference.edge.config.frigate import frigate_camera
@@ -55,7 +56,7 @@ class StreamConfig(ConfigModel):
     # Engine threads; default: the usable cores shared among the engines (auto)
     threads: int | None = Field(default=None, gt=0)
     # Each engine's own settings, a block per engine: {onnx: {trt_fp16: false}, hailo: {scheduler: none}}
-    engine_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    engine_options: dict[str, SerializeAsAny[EngineOptions]] = Field(default_factory=dict)
     # Where its engine runs: a process of its own (a native crash or hang ends that process, not the service), or
     # the service's; auto: its own for accelerators and plugin engines, the service's for the CPU engines
     isolation: Literal["auto", "process", "thread"] = "auto"
@@ -171,9 +172,10 @@ class StreamConfig(ConfigModel):
             )
         return threads
 
-    @field_validator("engine_options")
+    @field_validator("engine_options", mode="before")
     @classmethod
-    def _engine_options_fit(cls, blocks: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def _engine_options_typed(cls, blocks: Any) -> dict[str, EngineOptions]:
+        """Each block parsed once, by its engine's own options model: what the engine's `load` receives."""
         try:
             return check_engine_options(blocks)
         except BackendError as exc:

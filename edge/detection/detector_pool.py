@@ -11,7 +11,6 @@ A shared engine that hangs is left to its thread: the next stream that reloads g
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import math
 import threading
@@ -24,6 +23,7 @@ import numpy as np
 
 from edge_inference.backends import Backend, BackendOptions
 from edge_inference.backends.isolation import open_engine
+from edge_inference.backends.options import options_key
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.memory import (
     MIB,
@@ -65,7 +65,7 @@ class EngineKey:
             options.threads,
             options.allow_fallback,
             options.input_size,
-            json.dumps(dict(options.engine_options), sort_keys=True, default=str),
+            options_key(options.engine_options),
             repr(options.pixels) if options.pixels else "",
             options.isolation,
         )

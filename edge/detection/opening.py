@@ -22,6 +22,7 @@ from edge_inference.backends import (
 )
 from edge_inference.backends.engine import check_engine_options, get_engine, serving_engine
 from edge_inference.backends.names import backend_named
+from edge_inference.backends.options import EngineOptions
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.model_files import (
     check_label_file,
@@ -57,7 +58,7 @@ class DetectorConfig:
     # input buffers: 1 for one frame at a time, more for a pipeline that prepares ahead
     buffers: int = 1
     # each engine's own options, by engine (`engine_options:` in a stream, `--engine-option` on the command line)
-    engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    engine_options: Mapping[str, Mapping[str, Any] | EngineOptions] = field(default_factory=dict)
     # True: `detect` is called back to back (a loop over images or frames): without `threads`, a CPU engine starts
     # on one thread and measures whether the budget's pay (threads.py, `LoopThreads`). False: frames come at a
     # camera's pace or one at a time (the service), or are timed as such (auto, `edge bench`): the budget's threads
@@ -129,7 +130,7 @@ def open_engine(
     check_label_file(overrides.labels)
     size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
     threads = config.threads or engine_threads()
-    own = config.engine_options.get(key, {})
+    own = get_engine(key).parse_options(config.engine_options.get(key, {}))  # typed, as the engine's load takes it
     isolation = isolation_of(config)
     options = BackendOptions(
         config.device,
