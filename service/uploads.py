@@ -24,7 +24,7 @@ from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.report import result_record
 from edge_inference.edge.errors import counted
-from edge_inference.edge.runtime.streams import StreamManager, detector_config
+from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.stream.images import ImageError, ImageTooLargeError, decode_image
 from edge_inference.service.access import body_deadline
 from edge_inference.service.limits import UploadGate, busy
@@ -151,7 +151,7 @@ class UploadDetectors:
         if failed and time.monotonic() - failed[0] < RETRY_LOAD_AFTER_S:
             raise UploadModelUnavailableError(f"stream {stream_id}'s model failed to load for uploads: {failed[1]}")
         try:
-            detector = load_detector(detector_config(self.manager.stream_config(stream_id)), self.manager.settings)
+            detector = load_detector(self.manager.detector_config(stream_id), self.manager.settings)
         except Exception as exc:  # noqa: BLE001 - any engine failure: remembered and answered with 503
             self._failed[stream_id] = (time.monotonic(), str(exc))
             raise UploadModelUnavailableError(f"stream {stream_id}'s model failed to load for uploads: {exc}") from None

@@ -35,8 +35,9 @@ from edge_inference.edge.detection.threads import (
     plan_engine,
     usable_cores,
 )
+from edge_inference.edge.runtime.plan import detector_config
 from edge_inference.edge.runtime.snapshots import service_stats
-from edge_inference.edge.runtime.streams import StreamManager, detector_config
+from edge_inference.edge.runtime.streams import StreamManager
 from tests.conftest import MEDIA, MODELS, VTEST
 from tests.test_watchdogs import wait_for
 

@@ -22,13 +22,8 @@ from edge_inference.edge.errors import EdgeError, connection_failure
 from edge_inference.edge.events.layer import data_dir
 from edge_inference.edge.events.mqtt import ask_broker, configured_broker
 from edge_inference.edge.events.storage import Level, storage_outlook
-from edge_inference.edge.runtime.streams import (
-    check_cameras_read_once,
-    compare_members,
-    detector_config,
-    label_problem,
-    source_for,
-)
+from edge_inference.edge.runtime.plan import PipelinePlan, compile_streams
+from edge_inference.edge.runtime.streams import check_cameras_read_once, label_problem, source_for
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.capture import stall_timeout
 from edge_inference.models.errors import ModelError
@@ -53,11 +48,11 @@ def check_service(config: ServiceConfig, settings: Settings) -> list[Finding]:
         findings.append(Finding("streams", str(exc), "problem"))
     frames = first_frames(config.streams)
     said: set[str] = set()  # engine notes (auto's reasons) said once, not on every stream of that model
-    for stream in config.streams:
-        frame = frames[stream.id]
-        findings.append(frame if isinstance(frame, Finding) else _frame_read(stream, frame))
-        for member in detector_streams(stream):
-            findings.extend(engine_findings(member, frame if isinstance(frame, np.ndarray) else None, settings, said))
+    for plan in compile_streams(config, check=False):  # each pipeline's names are checked below, a line each
+        frame = frames[plan.stream.id]
+        findings.append(frame if isinstance(frame, Finding) else _frame_read(plan.stream, frame))
+        for pipeline in plan.pipelines:
+            findings.extend(engine_findings(pipeline, frame if isinstance(frame, np.ndarray) else None, settings, said))
     return findings + destination_findings(config, settings)
 
 
@@ -108,18 +103,14 @@ def _first_frame(stream: StreamConfig) -> np.ndarray | Finding:
     return frame
 
 
-def detector_streams(stream: StreamConfig) -> list[StreamConfig]:
-    """The stream itself, or each engine it compares as the service runs it (`door-onnx`, `door-openvino`); where an
-    engine has no file of the model, the stream's model, which the engine's check then answers for."""
-    return [member for member, _ in compare_members(stream)] if stream.compare else [stream]
-
-
 def engine_findings(
-    stream: StreamConfig, frame: np.ndarray | None, settings: Settings, said: set[str]
+    pipeline: PipelinePlan, frame: np.ndarray | None, settings: Settings, said: set[str]
 ) -> list[Finding]:
-    """The stream's engine loaded as the service loads it, run on the stream's first frame (a blank one without)."""
+    """The pipeline's engine loaded as the service loads it, run on the stream's first frame (a blank one without);
+    a compared engine with no file of the model is checked on the stream's model, which the engine then answers
+    for."""
+    stream, config = pipeline.stream, pipeline.detector
     subject = f"stream {stream.id}"
-    config = detector_config(stream)
     try:
         check_reference(config)
         note = None

@@ -14,17 +14,15 @@ from edge_inference.edge.config import (
     ServiceConfig,
     StreamConfig,
     TrackingConfig,
-    compare_member_ids,
-    compared,
 )
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool, lone_engine_threads
-from edge_inference.edge.detection.loader import DetectorConfig, check_reference, load_detector
-from edge_inference.edge.detection.model_files import model_for_engine
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.threads import CameraThreads, EnginePlan, plan_engine, usable_cores
 from edge_inference.edge.events.layer import EventLayer
 from edge_inference.edge.runtime.compare import CompareGroup
 from edge_inference.edge.runtime.cpu import CpuPerFrame
+from edge_inference.edge.runtime.plan import EngineKey, PipelinePlan, StreamPlan, compile_streams
 from edge_inference.edge.runtime.watchdog import Watchdog
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.stream.ffmpeg import ffmpeg_source
@@ -33,28 +31,8 @@ from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.stream.sources import FrameSource, camera_device, open_source
 from edge_inference.edge.stream.tracking import StreamTracker
 from edge_inference.models.labels import labels_listed, unknown_labels
-from edge_inference.models.overrides import SpecOverrides
 
 log = logging.getLogger("edge.streams")
-
-
-def detector_config(stream: StreamConfig, buffers: int = 1) -> DetectorConfig:
-    return DetectorConfig(
-        model=stream.model,
-        backend=stream.backend,
-        device=stream.device,
-        conf=stream.conf,
-        iou=stream.iou,
-        classes=stream.class_scores,
-        threads=stream.threads,
-        allow_fallback=stream.fallback,
-        buffers=buffers,
-        engine_options=stream.engine_options,
-        isolation=stream.isolation,
-        overrides=SpecOverrides(labels=str(stream.labels) if stream.labels else None, color=stream.color),
-        # a camera's engine waits between frames, and a file's lanes run one thread each: nothing to spin for
-        back_to_back=False,
-    )
 
 
 def source_for(stream: StreamConfig) -> FrameSource:
@@ -96,19 +74,6 @@ def check_cameras_read_once(streams: list[StreamConfig]) -> None:
         owners[device] = stream.id
 
 
-def compare_members(stream: StreamConfig) -> list[tuple[StreamConfig, str | None]]:
-    """Each engine a stream compares, as a stream of its own (`door-onnx`, `door-openvino`) on that engine's file of
-    the model, with why there is none (the stream's model is kept then)."""
-    members = []
-    for item, member_id in zip(stream.compare, compare_member_ids(stream.id, stream.compare), strict=True):
-        backend, device, given = compared(item)  # the config has checked the engine's name
-        model, reason = model_for_engine(given or stream.model, backend)
-        update = {"id": member_id, "model": model or stream.model, "backend": backend, "compare": []}
-        member = stream.model_copy(update={**update, "device": device or stream.device})
-        members.append((member, None if model else reason))
-    return members
-
-
 def label_problem(stream: StreamConfig, detector: Detector) -> str | None:
     """The labels the stream's config names that its model does not detect, with the model's own; None if all are."""
     model_labels = list(detector.spec.labels.values())
@@ -132,26 +97,28 @@ class StreamManager:
         self.settings = settings or get_settings()
         self.pipelines: dict[str, StreamPipeline] = {}
         self.groups: dict[str, CompareGroup] = {}
-        self._configs: dict[str, StreamConfig] = {}  # per pipeline, compare members included
+        self._plans: dict[str, PipelinePlan] = {}  # per pipeline, compare members included
         self._units: list[StreamPipeline | CompareGroup] = []  # what start() and stop() drive
         self.watchdog = Watchdog(self._checked)
         self.cpu = CpuPerFrame()  # the service's CPU per frame handled, for stats and metrics
         self.events = EventLayer(config, self.settings)
         self.detectors = DetectorPool(max_batch=config.detectors.max_batch, share=config.detectors.share)
-        self._engines: list[tuple[str, str, str, int | None]] = []  # what each pipeline loads, for the budget
-        self._requests: dict[tuple[str, str, str, int | None], int] = {}  # frames each engine may have waiting
+        self._engines: list[EngineKey] = []  # what each pipeline loads, for the budget
+        self._requests: dict[EngineKey, int] = {}  # frames each engine may have waiting
         self.label_problems: dict[str, str] = {}  # stream -> the labels its config names that its model lacks
         check_cameras_read_once(config.streams)
-        for stream in config.streams:
-            check_reference(detector_config(stream))
+        self.plans = compile_streams(config)  # every pipeline's detector decided once, its names checked
+        for plan in self.plans:
+            stream = plan.stream
             source = source_for(stream)
-            if stream.compare:
-                self._add_group(stream, source)
+            if plan.compared:
+                self._add_group(plan, source)
                 continue
-            self._configs[stream.id] = stream
+            (pipeline,) = plan.pipelines
+            self._plans[stream.id] = pipeline
             mode = None if stream.mode == "auto" else stream.mode
             lanes = file_lanes(stream, source)
-            load = self._loader(stream, lanes)
+            load = self._loader(pipeline, lanes)
             self.pipelines[stream.id] = StreamPipeline(
                 stream.id,
                 source,
@@ -165,50 +132,44 @@ class StreamManager:
                 tracker=tracker_for(stream),
                 motion=MotionGate(stream.motion) if stream.motion else None,
                 lanes=lanes,
-                camera_threads=self._camera_threads(stream, load, lanes),
+                camera_threads=self._camera_threads(pipeline, load, lanes),
             )
             self.events.attach(stream, self.pipelines[stream.id])
             self._units.append(self.pipelines[stream.id])
 
-    def _add_group(self, stream: StreamConfig, source: FrameSource) -> None:
-        members = []
-        for member, reason in compare_members(stream):
-            if reason is not None:
-                raise ConfigError(f"stream {stream.id}: {reason}")
-            check_reference(detector_config(member))
+    def _add_group(self, plan: StreamPlan, source: FrameSource) -> None:
+        stream, members = plan.stream, []
+        for member in plan.pipelines:
+            if member.problem is not None:
+                raise ConfigError(f"stream {stream.id}: {member.problem}")
             pipeline = StreamPipeline(
                 member.id,
                 None,
                 self._loader(member),
                 mode="live",
-                names=StreamNames(member.model, member.backend, source.description),
+                names=StreamNames(member.stream.model, member.stream.backend, source.description),
                 inference_timeout_s=stream.inference_timeout_s,
-                tracker=tracker_for(member),
+                tracker=tracker_for(member.stream),
             )
             self.pipelines[member.id] = pipeline
-            self._configs[member.id] = member
+            self._plans[member.id] = member
             members.append(pipeline)
         self.groups[stream.id] = CompareGroup(
             stream.id, source, members, pace=stream.pace, loop=stream.loop, stall_timeout_s=stream.stall_timeout_s
         )
         self._units.append(self.groups[stream.id])
 
-    @staticmethod
-    def _engine_key(stream: StreamConfig) -> tuple[str, str, str, int | None]:
-        """What the thread budget counts a stream's engine by."""
-        return (stream.model, stream.backend, stream.device, stream.threads)
-
-    def _loader(self, stream: StreamConfig, requests: int = 1) -> Any:
-        """Loads the stream's detector on a shared engine, with the thread budget's threads and lanes; `requests`:
+    def _loader(self, pipeline: PipelinePlan, requests: int = 1) -> Any:
+        """Loads the pipeline's detector on a shared engine, with the thread budget's threads and lanes; `requests`:
         the stream's frames that may wait for the engine at once."""
-        key = self._engine_key(stream)
+        key, stream = pipeline.engine_key, pipeline.stream
         self._engines.append(key)
         self._requests[key] = self._requests.get(key, 0) + requests
+        isolation = self.config.detectors.isolation
 
         def load(buffers: int, threads: int | None = None) -> Detector:
             plan = self.engine_plan(key, requests) if threads is None else EnginePlan(threads, 1)
-            isolation = self.config.detectors.isolation
-            config = replace(detector_config(stream, buffers), threads=plan.threads, engine_isolation=isolation)
+            config = replace(pipeline.detector, buffers=buffers, threads=plan.threads, engine_isolation=isolation)
             opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes, stream.threads is None)
             detector = load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
             self._check_labels(stream, detector)
@@ -216,12 +177,12 @@ class StreamManager:
 
         return load
 
-    def _camera_threads(self, stream: StreamConfig, load: Any, requests: int) -> CameraThreads[Detector] | None:
+    def _camera_threads(self, pipeline: PipelinePlan, load: Any, requests: int) -> CameraThreads[Detector] | None:
         """A live stream on the thread budget may move its engine to one thread where one keeps up with the camera
         (`CameraThreads`); one with `threads:` keeps them."""
-        if stream.threads is not None:
+        if pipeline.stream.threads is not None:
             return None
-        key = self._engine_key(stream)
+        key = pipeline.engine_key
         return CameraThreads(lambda: self.engine_plan(key, requests).threads, load, lone_engine_threads)
 
     def _check_labels(self, stream: StreamConfig, detector: Detector) -> None:
@@ -235,7 +196,7 @@ class StreamManager:
             log.warning("%s", problem)
         self.label_problems[stream.id] = problem
 
-    def engine_plan(self, key: tuple[str, str, str, int | None], requests: int = 1) -> EnginePlan:
+    def engine_plan(self, key: EngineKey, requests: int = 1) -> EnginePlan:
         """Cores are divided among the engines the config loads; a shared engine's among its streams' lanes. A
         model on a server takes no cores here: a lane (a request in flight) for every frame that may wait."""
         shared = self.config.detectors.share
@@ -278,7 +239,11 @@ class StreamManager:
 
     def stream_config(self, stream_id: str) -> StreamConfig:
         """A stream's settings; a compare member's are its group's with its own model and backend."""
-        return self._configs[stream_id]
+        return self._plans[stream_id].stream
+
+    def detector_config(self, stream_id: str) -> DetectorConfig:
+        """What a pipeline's detector loads, as its plan decided it (an upload's own detector loads the same)."""
+        return self._plans[stream_id].detector
 
     def group_of(self, pipeline: StreamPipeline) -> str | None:
         """The compare group a pipeline is a member of."""
