@@ -16,10 +16,11 @@ from edge_inference.edge.detection.opening import (
     Opener,
     Progress,
     check_reference,
+    detector_of,
     engine_model,
     isolation_of,
-    open_detector,
     open_engine,
+    plan_opening,
 )
 from edge_inference.edge.detection.threads import CPU_ENGINES, LoopThreads, engine_threads, runs_on_cpu
 from edge_inference.edge.detection.timings import process_cpu_seconds
@@ -73,13 +74,15 @@ def load_detector(
         note = choice.reason
     planned = config.threads or engine_threads()
     measured = _loop_measures_threads(config, planned)
-    detector = open_detector(replace(config, threads=1) if measured else config, settings, progress, opener)
+    opening = plan_opening(replace(config, threads=1) if measured else config, settings, progress)
+    detector = detector_of(opening, opener)
     backend = detector.backend
     if note:
         backend.notes.insert(0, note)
     if measured and runs_on_cpu(backend) and not isinstance(backend, IsolatedBackend):
+        # another thread count opens the same located file again: nothing is resolved a second time
         detector.loop_threads = LoopThreads(
-            backend, planned, lambda threads: open_engine(replace(config, threads=threads), settings, None, opener)[0]
+            backend, planned, lambda threads: open_engine(opening.with_threads(threads), opener)[0]
         )
     if choice is not None and choice.pending:
         detector.superseded = _watch_measurement(detector, choice, asked_for)

@@ -168,3 +168,24 @@ def locate_model(model: str, settings: Settings, progress: Progress | None = Non
     if not is_cached(reference, settings.model_cache):
         pull(reference, settings.model_cache, settings.model_mirror, progress)
     return reference.name, check_cached(reference, settings.model_cache)  # a few ms of sha256 against a swapped file
+
+
+def engine_file_name(model: str, backend: str) -> str:
+    """A registry name given with an engine becomes that engine's own file of the same weights
+    (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
+    if backend == "auto":
+        return model
+    remote = serving_engine(model) is not None or get_engine(backend).serves is not None
+    if not (is_registry_name(model) or remote):  # a file for a file engine: checked when it is read
+        return model
+    name, reason = model_for_engine(model, backend)
+    if name is None:
+        raise EdgeError(f"{reason}; see `edge models list` or `edge backends` for what each engine can run")
+    return name
+
+
+def model_file(model: str, backend: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
+    """What a model reference means for an engine, decided in this one place: a model on a server (its reference),
+    a registry name (the engine's own file of its family, pulled into the cache and checked), a file `edge models
+    convert` made (by its name), or a file; (name, path)."""
+    return locate_model(engine_file_name(model, backend), settings, progress)

@@ -20,22 +20,15 @@ from edge_inference.backends import (
     engine_keys,
     open_backend,
 )
-from edge_inference.backends.engine import check_engine_options, get_engine, serving_engine
+from edge_inference.backends.engine import check_engine_options, get_engine
 from edge_inference.backends.names import backend_named
 from edge_inference.backends.options import EngineOptions
 from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.model_files import (
-    check_label_file,
-    locate_model,
-    model_for_engine,
-    model_reference,
-)
+from edge_inference.edge.detection.model_files import check_label_file, engine_file_name, model_file, model_reference
 from edge_inference.edge.detection.threads import engine_threads
-from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from edge_inference.models.labels import Classes
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
-from edge_inference.models.registry import is_registry_name
 from edge_inference.models.resolve import ModelIO, resolve_spec
 from edge_inference.models.spec import ModelSpec
 
@@ -81,17 +74,8 @@ def check_reference(config: DetectorConfig) -> None:
 
 
 def engine_model(config: DetectorConfig) -> str:
-    """A registry name given with an engine becomes that engine's own file of the same weights
-    (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
-    if config.backend == "auto":
-        return config.model
-    remote = serving_engine(config.model) is not None or get_engine(config.backend).serves is not None
-    if not (is_registry_name(config.model) or remote):  # a file for a file engine: checked when it is read
-        return config.model
-    model, reason = model_for_engine(config.model, config.backend)
-    if model is None:
-        raise EdgeError(f"{reason}; see `edge models list` or `edge backends` for what each engine can run")
-    return model
+    """The engine's own file of the model (`model_files.engine_file_name`); `auto` keeps the name as given."""
+    return engine_file_name(config.model, config.backend)
 
 
 def isolation_of(config: DetectorConfig) -> str:
@@ -99,11 +83,54 @@ def isolation_of(config: DetectorConfig) -> str:
     return config.isolation if config.isolation != "auto" else config.engine_isolation.get(config.backend, "auto")
 
 
+@dataclass(frozen=True)
+class Opening:
+    """A detector made concrete before its engine opens: the engine's model file located (pulled and checked
+    once), the sidecar read, the engine's typed options. Opening it again (another thread count, a reload) goes
+    back to none of that."""
+
+    config: DetectorConfig
+    name: str
+    path: Path
+    overrides: SpecOverrides
+    options: BackendOptions
+
+    def with_threads(self, threads: int) -> Opening:
+        return replace(
+            self, config=replace(self.config, threads=threads), options=replace(self.options, threads=threads)
+        )
+
+
+def plan_opening(config: DetectorConfig, settings: Settings, progress: Progress | None = None) -> Opening:
+    """`config` (its engine named, not `auto`) made concrete: what opening it reads and passes to the engine."""
+    name, path = model_file(config.model, config.backend, settings, progress)
+    sidecar = sidecar_path(path)
+    overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
+    check_label_file(overrides.labels)
+    size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
+    key = config.backend
+    options = BackendOptions(
+        config.device,
+        config.threads or engine_threads(),
+        config.allow_fallback,
+        size,
+        get_engine(key).parse_options(config.engine_options.get(key, {})),  # typed, as the engine's load takes it
+        settings.model_cache,
+        isolation=isolation_of(config),
+    )
+    return Opening(config, name, path, overrides, options)
+
+
 def open_detector(
     config: DetectorConfig, settings: Settings, progress: Progress | None = None, opener: Opener = open_backend
 ) -> Detector:
     """A Detector on `config`'s engine (named: not `auto`), with its thresholds and classes."""
-    backend, spec = open_engine(config, settings, progress, opener)
+    return detector_of(plan_opening(config, settings, progress), opener)
+
+
+def detector_of(opening: Opening, opener: Opener = open_backend) -> Detector:
+    backend, spec = open_engine(opening, opener)
+    config = opening.config
     return Detector(
         backend,
         spec,
@@ -115,31 +142,15 @@ def open_detector(
     )
 
 
-def open_engine(
-    config: DetectorConfig,
-    settings: Settings,
-    progress: Progress | None,
-    opener: Opener,
-) -> tuple[Backend, ModelSpec]:
+def open_engine(opening: Opening, opener: Opener = open_backend) -> tuple[Backend, ModelSpec]:
     """The engine opened on the model's file, and the model's spec. Where the engine can read the model's tensors
     without compiling it, the spec comes first and the engine is asked to take the pre-processing."""
-    name, path = locate_model(engine_model(config), settings, progress)
-    key = config.backend
-    sidecar = sidecar_path(path)
-    overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
-    check_label_file(overrides.labels)
-    size = (overrides.width, overrides.height) if overrides.width and overrides.height else None
-    threads = config.threads or engine_threads()
-    own = get_engine(key).parse_options(config.engine_options.get(key, {}))  # typed, as the engine's load takes it
-    isolation = isolation_of(config)
-    options = BackendOptions(
-        config.device,
-        threads,
-        config.allow_fallback,
-        size,
-        own,
-        settings.model_cache,
-        isolation=isolation,
+    key, name, path, options, overrides = (
+        opening.config.backend,
+        opening.name,
+        opening.path,
+        opening.options,
+        opening.overrides,
     )
     described = _spec_before_loading(key, name, path, options, overrides)
     if described is not None:  # the engine can take the pre-processing, compiled into the model
