@@ -197,6 +197,15 @@ def describe(name: str | None, **kwargs: Any) -> None:
     help="Copies of the model the server runs at once.",
 )
 @click.option(
+    "--input",
+    "takes",
+    type=click.Choice(["pixels", "tensor"]),
+    default="pixels",
+    show_default=True,
+    help="pixels: the model takes the letterboxed uint8 frame (a quarter of the bytes; cast and normalised on the "
+    "server); tensor: its own float input, as exported.",
+)
+@click.option(
     "--kind",
     type=click.Choice(["gpu", "cpu"]),
     default="gpu",
@@ -215,14 +224,18 @@ def export_triton(model: str, folder: Path, name: str | None, mirror: str | None
         raise EdgeError(f"{reason}: Triton's repository here takes an ONNX model")
     stem, path = locate_model(target, settings)
     options = ExportOptions(
-        kwargs["max_batch_size"], kwargs["queue_delay_us"], kwargs["instances"], f"KIND_{kwargs['kind'].upper()}"
+        kwargs["max_batch_size"],
+        kwargs["queue_delay_us"],
+        kwargs["instances"],
+        f"KIND_{kwargs['kind'].upper()}",
+        pixels=kwargs["takes"] == "pixels",
     )
     name = name or stem.replace(".", "_")
     exported = export_repository(path, folder, name, options)
     for note in exported.notes:
         click.echo(f"note: {note}", err=True)
     batching = f"dynamic batching up to {options.max_batch_size}" if exported.batching else "no batching"
-    click.echo(f"{exported.folder}: {path.name} as version 1, {batching}")
+    click.echo(f"{exported.folder}: {path.name} as version 1, {batching}, {exported.takes}")
     click.echo(f"server:  tritonserver --model-repository {folder.resolve()}")
     click.echo(
         f"   or:   docker run --gpus all --rm -p 8000:8000 -p 8001:8001 -v {folder.resolve()}:/models "

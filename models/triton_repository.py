@@ -7,6 +7,13 @@ dimension the model can vary: most exports fix it at 1 (a YOLOX or YOLOv8 export
 -1]`). Where the only fixed 1s are those reshapes' first entries, they become 0 ("copy the input's batch") and the
 batch dimension dynamic; ONNX Runtime then runs a batch of two and must give each frame the outputs it gives
 that frame alone, or the file is written as it was, unbatched (`max_batch_size: 0`), and the note says so.
+
+By default the model takes pixels (`pixels_input`): uint8 `[batch, H, W, 3]` in the model's own colour order, the
+letterboxed frame as the edge has it, and the cast, the layout and the normalisation run in the graph, on the
+server's GPU. A float32 image tensor is four times the bytes: at 416x416 2 MB a frame against 0.5, for every camera
+on the site's network, and the edge copied and serialised all of it (OpenVINO's PrePostProcessor does the same for
+a GPU or NPU on this machine). The edge reads the server's input as it reads any model's: a uint8 image input takes
+the letterboxed pixels as they are (`models/preprocess.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from typing import Any
 import numpy as np
 
 from edge_inference.models.errors import ModelError
+from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
+from edge_inference.models.resolve import ModelIO, resolve_spec
+from edge_inference.models.spec import Preprocessing
 
 NEEDS = "pip install 'edge-inference[triton]' (onnx and tritonclient write the repository)"
 DATA_TYPES = {
@@ -37,6 +47,7 @@ class ExportOptions:
     queue_delay_us: int = 2000  # how long the batcher waits for more requests to join a batch
     instances: int = 1
     kind: str = "KIND_GPU"  # KIND_GPU, KIND_CPU
+    pixels: bool = True  # the model takes uint8 pixels; False: its own input, as exported
 
 
 @dataclass
@@ -45,6 +56,7 @@ class Exported:
     config: str  # config.pbtxt's text
     batching: bool
     notes: list[str] = field(default_factory=list)
+    takes: str = ""  # what a request carries: "uint8 pixels [H, W, 3]" or the model's own tensor
 
 
 def _imports() -> tuple[Any, Any, Any]:
@@ -143,6 +155,96 @@ def _weights_are_not_inputs(model: Any) -> None:
     model.graph.input.extend(kept)
 
 
+def pixels_input(model: Any, pre: Preprocessing) -> tuple[Any, str | None]:
+    """The model fed uint8 pixels (`[batch, H, W, 3]`, its own colour order): a Cast, a Transpose where it reads
+    NCHW, and its normalisation (`x / std - mean / std` per channel, as the edge's pre-processing computes it)
+    prepended to the graph. (model, None), or (the model as it was, why not) for an input that is no float image."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    port = model.graph.input[0]
+    tensor = port.type.tensor_type
+    dims = list(tensor.shape.dim)
+    if tensor.elem_type == TensorProto.UINT8:
+        return model, None  # it takes pixels already (the SSD's raw uint8 input)
+    planar = len(dims) == 4 and dims[1].HasField("dim_value") and dims[1].dim_value == 3
+    if tensor.elem_type != TensorProto.FLOAT or len(dims) != 4 or (not planar and dims[3].dim_value != 3):
+        return model, "its input is not a float image tensor, so it keeps it (the edge sends that tensor)"
+    changed = type(model)()
+    changed.CopyFrom(model)
+    graph, name = changed.graph, port.name
+    pixels = helper.make_tensor_value_info(f"{name}_pixels", TensorProto.UINT8, None)
+    shape = [dims[0], dims[2], dims[3], dims[1]] if planar else dims
+    for dim in shape:
+        pixels.type.tensor_type.shape.dim.add().CopyFrom(dim)
+    steps = [helper.make_node("Cast", [pixels.name], [f"{name}_float"], to=TensorProto.FLOAT)]
+    if planar:
+        steps.append(helper.make_node("Transpose", [steps[-1].output[0]], [f"{name}_planar"], perm=[0, 3, 1, 2]))
+    std, mean = np.asarray(pre.std, np.float32), np.asarray(pre.mean, np.float32)
+    per_channel = (1, 3, 1, 1) if planar else (1, 1, 1, 3)
+    for op, value in (("Mul", 1.0 / std), ("Add", -mean / std)):
+        if np.allclose(value, 1.0 if op == "Mul" else 0.0):
+            continue
+        constant = numpy_helper.from_array(value.reshape(per_channel).astype(np.float32), f"{name}_{op.lower()}")
+        graph.initializer.append(constant)
+        steps.append(helper.make_node(op, [steps[-1].output[0], constant.name], [f"{name}_{op.lower()}ed"]))
+    steps[-1].output[0] = name  # the original input, now made inside the graph
+    for index, step in enumerate(steps):
+        graph.node.insert(index, step)
+    graph.input.remove(graph.input[0])
+    graph.input.insert(0, pixels)
+    return changed, None
+
+
+def _same_as_the_tensor(original: bytes, changed: bytes, pre: Preprocessing) -> bool:
+    """ONNX Runtime runs both on one frame of pixels: the pixel model's outputs must be the original's on the tensor
+    the edge would have made of them."""
+    import onnxruntime as ort
+
+    one = ort.InferenceSession(original, providers=["CPUExecutionProvider"])
+    two = ort.InferenceSession(changed, providers=["CPUExecutionProvider"])
+    pixels_port, tensor_port = two.get_inputs()[0], one.get_inputs()[0]
+    shape = [1, *[d if isinstance(d, int) else 1 for d in pixels_port.shape[1:]]]
+    pixels = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    tensor = (pixels.astype(np.float32) - np.asarray(pre.mean, np.float32)) / np.asarray(pre.std, np.float32)
+    if tensor_port.shape[1] == 3:
+        tensor = tensor.transpose(0, 3, 1, 2)
+    alone = one.run(None, {tensor_port.name: np.ascontiguousarray(tensor)})
+    fed = two.run(None, {pixels_port.name: pixels})
+    return all(np.allclose(a, b, atol=1e-3, rtol=1e-4) for a, b in zip(alone, fed, strict=True))
+
+
+def model_preprocessing(model: Any, name: str, overrides: SpecOverrides) -> Preprocessing:
+    """What the edge does to a frame for this model (`resolve_spec` on the file's own facts, its sidecar's on top):
+    the normalisation the pixel front does instead."""
+
+    def shape(port: Any) -> tuple[int, ...]:  # a batch dimension made dynamic is one frame's here, as on the edge
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in port.type.tensor_type.shape.dim]
+        return tuple([1, *dims[1:]] if dims else dims)
+
+    io = ModelIO(
+        input_shape=shape(model.graph.input[0]),
+        output_shapes=[shape(o) for o in model.graph.output],
+        output_names=[o.name for o in model.graph.output],
+        metadata={prop.key: prop.value for prop in model.metadata_props},
+    )
+    return resolve_spec(name, io, overrides).preprocessing
+
+
+def _with_pixels(model: Any, source: Path, batching: bool, notes: list[str]) -> tuple[Any, bool]:
+    """The model with its pixel front where that gives its own outputs (checked by running both), else as it was."""
+    sidecar = sidecar_path(source)
+    pre = model_preprocessing(model, source.stem, load_sidecar(sidecar) if sidecar else SpecOverrides())
+    changed, why = pixels_input(model, pre)
+    if changed is model and why is None:
+        return model, batching
+    if why is None and not _same_as_the_tensor(model.SerializeToString(), changed.SerializeToString(), pre):
+        why = "its pixel front did not give its own outputs, so it keeps its input (the edge sends that tensor)"
+    if why is not None:
+        notes.append(why)
+        return model, batching
+    return changed, batching
+
+
 def export_repository(source: Path, folder: Path, name: str, options: ExportOptions) -> Exported:
     """Write `folder/name/` for `source` (an ONNX model): the model as version 1 and its config."""
     onnx, text_format, pb = _imports()
@@ -164,6 +266,8 @@ def export_repository(source: Path, folder: Path, name: str, options: ExportOpti
                 "the model's batch is fixed (not only at its input, outputs and reshapes), so Triton runs it one "
                 "frame at a time (max_batch_size 0, no dynamic batching): export it with a dynamic batch to batch"
             )
+    if options.pixels:
+        model, batching = _with_pixels(model, source, batching, notes)
     config = pb.ModelConfig(name=name, backend="onnxruntime", max_batch_size=options.max_batch_size if batching else 0)
     for port_name, dtype, dims in _ports(onnx, model.graph.input, batching):
         config.input.add(name=port_name, data_type=getattr(pb, dtype), dims=dims)
@@ -176,10 +280,15 @@ def export_repository(source: Path, folder: Path, name: str, options: ExportOpti
     for prop in model.metadata_props:  # an exporter's own keys (Ultralytics: names, imgsz): read by the edge side
         config.parameters[prop.key].string_value = prop.value
     text = text_format.MessageToString(config)
+    first = config.input[0]
+    kind = (
+        "uint8 pixels" if first.data_type == pb.TYPE_UINT8 else pb.DataType.Name(first.data_type).removeprefix("TYPE_")
+    )
+    takes = f"takes {kind} {list(first.dims)}"
     target = folder / name
     if target.exists():
         shutil.rmtree(target)
     (target / "1").mkdir(parents=True)
     onnx.save(model, str(target / "1" / "model.onnx"))
     (target / "config.pbtxt").write_text(text, encoding="utf-8")
-    return Exported(target, text, batching, notes)
+    return Exported(target, text, batching, notes, takes)

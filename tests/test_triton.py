@@ -32,12 +32,13 @@ def repository(tmp_path_factory):
     export(folder, str(YOLOX), "yolox_nano")
     export(folder, str(SSD), "ssd")
     export(folder, str(NANODET), "nanodet")
+    export(folder, str(YOLOX), "yolox_tensor", max_batch_size=0, pixels=False)  # `--input tensor`: its own input
     return folder
 
 
 @pytest.fixture(scope="module")
 def triton(repository, tmp_path_factory):
-    models = ["yolox_nano", "ssd", "nanodet"]
+    models = ["yolox_nano", "ssd", "nanodet", "yolox_tensor"]
     server = TritonServer(repository, models, tmp_path_factory.mktemp("triton") / "triton.log")
     server.start()
     yield server
@@ -77,6 +78,21 @@ def test_photos_give_the_local_engines_detections(triton, protocol, memory):
     assert (said in remote.stderr) == (memory == "auto"), remote.stderr
 
 
+def test_a_model_served_with_its_own_float_input_gives_the_same_detections(triton):
+    """The export's default takes pixels (uint8, a quarter of the float tensor's bytes, cast and normalised on the
+    server); a model that keeps its own float input (`--input tensor`, or exported elsewhere) is fed that tensor."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    assert client.get_model_metadata("yolox_nano").inputs[0].datatype == "UINT8"
+    assert client.get_model_metadata("yolox_tensor").inputs[0].datatype == "FP32"
+    client.close()
+    pixels = records(run_edge("detect", *PHOTOS, "--model", triton.grpc("yolox_nano"), "--json"))
+    tensor = records(run_edge("detect", *PHOTOS, "--model", triton.grpc("yolox_tensor"), "--json"))
+    assert any(d["label"] == "cat" for d in tensor[0]["detections"])
+    assert_same_detections(tensor, pixels)
+
+
 @pytest.mark.parametrize(("name", "path"), [("ssd", SSD), ("nanodet", NANODET)])
 def test_other_layouts_find_their_decoders_from_the_servers_metadata(triton, name, path):
     """An SSD (four outputs, a uint8 NHWC input) and NanoDet (one output of its own layout): the decoder comes from
@@ -104,14 +120,14 @@ def test_the_exported_repository_batches_where_the_model_allows(repository):
 
     yolox = text_format.Parse((repository / "yolox_nano" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     ssd = text_format.Parse((repository / "ssd" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-    assert (
-        yolox.max_batch_size == 8 and yolox.HasField("dynamic_batching") and list(yolox.input[0].dims) == [3, 416, 416]
-    )
+    assert yolox.max_batch_size == 8 and yolox.HasField("dynamic_batching")
+    # pixels in, a quarter of the float tensor's bytes: the cast, layout and normalisation run on the server
+    assert list(yolox.input[0].dims) == [416, 416, 3] and yolox.input[0].data_type == model_config_pb2.TYPE_UINT8
     assert yolox.backend == "onnxruntime" and (repository / "yolox_nano" / "1" / "model.onnx").is_file()
     assert ssd.max_batch_size == 0 and not ssd.HasField("dynamic_batching")
     # NanoDet's exporter listed its 200 weights among the graph's inputs: Triton would have asked clients for them
     nanodet = text_format.Parse((repository / "nanodet" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-    assert [i.name for i in nanodet.input] == ["input.1"]
+    assert [i.name for i in nanodet.input] == ["input.1_pixels"]  # one input: its pixels
 
 
 def test_export_triton_command_says_both_sides(tmp_path):

@@ -127,9 +127,10 @@ class TritonServer:
         self.kill()
 
 
-def export(folder: Path, model: str, name: str, max_batch_size: int = 8) -> Path:
-    """The repository entry `edge models export-triton` writes for a model file."""
+def export(folder: Path, model: str, name: str, max_batch_size: int = 8, pixels: bool = True) -> Path:
+    """The repository entry `edge models export-triton` writes for a model file (`pixels`: its default input)."""
     from edge_inference.models.triton_repository import ExportOptions, export_repository
 
-    export_repository(Path(model), folder, name, ExportOptions(max_batch_size=max_batch_size, kind="KIND_CPU"))
+    options = ExportOptions(max_batch_size=max_batch_size, kind="KIND_CPU", pixels=pixels)
+    export_repository(Path(model), folder, name, options)
     return folder
