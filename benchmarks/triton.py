@@ -8,8 +8,9 @@ backend) serves yolox-nano from the repository `edge models export-triton` write
 
 1. One loop of frames (vtest.avi, pre-read), each variant in a fresh process: the local ONNX engine on one thread
    (its cheapest CPU per frame) against the remote engine over HTTP and gRPC, with system shared memory and
-   without. Frames per second, the edge process's CPU per frame, and the server's (its process group's, from
-   /proc) beside it. Target: the edge's CPU per frame remote <= 0.5 of local.
+   without, the model taking pixels (export-triton's default) and its own float input (`--input tensor`). Frames
+   per second, the edge process's CPU per frame, and the server's (its process group's, from /proc) beside it.
+   Target: the edge's CPU per frame remote <= 0.5 of local.
 2. 1 and 4 streams (files, unpaced: every frame, lanes in flight) on one server, batching on and off: total
    frames per second, and the batch sizes Triton's statistics show it ran. Targets: with 4 streams the server
    forms batches above 1, and total fps with dynamic batching >= without.
@@ -38,7 +39,7 @@ from edge_inference.edge.detection.timings import process_cpu_seconds
 from tests.triton import TritonServer, export
 
 YOLOX = MODELS / "onnx" / "yolox_nano.onnx"
-BATCHED, SINGLE = "yolox_batched", "yolox_single"
+BATCHED, SINGLE, TENSOR = "yolox_batched", "yolox_single", "yolox_tensor"  # TENSOR: `--input tensor`
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -81,6 +82,8 @@ def loop_variant(server: TritonServer, name: str, args: argparse.Namespace) -> d
         "triton http + shm": (server.http(SINGLE), "triton", "system"),
         "triton grpc": (server.grpc(SINGLE), "triton", "off"),
         "triton grpc + shm": (server.grpc(SINGLE), "triton", "system"),
+        "triton http, float input": (server.http(TENSOR), "triton", "off"),
+        "triton grpc, float input": (server.grpc(TENSOR), "triton", "off"),
     }[name]
     pgid = server.process.pid if server.process else 0
     server0 = group_cpu_seconds(pgid)
@@ -197,7 +200,8 @@ def main() -> int:
         repository = Path(folder) / "models"
         export(repository, str(YOLOX), BATCHED, max_batch_size=8)
         export(repository, str(YOLOX), SINGLE, max_batch_size=0)
-        server = TritonServer(repository, [BATCHED, SINGLE], Path(folder) / "triton.log").start()
+        export(repository, str(YOLOX), TENSOR, max_batch_size=0, pixels=False)
+        server = TritonServer(repository, [BATCHED, SINGLE, TENSOR], Path(folder) / "triton.log").start()
         try:
             return run_all(server, args)
         finally:
@@ -212,7 +216,15 @@ def run_all(server: TritonServer, args: argparse.Namespace) -> int:
 
 
 def run_loops(server: TritonServer, args: argparse.Namespace) -> None:
-    names = ["local onnx (1 thread)", "triton http", "triton http + shm", "triton grpc", "triton grpc + shm"]
+    names = [
+        "local onnx (1 thread)",
+        "triton http",
+        "triton http + shm",
+        "triton grpc",
+        "triton grpc + shm",
+        "triton http, float input",
+        "triton grpc, float input",
+    ]
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
