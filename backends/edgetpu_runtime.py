@@ -117,17 +117,41 @@ def pair_problem(package: str | None, runtime: str | None) -> str | None:
     return None
 
 
-def cpu_operations(path: Path) -> Counter[str]:
-    """Operations of a compiled model that run on the CPU beside the Edge TPU's (the compiler could not map them),
-    read from the model without the delegate; those Coral leaves there by design are not counted."""
+def operations(path: Path) -> Counter[str] | None:
+    """Every operation of a .tflite graph by name (a compiled model's Edge TPU parts as `edgetpu-custom-op`), read
+    without the delegate; None where LiteRT cannot read the file."""
     from edge_inference.backends.tflite_backend import import_litert
 
     interpreter_cls, _, _ = import_litert()
     try:
         details = interpreter_cls(model_path=str(path))._get_ops_details()
     except (ValueError, RuntimeError, AttributeError):
-        return Counter()
-    return Counter(d["op_name"] for d in details if d["op_name"] != EDGETPU_OP and d["op_name"] not in CPU_BY_DESIGN)
+        return None
+    return Counter(d["op_name"] for d in details)
+
+
+def cpu_operations(path: Path) -> Counter[str]:
+    """Operations of a compiled model that run on the CPU beside the Edge TPU's (the compiler could not map them);
+    those Coral leaves there by design are not counted."""
+    found = operations(path) or Counter()
+    return Counter({name: n for name, n in found.items() if name != EDGETPU_OP and name not in CPU_BY_DESIGN})
+
+
+def operations_split(path: Path) -> str:
+    """What of a .tflite runs where, in one line: the Edge TPU's compiled segments, the operations the compiler
+    could not map (each frame waits for them on the CPU), and those left on the CPU by design."""
+    found = operations(path)
+    if found is None:
+        return f"LiteRT cannot read {path.name}'s operations"
+    segments = found.pop(EDGETPU_OP, 0)
+    by_design = sum(found.pop(name, 0) for name in CPU_BY_DESIGN)
+    listed = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in found.most_common())
+    if not segments:
+        return f"not compiled for the Edge TPU: all {sum(found.values()) + by_design} operations run on the CPU"
+    tpu = f"{segments} Edge TPU segment{'s' if segments > 1 else ''}"
+    cpu = f"{sum(found.values())} operations fall back to the CPU ({listed})" if found else "none falls back"
+    design = f"; {by_design} on the CPU by design (the SSD's post-processing)" if by_design else ""
+    return f"{tpu}; {cpu}{design}"
 
 
 def cpu_operations_note(path: Path) -> str | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from edge_inference.backends import engine_keys
+from edge_inference.backends import BackendError, engine_keys
 from edge_inference.backends.discovery import choose_backend
 from edge_inference.cli.app import cli
 from edge_inference.cli.options import detector_config, detector_options
@@ -19,7 +19,7 @@ from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.tools.quantize import DEFAULT_METHOD
 from edge_inference.models.download import is_cached, pull, verify
-from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry
+from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry, is_registry_name
 
 
 def _settings(cache: str | None, mirror: str | None) -> Settings:
@@ -132,16 +132,37 @@ def pull_models(names: tuple[str, ...], cache: str | None, mirror: str | None) -
 def verify_models(names: tuple[str, ...], cache: str | None) -> None:
     """Check cached files against the registry's sha256 (all cached models when no NAMES)."""
     settings = _settings(cache, None)
-    entries = [get_entry(n) for n in names] or [e for e in REGISTRY.values() if is_cached(e, settings.model_cache)]
+    files = [Path(n).expanduser() for n in names if not is_registry_name(n)]
+    for path in files:  # a compiled file of the user's: what runs on the TPU and what falls back to the CPU
+        _say_operations(path)
+    named = [get_entry(n) for n in names if is_registry_name(n)]
+    entries = named or ([] if files else [e for e in REGISTRY.values() if is_cached(e, settings.model_cache)])
     bad = 0
     for entry in entries:
         problems = verify(entry, settings.model_cache)
         click.echo(f"{entry.name}: {'ok' if not problems else '; '.join(problems)}")
         bad += bool(problems)
-    if not entries:
+        if not problems and entry.model_file.path.endswith("_edgetpu.tflite"):
+            _say_operations(settings.model_cache / entry.model_file.path, entry.name)
+    if not entries and not files:
         click.echo("nothing cached yet; `edge models pull NAME` fetches a model")
     if bad:
         raise EdgeError(f"{bad} model(s) failed verification")
+
+
+def _say_operations(path: Path, name: str | None = None) -> None:
+    """A .tflite's operations by where they run; anything else is no file this reads."""
+    if not path.is_file():
+        raise EdgeError(f"{path} is neither a registry model nor a file (`edge models list` names the registry's)")
+    if path.suffix.lower() != ".tflite":
+        raise EdgeError(f"{path.name}: operations are read from .tflite files (an Edge TPU compiled one above all)")
+    try:
+        from edge_inference.backends.edgetpu_runtime import operations_split
+
+        split = operations_split(path)
+    except BackendError as exc:  # no LiteRT in this install
+        split = str(exc)
+    click.echo(f"{name or path.name}: {split}")
 
 
 @models.command("describe")

@@ -173,3 +173,19 @@ def test_describe_takes_the_model_as_pull_does_and_describes_that_very_file():
         assert "--backend auto: timing" not in proc.stderr
     other = json.loads(run_edge("models", "describe", "yolox-nano-openvino").stdout)
     assert (other["model"], other["backend"]) == ("yolox-nano-openvino", "openvino")
+
+
+def test_verify_says_what_of_a_compiled_file_runs_on_the_edge_tpu(tmp_path):
+    """`edge models verify` reads an Edge TPU file's operations: the compiled segments and what the compiler left on
+    the CPU (each frame waits for those); a file compiled for the CPU only says so; a missing one is one line."""
+    tflite = MODELS / "tflite"
+    coral = tflite / "ssd_mobilenet_v2_coco_quant_postprocess_edgetpu.tflite"
+    cpu = tflite / "ssd_mobilenet_v2_coco_quant_postprocess.tflite"
+    proc = run_edge("models", "verify", str(coral), str(cpu))
+    assert proc.returncode == 0, proc.stderr
+    said = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert said[coral.name].startswith("1 Edge TPU segment; none falls back")
+    assert "post-processing" in said[coral.name]  # TFLite_Detection_PostProcess: on the CPU by design
+    assert said[cpu.name].startswith("not compiled for the Edge TPU: all ")
+    proc = run_edge("models", "verify", str(tmp_path / "gone_edgetpu.tflite"))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
