@@ -40,8 +40,10 @@ TARGETS = {"onnx-int8": ("onnx", ".onnx", "-int8"), "openvino-int8": ("openvino"
 ELSEWHERE = {
     "rknn": "Rockchip's rknn-toolkit2 runs in an environment of its own (it pins numpy<=1.26.4 and torch<=2.4.0); "
     "not built by this command yet: convert with rknn-toolkit2 and give the .rknn to --backend rknn",
-    "tflite-int8": "needs onnx2tf with TensorFlow, not installed by this project yet; then compile with "
-    "edgetpu_compiler (Coral's Debian package) for the Edge TPU",
+    "tflite-int8": "needs onnx2tf with TensorFlow, not installed by this project yet (onnx2tf -i MODEL.onnx -oiqt "
+    "writes MODEL_full_integer_quant.tflite); for the Edge TPU then `edgetpu_compiler -s "
+    "MODEL_full_integer_quant.tflite` (Coral's apt package edgetpu-compiler, x86-64 Debian) and `edge models "
+    "verify MODEL_full_integer_quant_edgetpu.tflite` to see what runs on the TPU",
     "hailo": "Hailo's Dataflow Compiler is behind Hailo's developer login (hailo.ai, Developer Zone): compile a HEF "
     "there and give it to --backend hailo",
 }
