@@ -11,10 +11,14 @@ from pathlib import Path
 import cv2
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from edge_inference.edge.tools.calibration import Read, spread_over_motion
 from edge_inference.models.download import sha256_of
 from tests.conftest import MODELS, VTEST
 from tests.helpers import run_edge, write_clip
+from tests.mounts import tmpfs
 from tests.test_cli_detect import assert_one_clear_error
 
 
@@ -127,3 +131,32 @@ def test_float_and_its_int8_side_by_side_live_and_in_bench(env, clip, tmp_path):
         and rows["main-onnx-auto"]["model"] == "yolox-nano"
     )
     assert rows["main-onnx-yolox-nano-int8"]["agreement"]["map50"] > 0.5
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    moving=st.lists(st.booleans(), min_size=1, max_size=300),
+    count=st.integers(min_value=1, max_value=120),
+)
+def test_calibration_frames_take_half_from_motion_and_keep_their_order(moving, count):
+    """Whatever a source's frames and its motion: as many frames as asked (or all), each once, in the source's
+    order, and at least half of them (as far as there are such frames) where something moved."""
+    read = Read([index.to_bytes(2, "big") for index in range(len(moving))], moving)
+    chosen, moved = spread_over_motion(read, count)
+    indices = [int.from_bytes(frame, "big") for frame in chosen]
+    assert len(indices) == min(count, len(moving))
+    assert indices == sorted(set(indices))
+    assert moved == sum(moving[i] for i in indices)
+    assert moved >= min(count // 2, sum(moving))
+
+
+def test_a_conversion_without_room_for_its_files_stops_before_reading_any_frame(env, tmp_path):
+    """A full SD card: the conversion would read the camera and quantise for minutes, then fail to write."""
+    with tmpfs(tmp_path / "small", 1024) as small:
+        proc = run_edge(
+            "models", "convert", "yolox-nano", "--to", "onnx-int8", "--calibrate", str(VTEST),
+            "--output", str(small / "yolox-nano-int8.onnx"), env=env,
+        )  # fmt: skip
+        assert_one_clear_error(proc, "free")
+        assert "MiB free in" in proc.stderr and "--output" in proc.stderr
+        assert not any(small.iterdir())

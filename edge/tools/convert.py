@@ -11,6 +11,7 @@ judged, so a failure leaves nothing half-written.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to
 # then a lower-ranked match, not a missed class
 CANDIDATE_CONF = 0.05
 REFERENCE_CONF = 0.25  # the float model's boxes kept as truth: the service's default threshold
+# the converted file, its partial copy and the toolchains' intermediate files (ONNX Runtime's pre-processed and
+# upgraded graphs): about this many times the float model's size
+ROOM_FACTOR = 6
 CLASS_BOXES = 10  # a class is shown on its own once the float model found this many of it
 TIMED_BLOCK = 8  # evaluation frames alternate between the two models in blocks of this many
 
@@ -79,6 +83,18 @@ def _known_target(target: str) -> tuple[str, str, str]:
     if target in ELSEWHERE:
         raise EdgeError(f"--to {target}: {ELSEWHERE[target]}")
     raise EdgeError(f"--to {target} is no target; choose one of: {', '.join([*TARGETS, *ELSEWHERE])}")
+
+
+def _room_for(source: Path, folder: Path) -> None:
+    """Refuse before minutes of work where the converted file cannot be written: it, its partial copy and the
+    toolchains' intermediate files take about ROOM_FACTOR times the float model's size."""
+    need = source.stat().st_size * ROOM_FACTOR
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        raise EdgeError(
+            f"converting {source.name} needs about {need / 2**20:.0f} MiB free in {folder} ({free / 2**20:.0f} MiB "
+            "free): free some space, or give --output on another disk"
+        )
 
 
 def _files(path: Path) -> list[Path]:
@@ -170,6 +186,7 @@ def convert(
     name = stem + name_suffix  # a registry name's, or the file's stem
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
     target_path.parent.mkdir(parents=True, exist_ok=True)
+    _room_for(source, target_path.parent)
     frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
     partial = target_path.with_name(f".{target_path.stem}.partial{suffix}")
     try:
@@ -186,6 +203,7 @@ def convert(
         "frames": len(frames.calibration),
         "method": record.pop("calibration_method"),
         "source_frames_read": frames.read,
+        "frames_with_motion": frames.moving,  # half the frames are drawn over those where something moved
     }
     record["evaluation"] = {
         "source": mask_url(evaluate or frames.source),
