@@ -95,15 +95,17 @@ def converted_rows(settings: Settings) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         made, table, calibration = (record.get(k, {}) for k in ("made_from", "table", "calibration"))
+        ratio = table.get("cpu_ratio")
+        speed = f"CPU {ratio}x the float model's" if ratio is not None else "run on a simulator: time it on the board"
         rows.append(
             {
                 "name": record_file.name.removesuffix(".json").rsplit(".", 1)[0],
-                "license": "as its source",
+                "license": "as source",
                 "cached": True,
                 "default": False,
                 "description": f"{record.get('target')} of {made.get('model')}, calibrated on "
                 f"{calibration.get('frames')} frames of {calibration.get('source')}; agreement "
-                f"{table.get('agreement_map50')}, CPU {table.get('cpu_ratio')}x the float model's",
+                f"{table.get('agreement_map50')}, {speed}",
                 "upstream": "(converted here)",
                 "record": record,
             }
@@ -267,7 +269,20 @@ def export_triton(model: str, folder: Path, name: str | None, mirror: str | None
 
 @models.command("convert")
 @click.argument("model")
-@click.option("--to", "target", required=True, help="onnx-int8 (ONNX Runtime) or openvino-int8 (NNCF).")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    help="onnx-int8 (ONNX Runtime), openvino-int8 (NNCF) or rknn (Rockchip's rknn-toolkit2, in its own environment).",
+)
+@click.option(
+    "--target-platform",
+    "platform",
+    type=click.Choice(["rk3588", "rk3576", "rk3566", "rk3568", "rk3562"]),
+    default="rk3588",
+    show_default=True,
+    help="rknn: the Rockchip NPU the file is made for.",
+)
 @click.option("--calibrate", required=True, help="Your camera or footage: a camera, an RTSP URL, a video, a folder.")
 @click.option(
     "--eval", "evaluate", help="Other footage to judge the conversion on [default: the second half of --calibrate]."
@@ -298,6 +313,7 @@ def convert_model(
     evaluate: str | None,
     output: Path | None,
     method: str,
+    platform: str,
     frames: int,
     no_progress: bool,
     mirror: str | None,
@@ -317,17 +333,21 @@ def convert_model(
         method=method,
         counts=(frames, frames),
         progress=not no_progress,
+        platform=platform,
     )
     table = done.record["table"]
     click.echo(f"{'':<8}{'size MiB':>10}{'CPU ms/frame':>14}{'fps':>8}")
     for side in ("float", "int8"):
         row = table[side]
-        click.echo(f"{side:<8}{row['size_mib']:>10}{row['cpu_ms_per_frame']:>14}{row['fps']:>8}")
+        cpu, fps = row["cpu_ms_per_frame"] or "-", row["fps"] or "-"  # a simulator's run is not timed
+        click.echo(f"{side:<8}{row['size_mib']:>10}{cpu:>14}{fps:>8}")
     per_class = ", ".join(f"{label} {ap}" for label, ap in table["agreement_per_class"].items())
     click.echo(
         f"agreement with the float model (mAP@0.5): {table['agreement_map50']}"
         + (f" ({per_class})" if per_class else "")
     )
     click.echo(done.record["verdict"])
-    kept = len(done.record["kept_in_float"])
-    click.echo(f"{done.name}: {done.path} (kept in float: {kept} head nodes; record {done.path}.json)")
+    if "runs_on" in done.record:
+        click.echo(f"int8 ran on {done.record['runs_on']}")
+    kept = f"kept in float: {len(done.record['kept_in_float'])} head nodes; " if "kept_in_float" in done.record else ""
+    click.echo(f"{done.name}: {done.path} ({kept}record {done.path}.json)")

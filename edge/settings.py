@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     # How long the service runs before its own inference times become the figure its later ones are checked
     # against (EDGE_AUTO_SETTLE_S): streams starting, engines warming and auto's first measurement settle first
     auto_settle_s: float = Field(default=180.0, ge=0)
+    # Vendors' conversion toolchains, each in a venv of its own (rknn-toolkit2 pins numpy and torch): made once here
+    toolchains: Path = Path.home() / ".cache" / "edge-inference" / "toolchains"
     # A folder or URL laid out like the registry paths (onnx/..., tflite/...), for machines without internet.
     model_mirror: str | None = None
     # The service's API token (EDGE_TOKEN), or a file holding it (EDGE_TOKEN_FILE); a config file's own wins.

@@ -31,16 +31,19 @@ from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.calibration import Frames, calibration_frames
 from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8, openvino_int8
+from edge_inference.edge.tools.rknn_convert import rknn_int8
 from edge_inference.models.agreement import agreement
 from edge_inference.models.detection import Detection
 from edge_inference.models.download import sha256_of
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
 
 # target -> (engine that runs it, file ending, name suffix)
-TARGETS = {"onnx-int8": ("onnx", ".onnx", "-int8"), "openvino-int8": ("openvino", ".xml", "-openvino-int8")}
+TARGETS = {
+    "onnx-int8": ("onnx", ".onnx", "-int8"),
+    "openvino-int8": ("openvino", ".xml", "-openvino-int8"),
+    "rknn": ("rknn", ".rknn", "-PLATFORM"),  # NAME-rk3588: the board it was made for
+}
 ELSEWHERE = {
-    "rknn": "Rockchip's rknn-toolkit2 runs in an environment of its own (it pins numpy<=1.26.4 and torch<=2.4.0); "
-    "not built by this command yet: convert with rknn-toolkit2 and give the .rknn to --backend rknn",
     "tflite-int8": "needs onnx2tf with TensorFlow, not installed by this project yet (onnx2tf -i MODEL.onnx -oiqt "
     "writes MODEL_full_integer_quant.tflite); for the Edge TPU then `edgetpu_compiler -s "
     "MODEL_full_integer_quant.tflite` (Coral's apt package edgetpu-compiler, x86-64 Debian) and `edge models "
@@ -163,6 +166,8 @@ def verdict(table: dict[str, Any]) -> str:
             f"int8 agrees {agreed:.3f} with the float model (< {AGREES}): keep the float model, or calibrate on "
             "more frames of the camera"
         )
+    if ratio is None:  # run on a simulator: its speed is the board's to show
+        return f"int8 agrees {agreed:.3f} with the float model: use it, and time it on the board (`edge bench`)"
     return f"int8 agrees {agreed:.3f} with the float model at {ratio:.2f}x its CPU per frame: use it"
 
 
@@ -177,8 +182,10 @@ def convert(
     method: str = DEFAULT_METHOD,
     counts: tuple[int, int] = (100, 100),
     progress: bool = True,
+    platform: str = "rk3588",
 ) -> Converted:
     engine, suffix, name_suffix = _known_target(target)
+    name_suffix = name_suffix.replace("PLATFORM", platform)
     onnx_model, reason = model_for_engine(model, "onnx")  # the float ONNX file both vendors' tools start from
     if onnx_model is None:
         raise EdgeError(f"{reason}: conversion starts from the float ONNX model")
@@ -190,7 +197,7 @@ def convert(
     frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
     partial = target_path.with_name(f".{target_path.stem}.partial{suffix}")
     try:
-        record = _make(source, partial, engine, frames, method, progress)
+        record = _make(source, partial, engine, frames, (method, platform, settings), progress)
     except BaseException:
         for path in _files(partial):
             path.unlink(missing_ok=True)
@@ -211,7 +218,7 @@ def convert(
         "frames_are": "the second half of the source" if evaluate is None else "another source",
     }
     record["verdict"] = verdict(record["table"])
-    spec = SpecOverrides(decoder=record.pop("decoder"))
+    spec = SpecOverrides(decoder=record.pop("decoder"), **record.pop("input_size"))  # a .rknn names no input size
     float_sidecar = sidecar_path(source)
     spec = (load_sidecar(float_sidecar) if float_sidecar else SpecOverrides()).merged(spec)
     Path(f"{target_path}.yaml").write_text(yaml.safe_dump(spec.model_dump(exclude_none=True)), encoding="utf-8")
@@ -219,38 +226,65 @@ def convert(
     return Converted(target_path.name.removesuffix(suffix), target_path, record)
 
 
-def _make(source: Path, partial: Path, engine: str, frames: Frames, method: str, progress: bool) -> dict[str, Any]:
-    """Converted to `partial` and judged there: the record's toolchain, decoder and table."""
+def _make(
+    source: Path, partial: Path, engine: str, frames: Frames, how: tuple[str, str, Settings], progress: bool
+) -> dict[str, Any]:
+    """Converted to `partial` and judged there: the record's toolchain, decoder and table. `how`: the calibration
+    method (onnx-int8), the target platform (rknn) and the settings (where a toolchain lives)."""
+    method, platform, settings = how
     # both decode down to CANDIDATE_CONF, so their CPU per frame is like for like; the float's truth is then cut
-    config = DetectorConfig(str(source), backend=engine, threads=1, back_to_back=False, conf=CANDIDATE_CONF)
+    reference = "onnx" if engine == "rknn" else engine  # the board's NPU is not here: the float model on the CPU
+    config = DetectorConfig(str(source), backend=reference, threads=1, back_to_back=False, conf=CANDIDATE_CONF)
     float_detector = load_detector(config)
     try:
-        tensors = [float_detector.prepare(f).tensor.copy() for f in Frames.decoded(frames.calibration)]
-        bar = tqdm(total=len(tensors), desc=f"calibrating ({engine})", unit="frame", disable=not progress)
-        step: Callable[[], None] = bar.update
-        with bar:
-            if engine == "onnx":
-                done = onnx_int8(source, partial, tensors, method, step)
-            else:
-                done = openvino_int8(source, partial, tensors, step)
         spec = float_detector.spec
-        int8_config = DetectorConfig(
-            str(partial),
-            backend=engine,
-            threads=1,
-            back_to_back=False,
-            conf=CANDIDATE_CONF,
-            overrides=SpecOverrides(decoder=spec.decoder),
-        )
-        int8_detector = load_detector(int8_config)
-        try:
-            judged = _judge(float_detector, int8_detector, Frames.decoded(frames.evaluation))
-        finally:
-            int8_detector.close()
+        if engine == "rknn":
+            done, found = rknn_int8(float_detector, source, partial, frames, platform, settings)
+            floating = _timed(float_detector, Frames.decoded(frames.evaluation))
+            judged = (floating, Judged(0.0, 0.0, found))
+        else:
+            done = _quantized(float_detector, source, partial, engine, frames, method, progress)
+            int8_config = DetectorConfig(
+                str(partial),
+                backend=engine,
+                threads=1,
+                back_to_back=False,
+                conf=CANDIDATE_CONF,
+                overrides=SpecOverrides(decoder=spec.decoder),
+            )
+            int8_detector = load_detector(int8_config)
+            try:
+                judged = _judge(float_detector, int8_detector, Frames.decoded(frames.evaluation))
+            finally:
+                int8_detector.close()
     finally:
         float_detector.close()
     sizes = (
         sum(p.stat().st_size for p in _files(source) if p.exists()),
         sum(p.stat().st_size for p in _files(partial)),
     )
-    return {**done, "decoder": spec.decoder, "engine": engine, "table": _table(*judged, sizes)}
+    table = _table(*judged, sizes)
+    if engine == "rknn":  # the simulator's time says nothing of the NPU's
+        table["int8"].update(cpu_ms_per_frame=None, fps=None)
+        table["cpu_ratio"] = None
+    size = {"width": spec.preprocessing.width, "height": spec.preprocessing.height} if engine == "rknn" else {}
+    return {**done, "decoder": spec.decoder, "engine": engine, "table": table, "input_size": size}
+
+
+def _quantized(
+    float_detector: Detector, source: Path, partial: Path, engine: str, frames: Frames, method: str, progress: bool
+) -> dict[str, Any]:
+    tensors = [float_detector.prepare(f).tensor.copy() for f in Frames.decoded(frames.calibration)]
+    bar = tqdm(total=len(tensors), desc=f"calibrating ({engine})", unit="frame", disable=not progress)
+    step: Callable[[], None] = bar.update
+    with bar:
+        if engine == "onnx":
+            return onnx_int8(source, partial, tensors, method, step)
+        return openvino_int8(source, partial, tensors, step)
+
+
+def _timed(detector: Detector, frames: list[np.ndarray]) -> Judged:
+    cpu0, wall0 = process_cpu_seconds(), time.perf_counter()
+    detections = [detector.detect(frame).detections for frame in frames]
+    cpu, wall = process_cpu_seconds() - cpu0, time.perf_counter() - wall0
+    return Judged(cpu * 1e3 / len(frames), len(frames) / wall, detections)

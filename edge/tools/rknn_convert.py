@@ -1,0 +1,92 @@
+"""`edge models convert --to rknn`: the service's side of Rockchip's conversion. The float ONNX model's own
+pre-processing makes the pixels (letterboxed uint8, the model's colour order, as the board's RKNN engine feeds
+them); rknn-toolkit2, in its own environment (`toolchains.py`, `rknn_build.py`), quantises on the calibration pixels
+and runs the `.rknn` on Rockchip's simulator on the evaluation pixels; the float model's decoder reads those outputs
+here, as on the board, and ONNX Runtime runs the float model on the same frames for the agreement.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_inference.edge.detection.detector import Detector
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings
+from edge_inference.edge.tools.calibration import Frames
+from edge_inference.edge.tools.toolchains import RKNN_TOOLKIT, toolchain_python
+from edge_inference.models.detection import Detection
+from edge_inference.models.preprocess import Preprocessor
+from edge_inference.models.transform import ImageTransform
+
+PLATFORMS = ("rk3588", "rk3576", "rk3566", "rk3568", "rk3562")
+BUILD = Path(__file__).with_name("rknn_build.py")
+BUILD_TIMEOUT_S = 3600  # a large model's build on a slow PC; the simulator's runs after it
+
+
+def rknn_int8(
+    float_detector: Detector, source: Path, partial: Path, frames: Frames, platform: str, settings: Settings
+) -> tuple[dict[str, Any], list[list[Detection]]]:
+    """`partial` made from `source` for `platform`, and its detections on the evaluation frames (the simulator's
+    outputs, decoded by the float model's decoder): (the record's toolchain part, detections per frame)."""
+    if platform not in PLATFORMS:
+        raise EdgeError(f"--target-platform {platform} is not one of {', '.join(PLATFORMS)}")
+    python = toolchain_python(RKNN_TOOLKIT, settings, lambda line: print(line, flush=True))
+    pre = float_detector.spec.preprocessing
+    pixels = Preprocessor(replace(pre, layout="NHWC", mean=(0.0,) * 3, std=(1.0,) * 3), np.dtype(np.uint8), None)
+    with tempfile.TemporaryDirectory(prefix="edge-rknn-") as folder:
+        work = Path(folder)
+        dataset = work / "dataset.txt"
+        calibration = [_pixels(pixels, image)[0] for image in Frames.decoded(frames.calibration)]
+        for index, image in enumerate(calibration):  # the toolkit reads .npy dataset entries in the ONNX input's NCHW
+            np.save(work / f"calibration{index}.npy", np.ascontiguousarray(image.transpose(0, 3, 1, 2)))
+        dataset.write_text("".join(f"{work / f'calibration{i}.npy'}\n" for i in range(len(calibration))))
+        evaluation = [_pixels(pixels, image) for image in Frames.decoded(frames.evaluation)]
+        named: dict[str, Any] = {f"frame{i}": tensor for i, (tensor, _) in enumerate(evaluation)}
+        np.savez(work / "evaluate.npz", **named)
+        results = work / "outputs.npz"
+        command = [str(python), str(BUILD), "--onnx", str(source), "--platform", platform, "--dataset", str(dataset)]
+        command += ["--mean", _listed(pre.mean), "--std", _listed(pre.std), "--output", str(partial)]
+        command += ["--evaluate", str(work / "evaluate.npz"), "--results", str(results)]
+        _run(command)
+        with np.load(results) as found:
+            detections = [
+                float_detector.decode(_outputs(found, index), transform)
+                for index, (_, transform) in enumerate(evaluation)
+            ]
+    toolchain = {"name": RKNN_TOOLKIT.name, "version": RKNN_TOOLKIT.version, "target_platform": platform}
+    record = {"toolchain": toolchain, "runs_on": "Rockchip's simulator (x86-64): time it on the board"}
+    return record | {"calibration_method": "rknn-toolkit2's normal (w8a8, weights per channel)"}, detections
+
+
+def _pixels(pixels: Preprocessor, image: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
+    tensor, transform = pixels(image)
+    kept = tensor.copy()
+    pixels.release(tensor)
+    return kept, transform
+
+
+def _outputs(found: Any, index: int) -> list[np.ndarray]:
+    names = sorted((n for n in found.files if n.startswith(f"frame{index}_")), key=lambda n: int(n.rsplit("_", 1)[1]))
+    return [found[name] for name in names]
+
+
+def _listed(values: tuple[float, ...]) -> str:
+    return ",".join(f"{value:g}" for value in values)
+
+
+def _run(command: list[str]) -> None:
+    """The build in the toolchain's interpreter; its steps shown as they come, its failure one line."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise EdgeError(f"rknn-toolkit2 did not finish within {BUILD_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        last = errors[-1][6:].strip() if errors else (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EdgeError(f"rknn-toolkit2 failed: {last}")

@@ -1,0 +1,70 @@
+"""Vendors' conversion toolchains that cannot share the service's environment, each in a venv of its own.
+
+Rockchip's rknn-toolkit2 pins numpy<=1.26.4 and torch<=2.4.0 and imports torch at start: beside the service it
+would downgrade numpy under OpenCV and ONNX Runtime. It gets a venv of its own under `EDGE_TOOLCHAINS`
+(~/.cache/edge-inference/toolchains), made once by pip from this machine's own index, so `PIP_INDEX_URL`,
+`PIP_FIND_LINKS` or a pip.conf pointing at a mirror folder serve it too; several GB with torch. A venv counts as
+made once its marker is written, after pip succeeded: an interrupted install is made again, never used half-made.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.settings import Settings
+
+MARKER = "edge-toolchain-ready"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    name: str
+    version: str
+    packages: tuple[str, ...]
+    machines: tuple[str, ...]  # platform.machine() values its wheels exist for
+
+    @property
+    def folder_name(self) -> str:
+        return f"{self.name}-{self.version}"
+
+
+RKNN_TOOLKIT = Toolchain("rknn-toolkit2", "2.5.0", ("rknn-toolkit2==2.5.0",), ("x86_64", "AMD64"))
+
+
+def toolchain_folder(toolchain: Toolchain, settings: Settings) -> Path:
+    return settings.toolchains / toolchain.folder_name
+
+
+def toolchain_ready(toolchain: Toolchain, settings: Settings) -> bool:
+    return (toolchain_folder(toolchain, settings) / MARKER).is_file()
+
+
+def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[str], None]) -> Path:
+    """The toolchain's own interpreter, its venv made first where it is not yet."""
+    if platform.machine() not in toolchain.machines:
+        raise EdgeError(
+            f"{toolchain.name} runs on x86-64 Linux only (its wheels): convert on such a PC and copy the file to "
+            "the board"
+        )
+    folder = toolchain_folder(toolchain, settings)
+    python = folder / "bin" / "python"
+    if toolchain_ready(toolchain, settings) and python.is_file():
+        return python
+    say(f"making {toolchain.name}'s own environment in {folder} (once; several GB with torch)...")
+    install = [str(python), "-m", "pip", "install", "--quiet", *toolchain.packages]
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, capture_output=True)
+        done = subprocess.run(install, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise EdgeError(f"cannot make a venv in {folder}: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+        raise EdgeError(f"installing {toolchain.name} failed ({last}); the command was: {' '.join(install)}")
+    (folder / MARKER).write_text(" ".join(toolchain.packages) + "\n", encoding="utf-8")
+    return python
