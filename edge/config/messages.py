@@ -192,16 +192,16 @@ def _keys_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
         if isinstance(part, int):
             continue
         field = section.model_fields.get(part) if section is not None else None
-        section = _section_in(field.annotation) if field is not None else None
+        section = section_in(field.annotation) if field is not None else None
     return list(section.model_fields) if section is not None else []
 
 
-def _section_in(annotation: Any) -> type[BaseModel] | None:
+def section_in(annotation: Any) -> type[BaseModel] | None:
     """The config section a field holds: itself, or inside `list[...]`, `dict[..., ...]` or `... | None`."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for inner in get_args(annotation):
-        found = _section_in(inner)
+        found = section_in(inner)
         if found is not None:
             return found
     return None

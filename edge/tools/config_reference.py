@@ -24,6 +24,7 @@ from pydantic.fields import FieldInfo
 
 from edge_inference.backends import engines
 from edge_inference.edge.config import ServiceConfig
+from edge_inference.edge.config.messages import section_in
 from edge_inference.edge.settings import OTHER_VARIABLES, Settings
 
 LIMITS = {
@@ -48,20 +49,10 @@ def _sections(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[Bas
     """The model, then every model its fields hold (a stream's motion, a list's items), depth first."""
     yield path, model
     for name, info in model.model_fields.items():
-        inner = _model_in(info.annotation)
+        inner = section_in(info.annotation)
         if inner is not None:
             many = get_origin(info.annotation) is list
             yield from _sections(inner, f"{path}.{name}{'[]' if many else ''}".lstrip("."))
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def _section(path: str, model: type[BaseModel]) -> str:
@@ -72,7 +63,7 @@ def _section(path: str, model: type[BaseModel]) -> str:
     for name, info in model.model_fields.items():
         meaning = _with_limits(meanings.get(name, ""), info)
         kind = _cell(type_text(info.annotation))
-        inner = _model_in(info.annotation)
+        inner = section_in(info.annotation)
         if inner is not None:  # the section's own table, linked
             many = get_origin(info.annotation) is list
             place = f"{path}.{name}{'[]' if many else ''}".lstrip(".")
