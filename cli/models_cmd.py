@@ -349,5 +349,7 @@ def convert_model(
     click.echo(done.record["verdict"])
     if "runs_on" in done.record:
         click.echo(f"int8 ran on {done.record['runs_on']}")
+    if "edgetpu" in done.record:
+        click.echo(f"for the Edge TPU: {done.record['edgetpu']}")
     kept = f"kept in float: {len(done.record['kept_in_float'])} head nodes; " if "kept_in_float" in done.record else ""
     click.echo(f"{done.name}: {done.path} ({kept}record {done.path}.json)")

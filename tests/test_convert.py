@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from edge_inference.edge.tools.calibration import Read, spread_over_motion
 from edge_inference.models.download import sha256_of
-from tests.conftest import MODELS, VTEST
+from tests.conftest import MEDIA, MODELS, VTEST
 from tests.helpers import run_edge, write_clip
 from tests.mounts import tmpfs
 from tests.test_cli_detect import assert_one_clear_error
@@ -189,3 +189,29 @@ def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     # people are found on the simulator as by the float model: the outputs were decoded, not noise
     assert record["table"]["agreement_every_class"]["person"]["ap"] > 0.5
     assert "time it on the board" in proc.stdout
+
+
+def test_tflite_int8_is_made_by_onnx2tf_and_judged_on_litert(env, clip):
+    """`--to tflite-int8`: onnx2tf with TensorFlow in its own environment writes the full-integer model (the Edge TPU
+    compiler's input) calibrated on the camera's frames, and LiteRT runs it against onnx2tf's float32 twin; the
+    user's cached float model is left as it was (onnx2tf simplifies the file it is given in place)."""
+    from edge_inference.edge.settings import Settings
+    from edge_inference.edge.tools.toolchains import ONNX2TF, toolchain_ready
+
+    if not toolchain_ready(ONNX2TF, Settings()):
+        pytest.skip("onnx2tf's environment is not made here (`edge models convert yolox-nano --to tflite-int8`)")
+    proc = convert(env, clip, "tflite-int8")
+    assert proc.returncode == 0, proc.stderr
+    cache = Path(env["EDGE_MODEL_CACHE"])
+    made = cache / "converted" / "yolox-nano-tflite-int8.tflite"
+    assert sorted(p.name for p in made.parent.iterdir()) == [made.name, f"{made.name}.json", f"{made.name}.yaml"]
+    assert sha256_of(cache / "onnx" / "yolox_nano.onnx") == sha256_of(MODELS / "onnx" / "yolox_nano.onnx")
+    record = json.loads(made.with_name(made.name + ".json").read_text())
+    assert record["table"]["agreement_every_class"]["person"]["ap"] > 0.5
+    assert f"edgetpu_compiler -s -o {made.parent} {made}" in proc.stdout
+    detected = run_edge("detect", str(MEDIA / "kite_and_cold.jpg"), "--model", "yolox-nano-tflite-int8",
+                        "--backend", "tflite", "--json", env=env)  # fmt: skip
+    assert detected.returncode == 0, detected.stderr
+    assert any(d["label"] == "person" for d in json.loads(detected.stdout)["detections"])
+    verified = run_edge("models", "verify", str(made), env=env)
+    assert "not compiled for the Edge TPU" in verified.stdout  # until edgetpu_compiler has run on it

@@ -15,6 +15,7 @@ from edge_inference.models.registry import REGISTRY, RegistryEntry, entry_for_en
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
 CONVERTED = "converted"  # `edge models convert`'s files, under the model cache, found by their names
+CONVERTED_SUFFIXES = (".onnx", ".xml", ".tflite", ".rknn")
 
 
 def converted_folder(settings: Settings | None = None) -> Path:
@@ -26,7 +27,7 @@ def converted_model(name: str, settings: Settings | None = None) -> Path | None:
     if not name or "/" in name or Path(name).suffix in MODEL_SUFFIXES:
         return None
     folder = converted_folder(settings)
-    return next((p for p in (folder / f"{name}.onnx", folder / f"{name}.xml") if p.is_file()), None)
+    return next((p for p in (folder / f"{name}{suffix}" for suffix in CONVERTED_SUFFIXES) if p.is_file()), None)
 
 
 def model_reference(model: str) -> RegistryEntry | Path:

@@ -31,7 +31,8 @@ from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.calibration import Frames, calibration_frames
 from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8, openvino_int8
-from edge_inference.edge.tools.rknn_convert import rknn_int8
+from edge_inference.edge.tools.toolchain_convert import rknn_int8, tflite_int8
+from edge_inference.edge.tools.toolchains import ONNX2TF
 from edge_inference.models.agreement import agreement
 from edge_inference.models.detection import Detection
 from edge_inference.models.download import sha256_of
@@ -42,12 +43,9 @@ TARGETS = {
     "onnx-int8": ("onnx", ".onnx", "-int8"),
     "openvino-int8": ("openvino", ".xml", "-openvino-int8"),
     "rknn": ("rknn", ".rknn", "-PLATFORM"),  # NAME-rk3588: the board it was made for
+    "tflite-int8": ("tflite", ".tflite", "-tflite-int8"),  # full integer: what the Edge TPU compiler takes
 }
 ELSEWHERE = {
-    "tflite-int8": "needs onnx2tf with TensorFlow, not installed by this project yet (onnx2tf -i MODEL.onnx -oiqt "
-    "writes MODEL_full_integer_quant.tflite); for the Edge TPU then `edgetpu_compiler -s "
-    "MODEL_full_integer_quant.tflite` (Coral's apt package edgetpu-compiler, x86-64 Debian) and `edge models "
-    "verify MODEL_full_integer_quant_edgetpu.tflite` to see what runs on the TPU",
     "hailo": "Hailo's Dataflow Compiler is behind Hailo's developer login (hailo.ai, Developer Zone): compile a HEF "
     "there and give it to --backend hailo",
 }
@@ -204,6 +202,8 @@ def convert(
         raise
     for done, final in zip(_files(partial), _files(target_path), strict=True):
         done.replace(final)
+    if engine == "tflite":
+        record["edgetpu"] = edgetpu_command(target_path)
     record.update(made_from={"model": model, "file": source.name, "sha256": sha256_of(source)}, target=target)
     record["calibration"] = {
         "source": mask_url(frames.source),
@@ -233,7 +233,9 @@ def _make(
     method (onnx-int8), the target platform (rknn) and the settings (where a toolchain lives)."""
     method, platform, settings = how
     # both decode down to CANDIDATE_CONF, so their CPU per frame is like for like; the float's truth is then cut
-    reference = "onnx" if engine == "rknn" else engine  # the board's NPU is not here: the float model on the CPU
+    # the float ONNX model, on its own engine where the int8 one runs there; else on ONNX Runtime (an NPU that is not
+    # here, a toolchain that judges its own float twin: its spec and pixels)
+    reference = engine if engine in ("onnx", "openvino") else "onnx"
     config = DetectorConfig(str(source), backend=reference, threads=1, back_to_back=False, conf=CANDIDATE_CONF)
     float_detector = load_detector(config)
     try:
@@ -242,17 +244,17 @@ def _make(
             done, found = rknn_int8(float_detector, source, partial, frames, platform, settings)
             floating = _timed(float_detector, Frames.decoded(frames.evaluation))
             judged = (floating, Judged(0.0, 0.0, found))
+        elif engine == "tflite":
+            float_tflite = tflite_int8(float_detector, source, partial, frames, settings)
+            done = {"toolchain": {"name": ONNX2TF.name, "version": ONNX2TF.version}}
+            done["calibration_method"] = "onnx2tf's full-integer quantisation (per channel)"
+            try:
+                judged = _judged_on(engine, float_tflite, partial, spec.decoder, Frames.decoded(frames.evaluation))
+            finally:
+                shutil.rmtree(float_tflite.parent, ignore_errors=True)
         else:
             done = _quantized(float_detector, source, partial, engine, frames, method, progress)
-            int8_config = DetectorConfig(
-                str(partial),
-                backend=engine,
-                threads=1,
-                back_to_back=False,
-                conf=CANDIDATE_CONF,
-                overrides=SpecOverrides(decoder=spec.decoder),
-            )
-            int8_detector = load_detector(int8_config)
+            int8_detector = _loaded(partial, engine, spec.decoder)
             try:
                 judged = _judge(float_detector, int8_detector, Frames.decoded(frames.evaluation))
             finally:
@@ -269,6 +271,35 @@ def _make(
         table["cpu_ratio"] = None
     size = {"width": spec.preprocessing.width, "height": spec.preprocessing.height} if engine == "rknn" else {}
     return {**done, "decoder": spec.decoder, "engine": engine, "table": table, "input_size": size}
+
+
+def _loaded(path: Path, engine: str, decoder: str) -> Detector:
+    """A model on `engine` as the judge runs it: one thread, scored down to CANDIDATE_CONF, the float's decoder."""
+    config = DetectorConfig(
+        str(path), backend=engine, threads=1, back_to_back=False, conf=CANDIDATE_CONF,
+        overrides=SpecOverrides(decoder=decoder),
+    )  # fmt: skip
+    return load_detector(config)
+
+
+def _judged_on(
+    engine: str, floating: Path, int8: Path, decoder: str, frames: list[np.ndarray]
+) -> tuple[Judged, Judged]:
+    """The float and int8 files of one toolchain, both on `engine` (LiteRT for onnx2tf's pair)."""
+    float_detector, int8_detector = _loaded(floating, engine, decoder), _loaded(int8, engine, decoder)
+    try:
+        return _judge(float_detector, int8_detector, frames)
+    finally:
+        float_detector.close()
+        int8_detector.close()
+
+
+def edgetpu_command(path: Path) -> str:
+    """The Edge TPU compiler's command for a full-integer file (Coral's, x86-64 Debian; not reachable here)."""
+    return (
+        f"edgetpu_compiler -s -o {path.parent} {path} (apt install edgetpu-compiler from Coral's repository), then "
+        f"`edge models verify {path.with_name(path.stem + '_edgetpu.tflite')}`"
+    )
 
 
 def _quantized(

@@ -35,6 +35,8 @@ class Toolchain:
 
 
 RKNN_TOOLKIT = Toolchain("rknn-toolkit2", "2.5.0", ("rknn-toolkit2==2.5.0",), ("x86_64", "AMD64"))
+# onnx2tf pins TensorFlow 2.19, numpy 1.26.4, onnx and protobuf: its own venv too (about 2.6 GB)
+ONNX2TF = Toolchain("onnx2tf", "1.29.24", ("onnx2tf==1.29.24",), ("x86_64", "AMD64", "aarch64"))
 
 
 def toolchain_folder(toolchain: Toolchain, settings: Settings) -> Path:
@@ -49,8 +51,8 @@ def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[st
     """The toolchain's own interpreter, its venv made first where it is not yet."""
     if platform.machine() not in toolchain.machines:
         raise EdgeError(
-            f"{toolchain.name} runs on x86-64 Linux only (its wheels): convert on such a PC and copy the file to "
-            "the board"
+            f"{toolchain.name}'s wheels are for {', '.join(toolchain.machines)}, not {platform.machine()}: convert "
+            "on such a PC and copy the file to the device"
         )
     folder = toolchain_folder(toolchain, settings)
     python = folder / "bin" / "python"

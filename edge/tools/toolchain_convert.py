@@ -1,12 +1,17 @@
-"""`edge models convert --to rknn`: the service's side of Rockchip's conversion. The float ONNX model's own
-pre-processing makes the pixels (letterboxed uint8, the model's colour order, as the board's RKNN engine feeds
-them); rknn-toolkit2, in its own environment (`toolchains.py`, `rknn_build.py`), quantises on the calibration pixels
-and runs the `.rknn` on Rockchip's simulator on the evaluation pixels; the float model's decoder reads those outputs
-here, as on the board, and ONNX Runtime runs the float model on the same frames for the agreement.
+"""`edge models convert --to rknn|tflite-int8`: the service's side of conversions whose toolchain runs in an
+environment of its own (`toolchains.py`). The float ONNX model's own pre-processing makes the pixels (letterboxed
+uint8 in the model's colour order, as the engine on the device feeds them).
+
+- rknn: rknn-toolkit2 (`rknn_build.py`) quantises on the calibration pixels and runs the `.rknn` on Rockchip's
+  simulator on the evaluation pixels; the float model's decoder reads those outputs here, as on the board, and ONNX
+  Runtime runs the float model on the same frames for the agreement.
+- tflite-int8: onnx2tf with TensorFlow (`tflite_build.py`) writes the full-integer model (the Edge TPU compiler's
+  input) and a float32 one; LiteRT here runs both on the evaluation frames, as `edge detect --backend tflite` does.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -19,13 +24,14 @@ from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.calibration import Frames
-from edge_inference.edge.tools.toolchains import RKNN_TOOLKIT, toolchain_python
+from edge_inference.edge.tools.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_python
 from edge_inference.models.detection import Detection
 from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.transform import ImageTransform
 
 PLATFORMS = ("rk3588", "rk3576", "rk3566", "rk3568", "rk3562")
 BUILD = Path(__file__).with_name("rknn_build.py")
+TFLITE_BUILD = Path(__file__).with_name("tflite_build.py")
 BUILD_TIMEOUT_S = 3600  # a large model's build on a slow PC; the simulator's runs after it
 
 
@@ -38,7 +44,7 @@ def rknn_int8(
         raise EdgeError(f"--target-platform {platform} is not one of {', '.join(PLATFORMS)}")
     python = toolchain_python(RKNN_TOOLKIT, settings, lambda line: print(line, flush=True))
     pre = float_detector.spec.preprocessing
-    pixels = Preprocessor(replace(pre, layout="NHWC", mean=(0.0,) * 3, std=(1.0,) * 3), np.dtype(np.uint8), None)
+    pixels = _pixels_preprocessor(float_detector)
     with tempfile.TemporaryDirectory(prefix="edge-rknn-") as folder:
         work = Path(folder)
         dataset = work / "dataset.txt"
@@ -53,7 +59,7 @@ def rknn_int8(
         command = [str(python), str(BUILD), "--onnx", str(source), "--platform", platform, "--dataset", str(dataset)]
         command += ["--mean", _listed(pre.mean), "--std", _listed(pre.std), "--output", str(partial)]
         command += ["--evaluate", str(work / "evaluate.npz"), "--results", str(results)]
-        _run(command)
+        _run(command, "rknn-toolkit2")
         with np.load(results) as found:
             detections = [
                 float_detector.decode(_outputs(found, index), transform)
@@ -62,6 +68,37 @@ def rknn_int8(
     toolchain = {"name": RKNN_TOOLKIT.name, "version": RKNN_TOOLKIT.version, "target_platform": platform}
     record = {"toolchain": toolchain, "runs_on": "Rockchip's simulator (x86-64): time it on the board"}
     return record | {"calibration_method": "rknn-toolkit2's normal (w8a8, weights per channel)"}, detections
+
+
+def tflite_int8(float_detector: Detector, source: Path, partial: Path, frames: Frames, settings: Settings) -> Path:
+    """`partial` (full-integer int8) and, returned, onnx2tf's float32 file of the same graph (in a folder beside it,
+    removed by the caller): the two the judge runs on LiteRT."""
+    python = toolchain_python(ONNX2TF, settings, lambda line: print(line, flush=True))
+    pre = float_detector.spec.preprocessing
+    pixels = _pixels_preprocessor(float_detector)
+    work = partial.with_name(f".{partial.stem}.onnx2tf")
+    work.mkdir(parents=True, exist_ok=True)
+    calibration = [_pixels(pixels, image)[0][0] for image in Frames.decoded(frames.calibration)]
+    np.save(work / "calibration.npy", np.stack(calibration).astype(np.float32) / 255.0)  # onnx2tf wants 0..1
+    mean, std = (np.asarray(v, np.float64) / 255.0 for v in (pre.mean, pre.std))
+    command = [str(python), str(TFLITE_BUILD), "--onnx", str(source), "--calibration", str(work / "calibration.npy")]
+    command += ["--mean", _listed(tuple(mean)), "--std", _listed(tuple(std)), "--output", str(work)]
+    made = {kind: work / f"{source.stem}_{kind}.tflite" for kind in ("full_integer_quant", "float32")}
+    try:
+        _run(command, "onnx2tf")
+        missing = [path.name for path in made.values() if not path.is_file()]
+        if missing:
+            raise EdgeError(f"onnx2tf wrote no {', '.join(missing)}")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)  # nothing half-made stays in the cache
+        raise
+    made["full_integer_quant"].replace(partial)
+    return made["float32"]
+
+
+def _pixels_preprocessor(float_detector: Detector) -> Preprocessor:
+    pre = float_detector.spec.preprocessing
+    return Preprocessor(replace(pre, layout="NHWC", mean=(0.0,) * 3, std=(1.0,) * 3), np.dtype(np.uint8), None)
 
 
 def _pixels(pixels: Preprocessor, image: np.ndarray) -> tuple[np.ndarray, ImageTransform]:
@@ -80,13 +117,13 @@ def _listed(values: tuple[float, ...]) -> str:
     return ",".join(f"{value:g}" for value in values)
 
 
-def _run(command: list[str]) -> None:
-    """The build in the toolchain's interpreter; its steps shown as they come, its failure one line."""
+def _run(command: list[str], toolchain: str) -> None:
+    """The build in the toolchain's interpreter; its failure one line."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise EdgeError(f"rknn-toolkit2 did not finish within {BUILD_TIMEOUT_S} s") from None
+        raise EdgeError(f"{toolchain} did not finish within {BUILD_TIMEOUT_S} s") from None
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         last = errors[-1][6:].strip() if errors else (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EdgeError(f"rknn-toolkit2 failed: {last}")
+        raise EdgeError(f"{toolchain} failed: {last}")
