@@ -2,14 +2,16 @@
 
     python -m benchmarks.convert [--frames 100] [--rounds 3]
 
-`edge models convert yolox-nano --to onnx-int8|openvino-int8|rknn --calibrate vtest.avi`: calibrated on frames spread
-over the video's first half, judged on frames spread over its second half. Printed per target: the conversion's own
-table (agreement with the float model over the classes it found 10 times or more, and over every class), then CPU
-per frame of the int8 model and the float one on the same engine, one thread, timed again here over `--rounds`
-alternating passes of the evaluation frames (the process's CPU time from the kernel). Targets: agreement >= 0.90;
-CPU per frame int8 / float <= 0.80 on ONNX Runtime and <= 0.70 on OpenVINO. On OpenVINO the float model also runs
-at f32 precision (`openvino.precision: f32`): on a CPU with AVX-512 BF16 OpenVINO's default runs a float model in
-bf16. `rknn` (where rknn-toolkit2's environment is made) is judged on Rockchip's simulator: agreement only.
+`edge models convert yolox-nano --to TARGET --calibrate vtest.avi` for each target (onnx-int8, openvino-int8, rknn,
+tflite-int8): calibrated on frames spread over the video's first half, judged on frames spread over its second half.
+Printed per target: the conversion's own table (agreement with the float model over the classes it found 10 times
+or more, and over every class), then CPU per frame of the int8 model and the float one on the same engine, one
+thread, timed again here over `--rounds` alternating passes of the evaluation frames (the process's CPU time from
+the kernel). Targets: agreement >= 0.90; CPU per frame int8 / float <= 0.80 on ONNX Runtime and <= 0.70 on
+OpenVINO. On OpenVINO the float model also runs at f32 precision (`openvino.precision: f32`): on a CPU with AVX-512
+BF16 OpenVINO's default runs a float model in bf16. `rknn` and `tflite-int8` (where their toolchains' environments
+are made) are judged by the conversion itself: rknn on Rockchip's simulator (agreement only), tflite-int8 against
+onnx2tf's float32 twin on LiteRT (one thread, alternating blocks).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.calibration import Frames, calibration_frames
 from edge_inference.edge.tools.convert import TARGETS, convert
-from edge_inference.edge.tools.toolchains import RKNN_TOOLKIT, toolchain_ready
+from edge_inference.edge.tools.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_ready
 
 GOALS = {"onnx-int8": 0.80, "openvino-int8": 0.70}
 
@@ -55,27 +57,25 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as cache:
         settings = Settings(model_cache=Path(cache))
         for target, (engine, _, _) in TARGETS.items():
-            if engine == "rknn" and not toolchain_ready(RKNN_TOOLKIT, settings):
-                print(
-                    f"\n## {target}: skipped, rknn-toolkit2's environment is not made (`edge models convert --to rknn`)"
-                )
+            toolchain = {"rknn": RKNN_TOOLKIT, "tflite": ONNX2TF}.get(engine)
+            if toolchain is not None and not toolchain_ready(toolchain, settings):
+                print(f"\n## {target}: skipped, {toolchain.name}'s environment is not made (convert --to {target})")
                 continue
             done = convert(
                 "yolox-nano", target, str(VTEST), settings, counts=(args.frames, args.frames), progress=False
             )
             table = done.record["table"]
-            kept = (
-                f"; {len(done.record['kept_in_float'])} head nodes in float" if "kept_in_float" in done.record else ""
-            )
+            floated = done.record.get("kept_in_float")
+            kept = f"; {len(floated)} head nodes in float" if floated is not None else ""
             print(f"\n## {target} ({done.record['toolchain']}{kept})")
             print(f"convert's own table: float {table['float']}, int8 {table['int8']}")
             print(f"agreement (classes seen >= 10 times) {table['agreement_map50']}: {table['agreement_per_class']}")
             print(f"agreement (every class) {table['agreement_map50_every_class']}: {table['agreement_every_class']}")
-            if engine == "rknn":  # run on Rockchip's simulator: no CPU figure of the NPU here
+            if toolchain is not None:  # judged by convert itself: rknn on Rockchip's simulator, tflite on LiteRT
                 agreed = table["agreement_map50"] or 0.0
-                print(
-                    f"agreement {agreed} (target >= 0.90: {'met' if agreed >= 0.90 else 'MISSED'}); speed: on the board"
-                )
+                verdict = "met" if agreed >= 0.90 else "MISSED"
+                speed = "on the board" if engine == "rknn" else f"int8 / float {table['cpu_ratio']} (side by side)"
+                print(f"agreement {agreed} (target >= 0.90: {verdict}); speed: {speed}")
                 continue
             float_file = str(MODELS / "onnx" / "yolox_nano.onnx")  # what both conversions start from
             variants: dict[str, tuple[str, dict]] = {"float": (float_file, {}), "int8": (str(done.path), {})}
