@@ -57,48 +57,52 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as cache:
         settings = Settings(model_cache=Path(cache))
         for target, (engine, _, _) in TARGETS.items():
-            toolchain = {"rknn": RKNN_TOOLKIT, "tflite": ONNX2TF}.get(engine)
-            if toolchain is not None and not toolchain_ready(toolchain, settings):
-                print(f"\n## {target}: skipped, {toolchain.name}'s environment is not made (convert --to {target})")
-                continue
-            done = convert(
-                "yolox-nano", target, str(VTEST), settings, counts=(args.frames, args.frames), progress=False
-            )
-            table = done.record["table"]
-            floated = done.record.get("kept_in_float")
-            kept = f"; {len(floated)} head nodes in float" if floated is not None else ""
-            print(f"\n## {target} ({done.record['toolchain']}{kept})")
-            print(f"convert's own table: float {table['float']}, int8 {table['int8']}")
-            print(f"agreement (classes seen >= 10 times) {table['agreement_map50']}: {table['agreement_per_class']}")
-            print(f"agreement (every class) {table['agreement_map50_every_class']}: {table['agreement_every_class']}")
-            if toolchain is not None:  # judged by convert itself: rknn on Rockchip's simulator, tflite on LiteRT
-                agreed = table["agreement_map50"] or 0.0
-                verdict = "met" if agreed >= 0.90 else "MISSED"
-                speed = "on the board" if engine == "rknn" else f"int8 / float {table['cpu_ratio']} (side by side)"
-                print(f"agreement {agreed} (target >= 0.90: {verdict}); speed: {speed}")
-                continue
-            float_file = str(MODELS / "onnx" / "yolox_nano.onnx")  # what both conversions start from
-            variants: dict[str, tuple[str, dict]] = {"float": (float_file, {}), "int8": (str(done.path), {})}
-            if engine == "openvino":
-                variants["float f32"] = (float_file, {"openvino": {"precision": "f32"}})
-            figures: dict[str, list[float]] = {name: [] for name in variants}
-            for _ in range(args.rounds):
-                for name, (model, options) in variants.items():
-                    figures[name].append(cpu_ms(model, engine, evaluation, options))
-            medians = {name: statistics.median(values) for name, values in figures.items()}
-            for name, value in medians.items():
-                rounds = ", ".join(f"{v:.2f}" for v in figures[name])
-                print(f"{name:<10} {value:6.2f} ms CPU/frame (rounds {rounds})")
-            ratio = medians["int8"] / medians["float"]
-            agreed = table["agreement_map50"] or 0.0
-            print(
-                f"int8 / float CPU per frame {ratio:.3f} (target <= {GOALS[target]}: "
-                f"{'met' if ratio <= GOALS[target] else 'MISSED'}); agreement {agreed} (target >= 0.90: "
-                f"{'met' if agreed >= 0.90 else 'MISSED'})"
-            )
-            if "float f32" in medians:
-                print(f"int8 / float at f32 precision {medians['int8'] / medians['float f32']:.3f}")
+            one_target(target, engine, settings, evaluation, args)
     return 0
+
+
+def one_target(target: str, engine: str, settings: Settings, evaluation: list, args: argparse.Namespace) -> None:
+    toolchain = {"rknn": RKNN_TOOLKIT, "tflite": ONNX2TF}.get(engine)
+    if toolchain is not None and not toolchain_ready(toolchain, settings):
+        print(f"\n## {target}: skipped, {toolchain.name}'s environment is not made (convert --to {target})")
+        return
+    done = convert("yolox-nano", target, str(VTEST), settings, counts=(args.frames, args.frames), progress=False)
+    table = done.record["table"]
+    floated = done.record.get("kept_in_float")
+    kept = f"; {len(floated)} head nodes in float" if floated is not None else ""
+    print(f"\n## {target} ({done.record['toolchain']}{kept})")
+    print(f"convert's own table: float {table['float']}, int8 {table['int8']}")
+    print(f"agreement (classes seen >= 10 times) {table['agreement_map50']}: {table['agreement_per_class']}")
+    print(f"agreement (every class) {table['agreement_map50_every_class']}: {table['agreement_every_class']}")
+    agreed = table["agreement_map50"] or 0.0
+    verdict = "met" if agreed >= 0.90 else "MISSED"
+    if toolchain is not None:  # judged by convert itself: rknn on Rockchip's simulator, tflite on LiteRT
+        speed = "on the board" if engine == "rknn" else f"int8 / float {table['cpu_ratio']} (side by side)"
+        print(f"agreement {agreed} (target >= 0.90: {verdict}); speed: {speed}")
+        return
+    medians = timed_again(engine, str(done.path), evaluation, args.rounds)
+    ratio = medians["int8"] / medians["float"]
+    met = "met" if ratio <= GOALS[target] else "MISSED"
+    print(f"int8 / float CPU per frame {ratio:.3f} (target <= {GOALS[target]}: {met}); agreement {agreed} "
+          f"(target >= 0.90: {verdict})")  # fmt: skip
+    if "float f32" in medians:
+        print(f"int8 / float at f32 precision {medians['int8'] / medians['float f32']:.3f}")
+
+
+def timed_again(engine: str, int8_file: str, evaluation: list, rounds: int) -> dict[str, float]:
+    """CPU per frame of the float and int8 files (and the float at f32 on OpenVINO), alternating, the medians."""
+    float_file = str(MODELS / "onnx" / "yolox_nano.onnx")  # what both conversions start from
+    variants: dict[str, tuple[str, dict]] = {"float": (float_file, {}), "int8": (int8_file, {})}
+    if engine == "openvino":
+        variants["float f32"] = (float_file, {"openvino": {"precision": "f32"}})
+    figures: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (model, options) in variants.items():
+            figures[name].append(cpu_ms(model, engine, evaluation, options))
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    for name, value in medians.items():
+        print(f"{name:<10} {value:6.2f} ms CPU/frame (rounds {', '.join(f'{v:.2f}' for v in figures[name])})")
+    return medians
 
 
 if __name__ == "__main__":

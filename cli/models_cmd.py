@@ -19,7 +19,7 @@ from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.tools.quantize import DEFAULT_METHOD
 from edge_inference.models.download import is_cached, pull, verify
-from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, get_entry, is_registry_name
+from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, RegistryEntry, get_entry, is_registry_name
 
 
 def _settings(cache: str | None, mirror: str | None) -> Settings:
@@ -139,17 +139,20 @@ def verify_models(names: tuple[str, ...], cache: str | None) -> None:
         _say_operations(path)
     named = [get_entry(n) for n in names if is_registry_name(n)]
     entries = named or ([] if files else [e for e in REGISTRY.values() if is_cached(e, settings.model_cache)])
-    bad = 0
-    for entry in entries:
-        problems = verify(entry, settings.model_cache)
-        click.echo(f"{entry.name}: {'ok' if not problems else '; '.join(problems)}")
-        bad += bool(problems)
-        if not problems and entry.model_file.path.endswith("_edgetpu.tflite"):
-            _say_operations(settings.model_cache / entry.model_file.path, entry.name)
+    bad = sum(_verified(entry, settings) for entry in entries)
     if not entries and not files:
         click.echo("nothing cached yet; `edge models pull NAME` fetches a model")
     if bad:
         raise EdgeError(f"{bad} model(s) failed verification")
+
+
+def _verified(entry: RegistryEntry, settings: Settings) -> bool:
+    """One cached registry file checked and said; True where it failed. An Edge TPU file's operations too."""
+    problems = verify(entry, settings.model_cache)
+    click.echo(f"{entry.name}: {'ok' if not problems else '; '.join(problems)}")
+    if not problems and entry.model_file.path.endswith("_edgetpu.tflite"):
+        _say_operations(settings.model_cache / entry.model_file.path, entry.name)
+    return bool(problems)
 
 
 def _say_operations(path: Path, name: str | None = None) -> None:

@@ -159,7 +159,7 @@ def pixels_input(model: Any, pre: Preprocessing) -> tuple[Any, str | None]:
     """The model fed uint8 pixels (`[batch, H, W, 3]`, its own colour order): a Cast, a Transpose where it reads
     NCHW, and its normalisation (`x / std - mean / std` per channel, as the edge's pre-processing computes it)
     prepended to the graph. (model, None), or (the model as it was, why not) for an input that is no float image."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     port = model.graph.input[0]
     tensor = port.type.tensor_type
@@ -173,26 +173,35 @@ def pixels_input(model: Any, pre: Preprocessing) -> tuple[Any, str | None]:
     changed.CopyFrom(model)
     graph, name = changed.graph, port.name
     pixels = helper.make_tensor_value_info(f"{name}_pixels", TensorProto.UINT8, None)
-    shape = [dims[0], dims[2], dims[3], dims[1]] if planar else dims
-    for dim in shape:
+    for dim in [dims[0], dims[2], dims[3], dims[1]] if planar else dims:
         pixels.type.tensor_type.shape.dim.add().CopyFrom(dim)
     steps = [helper.make_node("Cast", [pixels.name], [f"{name}_float"], to=TensorProto.FLOAT)]
     if planar:
         steps.append(helper.make_node("Transpose", [steps[-1].output[0]], [f"{name}_planar"], perm=[0, 3, 1, 2]))
-    std, mean = np.asarray(pre.std, np.float32), np.asarray(pre.mean, np.float32)
-    per_channel = (1, 3, 1, 1) if planar else (1, 1, 1, 3)
-    for op, value in (("Mul", 1.0 / std), ("Add", -mean / std)):
-        if np.allclose(value, 1.0 if op == "Mul" else 0.0):
-            continue
-        constant = numpy_helper.from_array(value.reshape(per_channel).astype(np.float32), f"{name}_{op.lower()}")
-        graph.initializer.append(constant)
-        steps.append(helper.make_node(op, [steps[-1].output[0], constant.name], [f"{name}_{op.lower()}ed"]))
+    steps += _normalisation(graph, name, pre, steps[-1].output[0], planar)
     steps[-1].output[0] = name  # the original input, now made inside the graph
     for index, step in enumerate(steps):
         graph.node.insert(index, step)
     graph.input.remove(graph.input[0])
     graph.input.insert(0, pixels)
     return changed, None
+
+
+def _normalisation(graph: Any, name: str, pre: Preprocessing, source: str, planar: bool) -> list[Any]:
+    """Mul by 1/std and Add -mean/std per channel, each left out where it changes nothing; constants added."""
+    from onnx import helper, numpy_helper
+
+    std, mean = np.asarray(pre.std, np.float32), np.asarray(pre.mean, np.float32)
+    per_channel = (1, 3, 1, 1) if planar else (1, 1, 1, 3)
+    steps = []
+    for op, value in (("Mul", 1.0 / std), ("Add", -mean / std)):
+        if np.allclose(value, 1.0 if op == "Mul" else 0.0):
+            continue
+        constant = numpy_helper.from_array(value.reshape(per_channel).astype(np.float32), f"{name}_{op.lower()}")
+        graph.initializer.append(constant)
+        steps.append(helper.make_node(op, [source, constant.name], [f"{name}_{op.lower()}ed"]))
+        source = steps[-1].output[0]
+    return steps
 
 
 def _same_as_the_tensor(original: bytes, changed: bytes, pre: Preprocessing) -> bool:
