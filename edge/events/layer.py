@@ -6,8 +6,10 @@ listener call is the event bookkeeping (`events.py`) and a comparison of zone co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -20,7 +22,7 @@ from edge_inference.edge.events.mqtt import MqttLink, configured_broker, default
 from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
 from edge_inference.edge.events.storage import StorageWatch, open_store
-from edge_inference.edge.events.store import EventStore, default_data_dir
+from edge_inference.edge.events.store import EventStore, StoreBusy, default_data_dir
 from edge_inference.edge.events.webhooks import Webhook
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
@@ -277,5 +279,7 @@ class EventLayer:
             streams[stream_id] = {"state": pipeline.state, **figures}
         out: dict[str, object] = {"streams": streams}
         if self.store is not None:
-            out["outbox"] = self.store.outbox_counts()
+            # a stalled or damaged store: the stats go out without its figures (as /api/v1/stats does)
+            with contextlib.suppress(StoreBusy, sqlite3.Error):
+                out["outbox"] = self.store.outbox_counts()
         return out
