@@ -61,7 +61,7 @@ def parse_options(engine: str, model: type[Options], raw: Mapping[str, Any] | En
     Options already typed (the config's, parsed once when it was read) are taken as they are."""
     if isinstance(raw, model):
         return raw
-    if isinstance(raw, EngineOptions):  # another engine's model: its fields, checked against this one's
+    if isinstance(raw, EngineOptions):  # a plugin engine handing its own options on to the engine it wraps
         raw = raw.model_dump(exclude_defaults=True)
     if not isinstance(raw, Mapping):
         raise BackendError(f"engine_options.{engine} must be a mapping of option: value ({allowed(model)})")

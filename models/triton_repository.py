@@ -239,19 +239,19 @@ def model_preprocessing(model: Any, name: str, overrides: SpecOverrides) -> Prep
     return resolve_spec(name, io, overrides).preprocessing
 
 
-def _with_pixels(model: Any, source: Path, batching: bool, notes: list[str]) -> tuple[Any, bool]:
+def _with_pixels(model: Any, source: Path, notes: list[str]) -> Any:
     """The model with its pixel front where that gives its own outputs (checked by running both), else as it was."""
     sidecar = sidecar_path(source)
     pre = model_preprocessing(model, source.stem, load_sidecar(sidecar) if sidecar else SpecOverrides())
     changed, why = pixels_input(model, pre)
     if changed is model and why is None:
-        return model, batching
+        return model
     if why is None and not _same_as_the_tensor(model.SerializeToString(), changed.SerializeToString(), pre):
         why = "its pixel front did not give its own outputs, so it keeps its input (the edge sends that tensor)"
     if why is not None:
         notes.append(why)
-        return model, batching
-    return changed, batching
+        return model
+    return changed
 
 
 def export_repository(source: Path, folder: Path, name: str, options: ExportOptions) -> Exported:
@@ -276,7 +276,7 @@ def export_repository(source: Path, folder: Path, name: str, options: ExportOpti
                 "frame at a time (max_batch_size 0, no dynamic batching): export it with a dynamic batch to batch"
             )
     if options.pixels:
-        model, batching = _with_pixels(model, source, batching, notes)
+        model = _with_pixels(model, source, notes)
     config = pb.ModelConfig(name=name, backend="onnxruntime", max_batch_size=options.max_batch_size if batching else 0)
     for port_name, dtype, dims in _ports(onnx, model.graph.input, batching):
         config.input.add(name=port_name, data_type=getattr(pb, dtype), dims=dims)

@@ -178,9 +178,16 @@ def test_twenty_crashes_in_a_row_leave_no_process_memory_block_or_descriptor(cra
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
 
+# The Triton tests' server (PyTriton, in other workers) keeps blocks in /dev/shm between requests, unmapped at
+# times: Python's multiprocessing.shared_memory names them psm_..., PyTriton its own pytrtion<pid>-.... The project
+# makes neither (`test_the_project_makes_no_named_shared_memory` below): none of them can be a crashed engine's.
+OTHERS_SEGMENTS = ("psm_", "pytrtion")
+
+
 def _left_behind(names: set[str]) -> list[str]:
     """Of /dev/shm entries that appeared, those no live process maps: left behind. Other tests' servers running
     meanwhile (a Triton's regions, PyTriton's blocks) hold theirs mapped; a crashed engine's would be no one's."""
+    names = {name for name in names if not name.startswith(OTHERS_SEGMENTS)}
     if not names:
         return []
     held = set()
@@ -322,3 +329,19 @@ def test_doctor_says_which_engine_died_last(tmp_path):
         "the edgetpu engine (ssd_edgetpu.tflite on edgetpu:usb) died: killed: out of memory"
     )
     assert list(check_engine_deaths(Settings(model_cache=tmp_path / "none"))) == []
+
+
+def test_the_project_makes_no_named_shared_memory():
+    """Engine processes pass tensors in anonymous memory (memfd), which nothing can leave behind in /dev/shm; named
+    segments (Python's multiprocessing.shared_memory) would be, when a process dies holding one. Only the Triton
+    engine names regions, for the server to map, and removes them as it closes."""
+    from tests.conftest import REPO
+
+    found = [
+        str(path.relative_to(REPO))
+        for folder in ("backends", "edge", "models", "service", "cli")
+        for path in (REPO / folder).rglob("*.py")
+        if "shared_memory.SharedMemory" in path.read_text(encoding="utf-8")
+        or "from multiprocessing import shared_memory" in path.read_text(encoding="utf-8")
+    ]
+    assert not found, found

@@ -208,10 +208,9 @@ def test_two_streams_share_one_connection_and_the_server_batches_them(repository
             assert engines[0]["lanes"] >= 2, engines  # requests in flight at once
             assert _grpc_connections(edge.process.pid, server.grpc_port) == 1
             deadline = time.monotonic() + 60  # the server's statistics are read every few seconds
-            while edge.client.get("/api/v1/stats").json()["detectors"][0]["server_ms"] is None:
+            while (split := edge.client.get("/api/v1/stats").json()["detectors"][0]["server_ms"]) is None:
                 assert time.monotonic() < deadline
                 time.sleep(0.5)
-            split = edge.client.get("/api/v1/stats").json()["detectors"][0]["server_ms"]
             # averages over the same few seconds, not over the very same requests: no order between them is asserted
             assert set(split) == {"round_trip_ms", "network_ms", "queue_ms", "compute_ms", "batch_size"}, split
             assert split["compute_ms"] > 0 and split["round_trip_ms"] > 0, split

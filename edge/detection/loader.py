@@ -17,7 +17,6 @@ from edge_inference.edge.detection.opening import (
     Progress,
     check_reference,
     detector_of,
-    engine_model,
     isolation_of,
     open_engine,
     plan_opening,
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
     from edge_inference.edge.detection.auto.choice import AutoChoice
 
 # What the loader's callers import from it: a config, its check, and `load_detector`
-__all__ = ["DetectorConfig", "LiveWindow", "check_reference", "engine_model", "load_detector", "resolve_auto"]
+__all__ = ["DetectorConfig", "LiveWindow", "check_reference", "load_detector", "resolve_auto"]
 
 
 def resolve_auto(

@@ -6,7 +6,6 @@ listener call is the event bookkeeping (`events.py`) and a comparison of zone co
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import sqlite3
@@ -278,8 +277,17 @@ class EventLayer:
             figures = asdict(pipeline.stats.snapshot())
             streams[stream_id] = {"state": pipeline.state, **figures}
         out: dict[str, object] = {"streams": streams}
-        if self.store is not None:
-            # a stalled or damaged store: the stats go out without its figures (as /api/v1/stats does)
-            with contextlib.suppress(StoreBusy, sqlite3.Error):
-                out["outbox"] = self.store.outbox_counts()
+        outbox = self.outbox_counts()
+        if outbox is not None:
+            out["outbox"] = outbox
         return out
+
+    def outbox_counts(self) -> dict[str, dict[str, int]] | None:
+        """The outbox's counts per destination (MQTT stats, /api/v1/stats); None without a store, or while a
+        stalled disk holds it or it is damaged: the figures then go out without its own."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.outbox_counts()
+        except (StoreBusy, sqlite3.Error):
+            return None

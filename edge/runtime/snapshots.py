@@ -6,13 +6,11 @@ describes them); nothing here runs or changes a stream.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from edge_inference.edge.detection.detector_pool import DetectorFigures, describe_engine
 from edge_inference.edge.detection.timings import Percentiles
-from edge_inference.edge.events.store import StoreBusy
 from edge_inference.edge.runtime.compare import CompareSnapshot
 from edge_inference.edge.runtime.cpu import CpuFigures
 from edge_inference.edge.runtime.streams import StreamManager
@@ -164,13 +162,10 @@ def event_figures(manager: StreamManager) -> EventFigures | None:
     layer = manager.events
     if not layer.active:
         return None
-    recorder, store, mqtt = layer.recorder, layer.store, layer.mqtt
+    recorder, mqtt = layer.recorder, layer.mqtt
     webhook_errors = [webhook.last_error for webhook in layer.webhooks]
     errors = [e for e in (recorder and recorder.last_error, mqtt and mqtt.last_error, *webhook_errors) if e]
-    try:
-        outbox = store.outbox_counts() if store else {}
-    except (StoreBusy, sqlite3.Error):  # a stalled or damaged store: the figures it can give, none of its own
-        outbox = {}
+    outbox = layer.outbox_counts() or {}  # a stalled or damaged store: the figures it can give, none of its own
     for webhook in layer.webhooks:  # refused for good (4xx): skipped, not retried
         outbox.setdefault(webhook.sink, {"waiting": 0, "dropped": 0})["rejected"] = webhook.rejected
     return EventFigures(

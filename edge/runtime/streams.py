@@ -107,8 +107,7 @@ class StreamManager:
         self._requests: dict[EngineKey, int] = {}  # frames each engine may have waiting
         self.label_problems: dict[str, str] = {}  # stream -> the labels its config names that its model lacks
         check_cameras_read_once(config.streams)
-        self.plans = compile_streams(config)  # every pipeline's detector decided once, its names checked
-        for plan in self.plans:
+        for plan in compile_streams(config):  # every pipeline's detector decided once, its names checked
             stream = plan.stream
             source = source_for(stream)
             if plan.compared:

@@ -51,8 +51,13 @@ def _sections(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[Bas
     for name, info in model.model_fields.items():
         inner = section_in(info.annotation)
         if inner is not None:
-            many = get_origin(info.annotation) is list
-            yield from _sections(inner, f"{path}.{name}{'[]' if many else ''}".lstrip("."))
+            yield from _sections(inner, _place(path, name, info))
+
+
+def _place(path: str, name: str, info: FieldInfo) -> str:
+    """A nested section's key path: `streams[].motion` (`[]` where the field holds a list of them)."""
+    many = get_origin(info.annotation) is list
+    return f"{path}.{name}{'[]' if many else ''}".lstrip(".")
 
 
 def _section(path: str, model: type[BaseModel]) -> str:
@@ -63,11 +68,9 @@ def _section(path: str, model: type[BaseModel]) -> str:
     for name, info in model.model_fields.items():
         meaning = _with_limits(meanings.get(name, ""), info)
         kind = _cell(type_text(info.annotation))
-        inner = section_in(info.annotation)
-        if inner is not None:  # the section's own table, linked
-            many = get_origin(info.annotation) is list
-            place = f"{path}.{name}{'[]' if many else ''}".lstrip(".")
-            kind = f"{'list of ' if many else ''}[`{place}`](#{_anchor(place)})"
+        if section_in(info.annotation) is not None:  # the section's own table, linked
+            place = _place(path, name, info)
+            kind = f"{'list of ' if place.endswith('[]') else ''}[`{place}`](#{_anchor(place)})"
         rows.append(f"| `{name}` | {kind} | {_default(info)} | {_cell(meaning)} |")
     return "\n\n".join(part for part in (title, doc, "\n".join(rows)) if part)
 

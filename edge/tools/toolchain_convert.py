@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +43,7 @@ def rknn_int8(
     outputs, decoded by the float model's decoder): (the record's toolchain part, detections per frame)."""
     if platform not in PLATFORMS:
         raise EdgeError(f"--target-platform {platform} is not one of {', '.join(PLATFORMS)}")
-    python = toolchain_python(RKNN_TOOLKIT, settings, lambda line: print(line, flush=True))
+    python = toolchain_python(RKNN_TOOLKIT, settings, _say)
     pre = float_detector.spec.preprocessing
     pixels = _pixels_preprocessor(float_detector)
     with tempfile.TemporaryDirectory(prefix="edge-rknn-") as folder:
@@ -73,7 +74,7 @@ def rknn_int8(
 def tflite_int8(float_detector: Detector, source: Path, partial: Path, frames: Frames, settings: Settings) -> Path:
     """`partial` (full-integer int8) and, returned, onnx2tf's float32 file of the same graph (in a folder beside it,
     removed by the caller): the two the judge runs on LiteRT."""
-    python = toolchain_python(ONNX2TF, settings, lambda line: print(line, flush=True))
+    python = toolchain_python(ONNX2TF, settings, _say)
     pre = float_detector.spec.preprocessing
     pixels = _pixels_preprocessor(float_detector)
     work = partial.with_name(f".{partial.stem}.onnx2tf")
@@ -94,6 +95,11 @@ def tflite_int8(float_detector: Detector, source: Path, partial: Path, frames: F
         raise
     made["full_integer_quant"].replace(partial)
     return made["float32"]
+
+
+def _say(line: str) -> None:
+    """A long step's line (a toolchain's environment being made): progress, on stderr beside the bars."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _pixels_preprocessor(float_detector: Detector) -> Preprocessor:
