@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter
-from sse_starlette.sse import EventSourceResponse
+from sse_starlette.event import ServerSentEvent
 
 from edge_inference.edge.runtime.compare import CompareSnapshot
 from edge_inference.edge.runtime.health import is_live, service_health
@@ -33,7 +33,7 @@ from edge_inference.service.limits import ClientSlots, busy
 from edge_inference.service.live import LiveChannel, LiveOptions
 from edge_inference.service.query_names import ALSO_READ
 from edge_inference.service.schemas import DetectResponse, Health, LatestDetections, ServiceSetup
-from edge_inference.service.streaming import ClosingEventSourceResponse, ClosingStreamingResponse
+from edge_inference.service.streaming import ClosingStreamingResponse, EventStream
 from edge_inference.service.upload_options import ALSO_READ_BY_UPLOADS, QUERY_PARAMETERS, upload_asks
 from edge_inference.service.upload_text import image_bytes, refuse_url_parameter
 from edge_inference.service.uploads import UploadDetectors, file_part, run_upload
@@ -100,13 +100,16 @@ async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> As
     server = request.app.state.config.server
     subscription = pipeline.results.subscribe(server.subscriber_buffer)
     clock: FlushClock = request.app.state.flush_clock
+    sent = float("-inf")
     try:
         while batch := await subscription.batch():
+            # Above the flush rate, gather events until the tick every client shares instead of paying a write per
+            # client per frame (the loop wakes once for all of them); below it, write at once, with no tick to
+            # wake for in between (a wake per client per frame, issue 62).
+            await clock.pace(sent)
+            batch += subscription.drain()
             sent = time.monotonic()
             yield batch
-            # Above the flush rate, gather events instead of paying a write per client per frame; every client
-            # waits for the same tick, so the loop wakes once for all of them.
-            await clock.pace(sent)
     finally:
         pipeline.results.unsubscribe(subscription)
 
@@ -132,11 +135,11 @@ EVENT_STREAM = "text/event-stream"
 @router.get(
     "/streams/{stream_id}/events",
     summary="Server-Sent Events: one 'detections' event per processed frame",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses=media(EVENT_STREAM, "`event: detections`, `data:` a FrameEvent (schema: LatestDetections less age_s)")
     | TOO_MANY,
 )
-async def events(request: Request, stream_id: str) -> EventSourceResponse:
+async def events(request: Request, stream_id: str) -> EventStream:
     pipeline = pipeline_of(request, stream_id)
     cache = _cache(request)
     slots = _slots(request)
@@ -148,7 +151,7 @@ async def events(request: Request, stream_id: str) -> EventSourceResponse:
                 yield b"".join(cache.sse(r) for r in batch)  # encoded once per frame, one write per batch
 
     # A client that stops reading only fills its own buffer, and is cut after send_timeout_s (server.py).
-    return ClosingEventSourceResponse(generate(), ping=15, on_close=lambda: slots.give_back(stream_id))
+    return EventStream(generate(), on_close=lambda: slots.give_back(stream_id))
 
 
 @router.websocket("/streams/{stream_id}/ws")
@@ -339,7 +342,7 @@ def setup(request: Request) -> ServiceSetup:
 @router.get(
     "/live",
     summary="Server-Sent Events for a dashboard: every stream on one connection",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses=media(
         EVENT_STREAM,
         "`event: detections` (a FrameEvent: the newest frame of a stream, at most frame_hz a second per stream), "
@@ -354,7 +357,7 @@ async def live_channel(
     frame_hz: Annotated[float, Query(gt=0, le=60)] = 10.0,
     thumb_fps: Annotated[float, Query(gt=0, le=10)] = 2.0,
     thumb_height: Annotated[int, Query(ge=60, le=720)] = 240,
-) -> EventSourceResponse:
+) -> EventStream:
     manager, server, slots = manager_of(request), request.app.state.config.server, _slots(request)
     slots.take(LIVE_SLOT, what="the live channel (dashboards)")
     options = LiveOptions(frame_hz, thumb_fps, thumb_height)
@@ -364,7 +367,7 @@ async def live_channel(
         channel.close()
         slots.give_back(LIVE_SLOT)
 
-    return ClosingEventSourceResponse(channel.messages(), ping=15, on_close=close)
+    return EventStream(channel.messages(), on_close=close)
 
 
 @router.get(
@@ -379,24 +382,22 @@ def compare(request: Request) -> list[CompareSnapshot]:
 @router.get(
     "/compare/events",
     summary="Server-Sent Events: the /compare figures once a second",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses=media(EVENT_STREAM, "`event: compare`, `data:` the /compare answer"),
 )
-async def compare_events(
-    request: Request, interval: Annotated[float, Query(ge=0.2, le=60)] = 1.0
-) -> EventSourceResponse:
+async def compare_events(request: Request, interval: Annotated[float, Query(ge=0.2, le=60)] = 1.0) -> EventStream:
     manager = manager_of(request)
 
     shutdown: asyncio.Event = request.app.state.shutdown
 
-    async def generate() -> AsyncIterator[dict[str, str]]:
+    async def generate() -> AsyncIterator[bytes]:
         while not shutdown.is_set():
             figures = await asyncio.to_thread(compare_snapshots, manager)
-            yield {"event": "compare", "data": COMPARE_JSON.dump_json(figures).decode()}
+            yield ServerSentEvent(data=COMPARE_JSON.dump_json(figures).decode(), event="compare").encode()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(shutdown.wait(), interval)
 
-    return EventSourceResponse(generate(), ping=15)
+    return EventStream(generate())
 
 
 @router.get(

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
-from sse_starlette.sse import EventSourceResponse
+from sse_starlette.event import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from edge_inference.edge.events.recorder import EventRecorder, RecordedChange, missed_changes
@@ -21,7 +21,7 @@ from edge_inference.edge.stream.publish import Subscription
 from edge_inference.service.api import EVENT_STREAM, manager_of, media
 from edge_inference.service.errors import invalid, quoted
 from edge_inference.service.schemas import EventOut, EventPage
-from edge_inference.service.streaming import ClosingEventSourceResponse
+from edge_inference.service.streaming import EventStream
 
 router = APIRouter()
 NOT_CONFIGURED = (
@@ -111,21 +111,21 @@ def list_events(
     "EventSource does this by itself) is first sent what it missed, even across a restart of the service: each event "
     "that changed meanwhile as it is now, its start where that came after, then its update or end. A client too slow "
     "for the changes is sent the ones it could not take the same way.",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses=media(EVENT_STREAM, '`event: event`, `data:` {"type": "start"|"update"|"end", "event": an EventOut}'),
 )
-async def event_changes(request: Request) -> EventSourceResponse:
+async def event_changes(request: Request) -> EventStream:
     recorder = _recorder(request)
     store = manager_of(request).events.store
     resume = _position(request.headers.get("last-event-id"))
     told = resume if resume is not None or store is None else store.position  # before subscribing: none in between
     subscription = recorder.changes.subscribe(256)  # before the replay: a change stored from now on is in either
 
-    async def generate() -> AsyncIterator[dict[str, str]]:
+    async def generate() -> AsyncIterator[bytes]:
         async for change in change_feed(subscription, store, told, replay=resume is not None):
             yield _sse_change(change)
 
-    return ClosingEventSourceResponse(generate(), ping=15, on_close=lambda: recorder.changes.unsubscribe(subscription))
+    return EventStream(generate(), on_close=lambda: recorder.changes.unsubscribe(subscription))
 
 
 async def change_feed(
@@ -168,11 +168,10 @@ def _position(text: str | None) -> float | None:
     return position if position is not None and math.isfinite(position) and position >= 0 else None
 
 
-def _sse_change(change: RecordedChange) -> dict[str, str]:
-    message = {"event": "event", "data": json.dumps(change.payload)}
-    if change.position is not None:  # a change not stored (a full disk) has no place to resume from
-        message["id"] = repr(change.position)
-    return message
+def _sse_change(change: RecordedChange) -> bytes:
+    # a change not stored (a full disk) has no place to resume from: no id
+    place = None if change.position is None else repr(change.position)
+    return ServerSentEvent(data=json.dumps(change.payload), event="event", id=place).encode()
 
 
 @router.get("/events/{event_id}", response_model=EventOut, summary="One event", responses={404: {}, 503: {}})

@@ -100,8 +100,8 @@ class LiveChannel:
             chunk = await self._due(started)
             if chunk:
                 yield chunk
-            await self.clock.pace(started)
             await self._something_new()
+            await self.clock.pace(started)  # news within a period waits for the shared tick; later news is due now
 
     async def _something_new(self) -> None:
         if self._news.is_set():

@@ -331,7 +331,10 @@ def test_a_dashboard_sleeps_until_a_stream_has_something_new():
     """Each dashboard looked at every stream on every tick of the flush clock (30 a second) whether or not a frame
     had come (issue 62: 50 of them cost the service CPU for nothing). Now it waits until a stream publishes: a
     second without frames costs it one look, and the next frame is sent at once. The stream is real but not started:
-    its broadcaster publishes only what the test hands it."""
+    its broadcaster publishes only what the test hands it. A frame that comes later than a tick of the shared flush
+    clock is written at once: the dashboard does not wake for the tick in between."""
+    import dataclasses
+
     from edge_inference.edge.config import ServiceConfig, StreamConfig
     from edge_inference.edge.detection.timings import FrameTiming
     from edge_inference.edge.runtime.streams import StreamManager
@@ -342,7 +345,8 @@ def test_a_dashboard_sleeps_until_a_stream_has_something_new():
     async def scenario() -> tuple[int, bytes]:
         stream = StreamConfig(id="cam", source="rtsp://127.0.0.1:9/x", model=str(MODELS / "onnx/yolox_nano.onnx"))
         manager = StreamManager(ServiceConfig(streams=[stream]))
-        channel = LiveChannel(manager, EncodingCache(), LiveOptions(10, 2, 240), 8, FlushClock(1 / 30))
+        clock = FlushClock(1 / 30)
+        channel = LiveChannel(manager, EncodingCache(), LiveOptions(10, 2, 240), 8, clock)
         looks, due = 0, channel._due
 
         async def counted(now: float) -> bytes:
@@ -358,14 +362,20 @@ def test_a_dashboard_sleeps_until_a_stream_has_something_new():
         timing = FrameTiming(0, 0, 0, captured_at=1.0, capture_ms=0, queue_wait_ms=0, end_to_end_ms=0)
         frame = FrameResult("cam", 0, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8))
         manager.pipelines["cam"].results.publish(frame)
-        chunk = await asyncio.wait_for(first, 5)
+        chunk = await asyncio.wait_for(first, 60)
+        second = asyncio.ensure_future(messages.__anext__())  # asked at once, as the response does after a write
+        await asyncio.sleep(0.2)  # the next frame comes after more than a tick (10 fps against the clock's 30 Hz)
+        manager.pipelines["cam"].results.publish(dataclasses.replace(frame, index=1))
+        after = await asyncio.wait_for(second, 60)
         channel.close()
         await messages.aclose()
-        return idle, chunk
+        return idle, chunk, after, clock.last_tick
 
-    idle, chunk = asyncio.run(scenario())
+    idle, chunk, after, ticked = asyncio.run(scenario())
     assert idle <= 2, idle  # the look at connecting (and one at most around the sleep's end); 30 before
     assert b"event: detections" in chunk and b"event: thumb" in chunk
+    assert b"event: detections" in after and b"id: 1" in after
+    assert ticked == float("-inf")  # written as it came: no wake for a tick in between (issue 62)
 
 
 def test_streaming_clients_wait_for_one_tick_and_a_client_that_leaves_does_not_stop_it():
@@ -407,3 +417,44 @@ def test_a_write_that_took_a_period_or_more_is_followed_at_once_not_after_anothe
 
     without, after = asyncio.run(scenario())
     assert without == float("-inf") and after > without
+
+
+def test_a_client_below_the_flush_rate_wakes_once_a_frame_and_one_above_it_gathers_until_the_tick():
+    """After each write a client waited for the next tick of the flush clock, even at 10 fps where the next frame
+    comes three ticks later: a second wake per client per frame for nothing (issue 62). Now the tick is waited for
+    only when a frame comes within a period of the last write, and what else comes by the tick goes in the same
+    write. The stream is real but not started: its broadcaster publishes only what the test hands it."""
+    from types import SimpleNamespace
+
+    from edge_inference.edge.config import ServiceConfig, StreamConfig
+    from edge_inference.edge.detection.timings import FrameTiming
+    from edge_inference.edge.runtime.streams import StreamManager
+    from edge_inference.edge.stream.pipeline import FrameResult
+    from edge_inference.service.api import _batches
+
+    def frame(index: int) -> FrameResult:
+        timing = FrameTiming(0, 0, 0, captured_at=1.0, capture_ms=0, queue_wait_ms=0, end_to_end_ms=0)
+        return FrameResult("cam", index, 4, 4, [], timing, np.zeros((4, 4, 3), np.uint8))
+
+    async def scenario(period_s: float, frames: list[list[int]], gap_s: float) -> tuple[list[list[int]], float]:
+        """Publishes each group of frames (`gap_s` before each frame) and reads the batches written."""
+        stream = StreamConfig(id="cam", source="rtsp://127.0.0.1:9/x", model=str(MODELS / "onnx/yolox_nano.onnx"))
+        config = ServiceConfig(streams=[stream])
+        pipeline = StreamManager(config).pipelines["cam"]
+        clock = FlushClock(period_s)
+        request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(config=config, flush_clock=clock)))
+        batches = _batches(request, pipeline)  # type: ignore[arg-type]
+        written: list[list[int]] = []
+        for group in frames:
+            reading = asyncio.ensure_future(batches.__anext__())  # asked at once, as the response does after a write
+            for index in group:
+                await asyncio.sleep(gap_s)
+                pipeline.results.publish(frame(index))
+            written.append([r.index for r in await asyncio.wait_for(reading, 60)])
+        await batches.aclose()
+        return written, clock.last_tick
+
+    slow, ticked = asyncio.run(scenario(0.05, [[0], [1], [2], [3]], gap_s=0.2))
+    assert slow == [[0], [1], [2], [3]] and ticked == float("-inf")  # each frame written as it came, no tick
+    fast, ticked = asyncio.run(scenario(1.0, [[0], [1, 2]], gap_s=0.05))
+    assert fast == [[0], [1, 2]] and ticked > float("-inf")  # within a period of a write: gathered by the tick
