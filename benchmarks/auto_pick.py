@@ -22,6 +22,7 @@ from benchmarks.common import busy_cores, machine
 from benchmarks.shared import launch
 from edge_inference.edge.detection.auto.choice import auto_choice
 from edge_inference.edge.detection.auto.store import candidates
+from edge_inference.edge.detection.model_files import every_engine
 from edge_inference.edge.settings import get_settings
 
 MODEL = "yolox-nano"
@@ -40,8 +41,9 @@ def main() -> int:
         for repetition in range(args.repeat):
             os.environ["EDGE_AUTO_CACHE"] = str(Path(folder) / f"auto-{repetition}.json")
             settings = get_settings()
-            pick = auto_choice(MODEL, settings)
-            engines = [c.backend for c in candidates(MODEL, settings)] + ["auto"]
+            files = every_engine(MODEL, settings)
+            pick = auto_choice(files, settings)
+            engines = [c.backend for c in candidates(files, settings)] + ["auto"]
             order = engines[repetition % len(engines) :] + engines[: repetition % len(engines)]
             figures = {}
             for backend in order:

@@ -50,6 +50,7 @@ from edge_inference.edge.detection.auto.choice import auto_choice
 from edge_inference.edge.detection.auto.store import candidates
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.model_files import every_engine
 from edge_inference.edge.settings import get_settings
 from edge_inference.models.preprocess import opencv_threads_off
 from edge_inference.models.registry import REGISTRY
@@ -264,7 +265,7 @@ def detect_run(backend: str) -> float:
 
 
 def auto_vs_named() -> None:
-    pick = auto_choice("yolox-nano")
+    pick = auto_choice(every_engine("yolox-nano"))
     print(f"\n## (b) --backend auto vs --backend {pick.backend} (auto's pick: {pick.reason})")
     times: dict[str, list[float]] = {"auto": [], pick.backend: []}
     rss: dict[str, float] = {}
@@ -291,11 +292,11 @@ def pick_vs_fastest(frames: list) -> None:
     settings = get_settings()
     families = sorted({entry.family_name for entry in REGISTRY.values() if not entry.agpl})
     for family in families:
-        found = candidates(family, settings)
+        found = candidates(every_engine(family, settings), settings)
         if len(found) < 2:
             print(f"{family:<22} one engine here ({found[0].backend if found else 'none'}): nothing to choose")
             continue
-        pick = auto_choice(family, settings)
+        pick = auto_choice(every_engine(family, settings), settings)
         fps = {}
         for candidate in found:
             try:

@@ -51,15 +51,17 @@ def backends(as_json: bool, bench_model: str | None, frames_from: str | None) ->
 
 def _bench(model: str, as_json: bool, frames_from: str | None) -> None:
     from edge_inference.edge.detection.auto.figures import certainty, fastest
-    from edge_inference.edge.detection.auto.store import check_cache_writable
+    from edge_inference.edge.detection.auto.store import candidates, check_cache_writable
     from edge_inference.edge.detection.auto.timing import measure
     from edge_inference.edge.tools.bench import read_frames
 
-    check_reference(DetectorConfig(model))
-    check_cache_writable(get_settings())  # said before minutes of timing, not after them in place of the table
+    settings = get_settings()
+    files = check_reference(DetectorConfig(model), settings)
+    check_cache_writable(settings)  # said before minutes of timing, not after them in place of the table
     # decoded once here (a missing or undecodable file is one line, not a failure per engine), read by each child
     frames = read_frames(frames_from, FRAMES_TIMED) if frames_from else None
-    _, results = measure(model, get_settings(), say=lambda line: click.echo(line, err=True), frames=frames)
+    say = lambda line: click.echo(line, err=True)  # noqa: E731 - progress on stderr, the table on stdout
+    _, results = measure(candidates(files, settings), model, settings, say=say, frames=frames)
     if as_json:
         rows = [asdict(r) | {"fps": r.fps, "best_fps": r.best_fps, "spread": round(r.spread, 3)} for r in results]
         click.echo(json.dumps({"results": rows, "certainty": certainty(results)}, indent=2))

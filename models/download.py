@@ -12,6 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -176,6 +177,29 @@ def check_cached(entry: RegistryEntry, cache_dir: Path) -> Path:
                 f"refusing to run it. Run `edge models pull {entry.name}` to fetch it again"
             )
     return cached_path(entry, cache_dir)
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """What an engine loads for a model reference: the model's name there, and a file here (the user's, one `edge
+    models convert` made, a server's reference) or the registry's file, pulled into the model cache on opening."""
+
+    name: str
+    reference: str  # what `--model` gives to mean this file again: the registry's name, the file, the server's
+    path: Path | None = None
+    entry: RegistryEntry | None = None
+
+
+def local_file(file: ModelFile, cache_dir: Path, mirror: str | None, progress: Progress | None = None) -> Path:
+    """The file to open: the one given, or the registry's in the cache, pulled when missing and checked either way
+    (a few ms of sha256 against a swapped or corrupted file)."""
+    if file.path is not None:
+        return file.path
+    if file.entry is None:
+        raise ModelError(f"{file.name}: neither a file nor a registry entry")
+    if not is_cached(file.entry, cache_dir):
+        pull(file.entry, cache_dir, mirror, progress)
+    return check_cached(file.entry, cache_dir)
 
 
 def verify(entry: RegistryEntry, cache_dir: Path) -> list[str]:

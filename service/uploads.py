@@ -151,7 +151,8 @@ class UploadDetectors:
         if failed and time.monotonic() - failed[0] < RETRY_LOAD_AFTER_S:
             raise UploadModelUnavailableError(f"stream {stream_id}'s model failed to load for uploads: {failed[1]}")
         try:
-            detector = load_detector(self.manager.detector_config(stream_id), self.manager.settings)
+            plan = self.manager.plan_of(stream_id)
+            detector = load_detector(plan.detector, self.manager.settings, files=plan.files)
         except Exception as exc:  # noqa: BLE001 - any engine failure: remembered and answered with 503
             self._failed[stream_id] = (time.monotonic(), str(exc))
             raise UploadModelUnavailableError(f"stream {stream_id}'s model failed to load for uploads: {exc}") from None

@@ -92,13 +92,14 @@ def auto_measured() -> None:
         return
     from edge_inference.edge.detection.auto.choice import stored_results
     from edge_inference.edge.detection.auto.store import cache_key, candidates
+    from edge_inference.edge.detection.model_files import every_engine
     from edge_inference.edge.settings import get_settings
 
     settings = get_settings()
     for model in ("yolox-nano", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx")):
-        found = candidates(model, settings)
+        found = candidates(every_engine(model, settings), settings)
         if len(found) > 1:
-            stored_results(cache_key(found), model, settings)
+            stored_results(cache_key(found), found, model, settings)
 
 
 @functools.cache

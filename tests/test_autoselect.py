@@ -26,8 +26,10 @@ from edge_inference.edge.detection.auto.lock import longest_measurement_s
 from edge_inference.edge.detection.auto.store import cache_key, cache_path, candidates
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.machine import describe_machine
+from edge_inference.edge.detection.model_files import ModelFiles, every_engine
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
+from edge_inference.models.download import ModelFile
 from tests.conftest import MODELS, REPO
 from tests.fake_devices import usb_device, write
 from tests.helpers import install_engine_plugin, run_edge
@@ -55,7 +57,7 @@ def test_bench_times_every_engine_that_runs_the_model_and_keeps_the_result(setti
     chosen = next(key for key, row in rows.items() if "<- --backend auto" in row)
     assert any(result.stdout.splitlines()[-1].startswith(f"choice: {word}") for word in ("sure", "close", "likely"))
     stored = json.loads(cache_path(settings).read_text())
-    assert list(stored) == [cache_key(candidates("yolox-nano", settings))]
+    assert list(stored) == [cache_key(candidates(every_engine("yolox-nano", settings), settings))]
     (entry,) = stored.values()
     # the figures as stored, not as rounded for the table: a rounding cannot flip the comparison
     fps = {r["backend"]: max(r["fps_rounds"]) for r in entry["results"]}  # each engine's best round
@@ -98,7 +100,7 @@ def test_a_burst_of_load_over_some_rounds_of_one_engine_does_not_decide_the_pick
 
 def _store(settings: Settings, model: str, timings: dict[str, float]) -> None:
     """A measurement as the cache keeps it, with made-up timings that decide the choice."""
-    found = candidates(model, settings)
+    found = candidates(every_engine(model, settings), settings)
     results = [
         {"backend": c.backend, "device": c.device, "model": c.model, "ms_p50": timings[c.backend], "error": None}
         for c in found
@@ -110,7 +112,7 @@ def _store(settings: Settings, model: str, timings: dict[str, float]) -> None:
 
 def test_auto_reads_the_stored_measurement_instead_of_measuring_again(settings: Settings):
     _store(settings, "yolox-nano", {"onnx": 30.0, "openvino": 20.0, "tflite": 10.0})
-    choice = auto_choice("yolox-nano", settings)
+    choice = auto_choice(every_engine("yolox-nano", settings), settings)
     assert (choice.backend, choice.model) == ("tflite", "yolox-nano-tflite")
     assert "fastest here when measured (100.0 frames/s" in choice.reason
 
@@ -166,7 +168,7 @@ def test_auto_on_a_cached_openvino_pick_leaves_onnx_runtime_out_of_memory(settin
 
 
 def test_a_different_machine_or_engine_set_measures_again(settings: Settings, tmp_path: Path, monkeypatch):
-    found = candidates("yolox-nano", settings)
+    found = candidates(every_engine("yolox-nano", settings), settings)
     before = cache_key(found)
     assert cache_key(found[:2]) != before
     root = tmp_path / "root"
@@ -181,7 +183,7 @@ def test_the_same_cpu_name_with_other_vector_instructions_measures_again(
     """A cloud VM keeps its model name on hosts with and without AVX-512 (int8 LiteRT ran 4x slower without it,
     and the engines' order changed): a pick measured on one is not taken for the other, and benchmark output names
     the instructions. A Pi's `Features` line counts the same way (a Pi 5's A76 has the dot product a Pi 4's lacks)."""
-    found = candidates("yolox-nano", settings)
+    found = candidates(every_engine("yolox-nano", settings), settings)
     machines = {
         "avx2": "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2\n",
         "avx512": "model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx fma avx2 avx512f avx512bw avx512_vnni\n",
@@ -234,7 +236,9 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
     holder = _measuring_elsewhere(settings)
     try:
         choices: list[AutoChoice] = []
-        waiter = threading.Thread(target=lambda: choices.append(auto_choice("yolox-nano", settings)))
+        waiter = threading.Thread(
+            target=lambda: choices.append(auto_choice(every_engine("yolox-nano", settings), settings))
+        )
         waiter.start()
         said = ""
         deadline = time.monotonic() + 120
@@ -244,8 +248,10 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
         assert f"another edge process on this machine (pid {holder.pid}) is timing engines" in said
         assert waiter.is_alive()  # still waiting: it has not measured on its own
         # the watchdog's live check of another stream asks for a new measurement meanwhile: it must not wait too
-        missing = str(tmp_path / "gone.onnx")  # measured again once the lock is free: fails at once, nothing to time
-        slowed = AutoChoice("onnx", "cpu", missing, "", key="a stream whose pick slowed")
+        gone = tmp_path / "gone.onnx"  # measured again once the lock is free: fails at once, nothing to time
+        file = ModelFile("gone", str(gone), gone)
+        missing = ModelFiles(str(gone), file, {"onnx": file}, {})
+        slowed = AutoChoice("onnx", "cpu", str(gone), "", key="a stream whose pick slowed")
         asked: list[bool] = []
         watchdog = threading.Thread(
             target=lambda: asked.append(chooser.remeasure_in_background(slowed, missing, settings, "slowed"))
@@ -288,14 +294,17 @@ def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_on
 
         def bench() -> None:
             try:
-                timing.measure(model, patient, say=said.append)
+                found = candidates(every_engine(model, patient), patient)
+                timing.measure(found, model, patient, say=said.append)
             except EdgeError as exc:
                 benched.append(exc)
 
         bench_thread = threading.Thread(target=bench)
         bench_thread.start()
-        key = cache_key(candidates(model, patient))
-        assert chooser.stored_results(key, model, patient) == []  # the detect/service path: nothing measured
+        found = candidates(every_engine(model, patient), patient)
+        assert (
+            chooser.stored_results(cache_key(found), found, model, patient) == []
+        )  # the detect/service path: nothing measured
         gave_up = time.monotonic()
         bench_thread.join(timeout=120)
     finally:
@@ -315,7 +324,9 @@ def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_on
 
 
 def test_one_candidate_needs_no_measurement(settings: Settings):
-    choice = auto_choice(str(MODELS / "openvino/yolox_nano.xml"), settings)  # only OpenVINO reads IR
+    choice = auto_choice(
+        every_engine(str(MODELS / "openvino/yolox_nano.xml"), settings), settings
+    )  # only OpenVINO reads IR
     assert choice.backend == "openvino" and "the only engine here that runs it" in choice.reason
     assert not cache_path(settings).exists()
 
@@ -443,7 +454,7 @@ def test_the_service_serves_while_auto_measures_then_moves_to_the_measured_pick(
 def _close_race(settings: Settings, infer_ms: float, others_busy: float | None = None) -> None:
     """A stored measurement whose pick is LiteRT by a hair (rounds overlapping), each engine said to infer in
     `infer_ms`, made while other programs kept `others_busy` cores busy."""
-    found = candidates("yolox-nano", settings)
+    found = candidates(every_engine("yolox-nano", settings), settings)
     fake = {"onnx": 30.0, "openvino": 29.5, "tflite": 31.0}  # fps: LiteRT ahead by a hair, rounds overlapping
     results = [
         {
@@ -563,7 +574,7 @@ def test_a_pick_measured_while_the_machine_was_busy_is_measured_again_at_a_start
     load now is given (a test cannot make its machine quiet); the measurement is real."""
     _close_race(settings, infer_ms=0.01, others_busy=1.5)
     monkeypatch.setattr(chooser, "_others_now", lambda: others_now)
-    choice = auto_choice("yolox-nano", settings)
+    choice = auto_choice(every_engine("yolox-nano", settings), settings)
     (entry,) = json.loads(cache_path(settings).read_text()).values()
     assert ({r["infer_ms"] for r in entry["results"]} != {0.01}) is measured_again
     picked = fastest([Measurement(**r) for r in entry["results"]])
@@ -576,7 +587,7 @@ def test_a_measurement_keeps_how_busy_other_programs_kept_the_machine(settings: 
     """Another program (not this process's child: a shell's) spins on a core throughout the measurement."""
     spinner = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'while True: pass' & wait"], start_new_session=True)
     try:
-        timing.measure("yolox-nano", settings)
+        timing.measure(candidates(every_engine("yolox-nano", settings), settings), "yolox-nano", settings)
     finally:
         os.killpg(spinner.pid, signal.SIGKILL)
         spinner.wait()
@@ -593,6 +604,6 @@ def test_auto_says_why_no_measurement_could_be_made_or_kept(
         monkeypatch.setattr(chooser, bookkeeping, type(getattr(chooser, bookkeeping))())
     (tmp_path / "blocked").write_text("a file where the cache's folder should be")
     blocked = settings.model_copy(update={"auto_cache": tmp_path / "blocked" / "auto.json"})
-    choice = auto_choice("yolox-nano", blocked)
+    choice = auto_choice(every_engine("yolox-nano", blocked), blocked)
     assert "no measurement could be made or kept (cannot keep the measurement in" in choice.reason, choice.reason
     assert f"{tmp_path / 'blocked'} is a file, not a folder" in choice.reason

@@ -1,8 +1,10 @@
 """Which model file a name means: a registry entry (pulled into the cache) or a file, and each engine's own file
-of a registry family. Nothing here loads an engine."""
+of a registry family, decided once (`resolve_model`) into what the plan holds. Nothing here loads an engine."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from edge_inference.backends import Engine, engines, get_engine
@@ -10,8 +12,9 @@ from edge_inference.backends.engine import serving_engine
 from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
-from edge_inference.models.download import LFS_POINTER, Progress, check_cached, is_cached, pull
-from edge_inference.models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry, is_registry_name
+from edge_inference.models.download import LFS_POINTER, ModelFile, Progress, local_file
+from edge_inference.models.errors import ModelError
+from edge_inference.models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
 CONVERTED = "converted"  # `edge models convert`'s files, under the model cache, found by their names
@@ -30,14 +33,105 @@ def converted_model(name: str, settings: Settings | None = None) -> Path | None:
     return next((p for p in (folder / f"{name}{suffix}" for suffix in CONVERTED_SUFFIXES) if p.is_file()), None)
 
 
-def model_reference(model: str) -> RegistryEntry | Path:
-    """What `--model` names: a registry entry, an existing model file or a model on a server (its engine checks the
-    reference when it opens it); one clear error otherwise."""
-    if serving_engine(model) is not None:
-        return Path(model)
-    if model in REGISTRY:
-        return get_entry(model)
-    converted = converted_model(model)
+@dataclass(frozen=True)
+class ModelFiles:
+    """A model reference resolved once, nothing downloaded: the reference itself, and each engine asked about with
+    its own file of the model or why it cannot run it. A stream's plan holds this; opening its detector and auto's
+    candidates read it, and neither resolves the name again."""
+
+    model: str
+    given: ModelFile
+    engines: Mapping[str, ModelFile]
+    refused: Mapping[str, str]
+
+
+def resolve_model(
+    model: str, keys: Sequence[str], settings: Settings | None = None, strict: bool = False
+) -> ModelFiles:
+    """What `model` means, and for each engine in `keys` its own file of it (a registry family's member in the
+    engine's format, or the file if it reads it). With `strict` (an engine the user named), one it cannot run is
+    an error now, before anything loads or downloads.
+
+    What this module decides alone comes first (a file here, checked), then what the engines and the registry say
+    of the reference, asked once each, then the decision: the one place a model reference is read (issue 61)."""
+    local = _local_file(model, settings)
+    served = serving_engine(model)
+    asked = {key: get_engine(key) for key in keys}
+    family = [e for e in REGISTRY.values() if e.family_name == model] or (
+        [REGISTRY[model]] if model in REGISTRY else []
+    )
+    members = {key: entry_for_engine(model, _runner(engine), engine.formats) for key, engine in asked.items()}
+    unknown = served is None and local is None and not family and "://" not in model
+    named = get_entry(model) if unknown else None  # raises the "unknown registry name" line, with the nearest names
+    given = _given(model, served, local, family, named)
+    found, refused = _engine_files(model, given, asked, served, members if family else {}, local)
+    if strict and refused:
+        why = next(iter(refused.values()))
+        raise EdgeError(f"{why}; see `edge models list` or `edge backends` for what each engine can run")
+    return ModelFiles(model, given, found, refused)
+
+
+def _given(
+    model: str, served: Engine | None, local: Path | None, family: list[RegistryEntry], named: RegistryEntry | None
+) -> ModelFile:
+    """The reference itself: a server's model, a file here, a registry entry (a family's own name, or its first
+    member where no entry has the family's name)."""
+    if served is not None:
+        parts = model.rstrip("/").split("/")  # `.../yolox_nano/2` -> yolox_nano: what a file's stem is to a file
+        return ModelFile(parts[-2] if parts[-1].isdigit() and len(parts) > 1 else parts[-1], model, Path(model))
+    if local is not None:
+        return ModelFile(local.stem, model, local)
+    entry = REGISTRY.get(model) or (family[0] if family else named)
+    if entry is None:
+        raise EdgeError(f"{model} is no file here, and no engine here serves it (`edge backends` lists the engines)")
+    return ModelFile(entry.name, entry.name, entry=entry)
+
+
+def _engine_files(
+    model: str,
+    given: ModelFile,
+    asked: Mapping[str, Engine],
+    served: Engine | None,
+    members: Mapping[str, RegistryEntry | None],
+    local: Path | None,
+) -> tuple[dict[str, ModelFile], dict[str, str]]:
+    """Each engine's own file of the model, or why it has none: a server's model runs on that server's engine
+    only, and such an engine runs nothing else; a family's member in the engine's format; a file it reads."""
+    found: dict[str, ModelFile] = {}
+    refused: dict[str, str] = {}
+    for key, engine in asked.items():
+        member = members.get(key)
+        if served is not None and served.key == key:
+            found[key] = given
+        elif served is not None:
+            refused[key] = f"{model} is a model on a server: backend {served.key} (or auto) runs it, not {key}"
+        elif engine.serves is not None:
+            refused[key] = f"{key} runs models on a server, not {model}: give --model {SERVED_EXAMPLE}"
+        elif member is not None:
+            found[key] = ModelFile(member.name, member.name, entry=member)
+        elif members:
+            refused[key] = f"the registry has no {model} file that {key} can run"
+        elif local is not None and engine.reads(local.name):
+            found[key] = given
+        else:
+            refused[key] = f"{key} reads {', '.join(engine.formats)} files, not {local.name if local else model}"
+    return found, refused
+
+
+SERVED_EXAMPLE = "triton://HOST:PORT/NAME (`edge models export-triton MODEL DIR` writes the server's model repository)"
+
+
+def every_engine(model: str, settings: Settings | None = None) -> ModelFiles:
+    """`model` for every engine installed here: what auto chooses among (`auto/store.candidates`)."""
+    return resolve_model(model, list(engines()), settings)
+
+
+def _local_file(model: str, settings: Settings | None) -> Path | None:
+    """A model file here: one `edge models convert` made (by its name), or an existing file, checked; None for a
+    registry name or a server's reference; an error for a file that is not there or that no engine here runs."""
+    if "://" in model or model in REGISTRY:
+        return None
+    converted = converted_model(model, settings)
     if converted is not None:
         return converted
     path = Path(model).expanduser()
@@ -52,7 +146,14 @@ def model_reference(model: str) -> RegistryEntry | Path:
         )
     if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
         raise EdgeError(with_path_meant(f"model file {model} does not exist", path))
-    return get_entry(model)  # raises the "unknown registry name" message, with the nearest names
+    return None
+
+
+def model_reference(model: str, settings: Settings | None = None) -> RegistryEntry | Path:
+    """What `--model` names: a registry entry, an existing model file or a model on a server (its engine checks the
+    reference when it opens it); one clear error otherwise."""
+    given = resolve_model(model, [], settings).given
+    return given.entry if given.entry is not None else Path(given.path or model)
 
 
 _EXPORT_ONNX = "export it to ONNX and give the .onnx"
@@ -94,17 +195,6 @@ def check_model_file(path: Path) -> None:
         raise EdgeError(f"{path} is {foreign[0]}, which no engine here runs: {foreign[1]}")
 
 
-def check_label_file(labels: str | None) -> None:
-    """A label file (`--labels`, `labels:`, a sidecar's) that is not there, said with the file most likely meant,
-    before an engine is loaded for nothing."""
-    if labels is None:
-        return
-    path = Path(labels).expanduser()
-    if not path.is_file():
-        what = "is a folder, not a label file" if path.is_dir() else "does not exist"
-        raise EdgeError(with_path_meant(f"label file {labels} {what}", path))
-
-
 def _foreign(name: str) -> tuple[str, str] | None:
     """What a file of another framework is, and what to give instead; None for any other name."""
     for suffixes, (what, instead) in FOREIGN_FILES.items():
@@ -113,44 +203,19 @@ def _foreign(name: str) -> tuple[str, str] | None:
     return None
 
 
-def model_for_engine(model: str, backend: str) -> tuple[str | None, str | None]:
-    """(what `backend` should load for `model`, None), or (None, why it cannot run it).
-
-    A registry name or family picks the family member in the engine's own format; a file must be one it reads.
-    """
-    engine = get_engine(backend)
-    served = serving_engine(model)
-    if served is not None or engine.serves is not None:
-        return _served_by(model, engine, served)
-    if is_registry_name(model):
-        entry = entry_for_engine(model, lambda e: runs_entry(engine, e), engine.formats)
-        if entry is None:
-            return None, f"the registry has no {model} file that {backend} can run"
-        return entry.name, None
-    path = converted_model(model) or Path(model).expanduser()
-    if not path.is_file():
-        return None, f"{model} is neither a registry model nor a file"
-    if not engine.reads(path.name):
-        return None, f"{backend} reads {', '.join(engine.formats)} files, not {path.name}"
-    return model, None
+def model_for_engine(model: str, backend: str, settings: Settings | None = None) -> tuple[str | None, str | None]:
+    """(what `backend` should load for `model`, None), or (None, why it cannot run it): a registry name or family
+    picks the family member in the engine's own format; a file must be one it reads."""
+    try:
+        files = resolve_model(model, [backend], settings)
+    except (EdgeError, ModelError) as exc:
+        return None, str(exc)
+    file = files.engines.get(backend)
+    return (file.reference, None) if file is not None else (None, files.refused[backend])
 
 
-def _served_by(model: str, engine: Engine, served: Engine | None) -> tuple[str | None, str | None]:
-    """A model on a server runs on that server's engine only, and such an engine runs nothing but them."""
-    if served is not None and served.key == engine.key:
-        return model, None
-    if served is not None:
-        return None, f"{model} is a model on a server: backend {served.key} (or auto) runs it, not {engine.key}"
-    return None, (
-        f"{engine.key} runs models on a server, not {model}: give --model triton://HOST:PORT/NAME (`edge models "
-        "export-triton MODEL DIR` writes the server's model repository)"
-    )
-
-
-def served_model_name(model: str) -> str:
-    """The model's name in a server's reference (`.../yolox_nano/2` -> yolox_nano): what a file's stem is to a file."""
-    parts = model.rstrip("/").split("/")
-    return parts[-2] if parts[-1].isdigit() and len(parts) > 1 else parts[-1]
+def _runner(engine: Engine) -> Callable[[RegistryEntry], bool]:
+    return lambda entry: runs_entry(engine, entry)
 
 
 def runs_entry(engine: Engine, entry: RegistryEntry) -> bool:
@@ -160,33 +225,7 @@ def runs_entry(engine: Engine, entry: RegistryEntry) -> bool:
 
 
 def locate_model(model: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
-    """A registry name (pulled into the cache when missing) or a path to a model file -> (name, path)."""
-    if serving_engine(model) is not None:
-        return served_model_name(model), Path(model)  # the engine reads the reference back from the path
-    reference = model_reference(model)
-    if isinstance(reference, Path):
-        return reference.stem, reference
-    if not is_cached(reference, settings.model_cache):
-        pull(reference, settings.model_cache, settings.model_mirror, progress)
-    return reference.name, check_cached(reference, settings.model_cache)  # a few ms of sha256 against a swapped file
-
-
-def engine_file_name(model: str, backend: str) -> str:
-    """A registry name given with an engine becomes that engine's own file of the same weights
-    (`--backend tflite -m yolox-nano` runs yolox-nano-tflite); files and `auto` stay as they are."""
-    if backend == "auto":
-        return model
-    remote = serving_engine(model) is not None or get_engine(backend).serves is not None
-    if not (is_registry_name(model) or remote):  # a file for a file engine: checked when it is read
-        return model
-    name, reason = model_for_engine(model, backend)
-    if name is None:
-        raise EdgeError(f"{reason}; see `edge models list` or `edge backends` for what each engine can run")
-    return name
-
-
-def model_file(model: str, backend: str, settings: Settings, progress: Progress | None = None) -> tuple[str, Path]:
-    """What a model reference means for an engine, decided in this one place: a model on a server (its reference),
-    a registry name (the engine's own file of its family, pulled into the cache and checked), a file `edge models
-    convert` made (by its name), or a file; (name, path)."""
-    return locate_model(engine_file_name(model, backend), settings, progress)
+    """A registry name (pulled into the cache when missing) or a path to a model file -> (name, path): for the
+    tools that take a model as it is given (`edge models`, conversion)."""
+    file = resolve_model(model, [], settings).given
+    return file.name, local_file(file, settings.model_cache, settings.model_mirror, progress)

@@ -23,10 +23,13 @@ from edge_inference.backends import (
 from edge_inference.backends.engine import check_engine_options, get_engine
 from edge_inference.backends.names import backend_named
 from edge_inference.backends.options import EngineOptions
+from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.model_files import check_label_file, engine_file_name, model_file, model_reference
-from edge_inference.edge.detection.threads import engine_threads
+from edge_inference.edge.detection.model_files import ModelFiles, resolve_model
+from edge_inference.edge.detection.threads import CPU_ENGINES, engine_threads
+from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
+from edge_inference.models.download import ModelFile, local_file
 from edge_inference.models.labels import Classes
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
 from edge_inference.models.resolve import ModelIO, resolve_spec
@@ -65,17 +68,25 @@ class DetectorConfig:
         object.__setattr__(self, "backend", self.backend.strip().lower())
 
 
-def check_reference(config: DetectorConfig) -> None:
-    """Fail now, without loading or downloading anything, on a model or backend name that cannot work."""
+def check_reference(config: DetectorConfig, settings: Settings | None = None) -> ModelFiles:
+    """Fail now, without loading or downloading anything, on a model, engine, option or label file that cannot
+    work; what the model means for its engine (for every engine, with `auto`), for the plan to hold."""
+    check_label_file(config.overrides.labels)
     backend_named(config.backend, ["auto", *engine_keys()])
     check_engine_options(config.engine_options)
-    model_reference(engine_model(config))  # a registry name must also have a file this engine reads
-    check_label_file(config.overrides.labels)
+    named = config.backend != "auto"
+    return resolve_model(config.model, [config.backend] if named else engine_keys(), settings, strict=named)
 
 
-def engine_model(config: DetectorConfig) -> str:
-    """The engine's own file of the model (`model_files.engine_file_name`); `auto` keeps the name as given."""
-    return engine_file_name(config.model, config.backend)
+def check_label_file(labels: str | None) -> None:
+    """A label file (`--labels`, `labels:`, a sidecar's) that is not there, said with the file most likely meant,
+    before an engine is loaded for nothing."""
+    if labels is None:
+        return
+    path = Path(labels).expanduser()
+    if not path.is_file():
+        what = "is a folder, not a label file" if path.is_dir() else "does not exist"
+        raise EdgeError(with_path_meant(f"label file {labels} {what}", path))
 
 
 def isolation_of(config: DetectorConfig) -> str:
@@ -94,6 +105,9 @@ class Opening:
     path: Path
     overrides: SpecOverrides
     options: BackendOptions
+    # a loop running frames back to back on a CPU engine, threads not the user's: it starts on one thread and
+    # measures whether these, the budget's, pay (`LoopThreads`); None otherwise
+    loop_threads: int | None = None
 
     def with_threads(self, threads: int) -> Opening:
         return replace(
@@ -101,9 +115,21 @@ class Opening:
         )
 
 
-def plan_opening(config: DetectorConfig, settings: Settings, progress: Progress | None = None) -> Opening:
-    """`config` (its engine named, not `auto`) made concrete: what opening it reads and passes to the engine."""
-    name, path = model_file(config.model, config.backend, settings, progress)
+def plan_opening(
+    config: DetectorConfig, file: ModelFile, settings: Settings, progress: Progress | None = None
+) -> Opening:
+    """`config` (its engine named, not `auto`) made concrete on `file`, the engine's own file of the model as the
+    plan resolved it: what opening it reads and passes to the engine."""
+    planned = config.threads or engine_threads()
+    measured = (
+        config.back_to_back
+        and not config.threads
+        and planned > 1
+        and config.backend in CPU_ENGINES
+        and isolation_of(config) != "process"
+    )
+    config = replace(config, threads=1) if measured else config
+    path = local_file(file, settings.model_cache, settings.model_mirror, progress)
     sidecar = sidecar_path(path)
     overrides = (load_sidecar(sidecar) if sidecar else SpecOverrides()).merged(config.overrides)
     check_label_file(overrides.labels)
@@ -118,14 +144,15 @@ def plan_opening(config: DetectorConfig, settings: Settings, progress: Progress 
         settings.model_cache,
         isolation=isolation_of(config),
     )
-    return Opening(config, name, path, overrides, options)
+    return Opening(config, file.name, path, overrides, options, planned if measured else None)
 
 
 def open_detector(
     config: DetectorConfig, settings: Settings, progress: Progress | None = None, opener: Opener = open_backend
 ) -> Detector:
     """A Detector on `config`'s engine (named: not `auto`), with its thresholds and classes."""
-    return detector_of(plan_opening(config, settings, progress), opener)
+    files = check_reference(config, settings)
+    return detector_of(plan_opening(config, files.engines[config.backend], settings, progress), opener)
 
 
 def detector_of(opening: Opening, opener: Opener = open_backend) -> Detector:

@@ -16,8 +16,9 @@ import numpy as np
 
 from edge_inference.backends import BackendError
 from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig
+from edge_inference.edge.detection.auto.choice import decide_auto
 from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.loader import check_reference, load_detector, resolve_auto
+from edge_inference.edge.detection.loader import check_reference, load_detector
 from edge_inference.edge.errors import EdgeError, connection_failure
 from edge_inference.edge.events.layer import data_dir
 from edge_inference.edge.events.mqtt import ask_broker, configured_broker
@@ -112,12 +113,12 @@ def engine_findings(
     stream, config = pipeline.stream, pipeline.detector
     subject = f"stream {stream.id}"
     try:
-        check_reference(config)
+        files = pipeline.files or check_reference(config, settings)
         note = None
         if config.backend == "auto":
-            config, choice = resolve_auto(config, settings, stored_only=True)
+            config, choice = decide_auto(config, files, settings, stored_only=True)
             note = choice.reason
-        detector = load_detector(config, settings)
+        detector = load_detector(config, settings, files=files)
     except Exception as exc:  # noqa: BLE001 - an engine's own exception types too: the other streams still checked
         return [Finding(subject, _said(exc), "problem")]
     try:

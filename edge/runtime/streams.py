@@ -17,7 +17,7 @@ from edge_inference.edge.config import (
 )
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool, lone_engine_threads
-from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.loader import load_detector
 from edge_inference.edge.detection.threads import CameraThreads, EnginePlan, plan_engine, usable_cores
 from edge_inference.edge.events.layer import EventLayer
 from edge_inference.edge.runtime.compare import CompareGroup
@@ -107,7 +107,7 @@ class StreamManager:
         self._requests: dict[EngineKey, int] = {}  # frames each engine may have waiting
         self.label_problems: dict[str, str] = {}  # stream -> the labels its config names that its model lacks
         check_cameras_read_once(config.streams)
-        for plan in compile_streams(config):  # every pipeline's detector decided once, its names checked
+        for plan in compile_streams(config, settings=self.settings):  # each pipeline's detector decided once
             stream = plan.stream
             source = source_for(stream)
             if plan.compared:
@@ -170,7 +170,8 @@ class StreamManager:
             plan = self.engine_plan(key, requests) if threads is None else EnginePlan(threads, 1)
             config = replace(pipeline.detector, buffers=buffers, threads=plan.threads, engine_isolation=isolation)
             opener = self.detectors.opener(stream.id, stream.inference_timeout_s, plan.lanes, stream.threads is None)
-            detector = load_detector(config, self.settings, opener=opener, wait_for_auto=False)  # frames first
+            files = pipeline.files  # the model as the plan resolved it: the loader only opens it
+            detector = load_detector(config, self.settings, opener=opener, wait_for_auto=False, files=files)
             self._check_labels(stream, detector)
             return detector
 
@@ -240,9 +241,9 @@ class StreamManager:
         """A stream's settings; a compare member's are its group's with its own model and backend."""
         return self._plans[stream_id].stream
 
-    def detector_config(self, stream_id: str) -> DetectorConfig:
+    def plan_of(self, stream_id: str) -> PipelinePlan:
         """What a pipeline's detector loads, as its plan decided it (an upload's own detector loads the same)."""
-        return self._plans[stream_id].detector
+        return self._plans[stream_id]
 
     def group_of(self, pipeline: StreamPipeline) -> str | None:
         """The compare group a pipeline is a member of."""

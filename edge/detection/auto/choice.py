@@ -9,10 +9,11 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from edge_inference.backends.discovery import choose_backend
+from edge_inference.backends.engine import serving_engine
 from edge_inference.edge.detection.auto.figures import (
     BUSY_CORES,
     QUIET_CORES,
@@ -26,9 +27,11 @@ from edge_inference.edge.detection.auto.lock import measuring_on_this_machine
 from edge_inference.edge.detection.auto.store import cache_key, cache_path, candidates, check_cache_writable, read_cache
 from edge_inference.edge.detection.auto.timing import measure, measure_unlocked
 from edge_inference.edge.detection.machine import OthersLoad
-from edge_inference.edge.detection.model_files import locate_model
+from edge_inference.edge.detection.model_files import ModelFiles
+from edge_inference.edge.detection.opening import DetectorConfig
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
+from edge_inference.models.download import local_file
 
 _MEASURING = threading.Lock()  # held through a measurement, and while waiting for another process's
 
@@ -96,16 +99,16 @@ def named_pick(pick: tuple[str, str]) -> str:
     return f"{pick[0]} on {pick[1]}"
 
 
-def stored_results(key: str, model: str, settings: Settings) -> list[Measurement]:
+def stored_results(key: str, found: list[Candidate], model: str, settings: Settings) -> list[Measurement]:
     """The measurement kept under `key`, made now when there is none; [] if that failed."""
     why = "no engine could be timed"
     with _MEASURING:  # streams starting together measure once, one engine at a time, not side by side
         if not _kept(key, settings) and key not in _FAILED:
             try:
                 check_cache_writable(settings)
-                with measuring_on_this_machine(settings, _say, len(candidates(model, settings))):
+                with measuring_on_this_machine(settings, _say, len(found)):
                     if not _kept(key, settings):  # another process may have measured it while it waited
-                        _measure_now(model, settings)
+                        _measure_now(found, model, settings)
                         _STALE.discard(key)
             except EdgeError as exc:  # not to be kept, or the other process never finished: the ranking's choice
                 _say(str(exc), error=True)
@@ -124,7 +127,12 @@ def stored_results(key: str, model: str, settings: Settings) -> list[Measurement
 
 
 def auto_choice(
-    model: str, settings: Settings | None = None, *, measure: bool = True, wait: bool = True, stored_only: bool = False
+    files: ModelFiles,
+    settings: Settings | None = None,
+    *,
+    measure: bool = True,
+    wait: bool = True,
+    stored_only: bool = False,
 ) -> AutoChoice:
     """The engine `--backend auto` runs `model` on, measured once per model, engines and machine; by the engines'
     ranking when `measure` is off (a device the user named: only the ranking knows which engine has it). With
@@ -132,27 +140,50 @@ def auto_choice(
     marked `pending` (the service: frames now, the measured pick once known). With `stored_only`, nothing is
     measured: the stored pick, or the ranking's while none is stored (`edge serve --check`)."""
     settings = settings or get_settings()
-    found = candidates(model, settings)
+    found, model = candidates(files, settings), files.model
     if not measure or len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
-        return _by_rule(model, settings, found)
+        return _by_rule(files, settings, found)
     key = cache_key(found)
     if stored_only and key not in read_cache(settings):
-        return _by_rule(model, settings, found, "not measured on this machine yet (the service times the engines)")
+        return _by_rule(files, settings, found, "not measured on this machine yet (the service times the engines)")
     _look_at_its_load(key, settings)
     if not wait and not _kept(key, settings) and key not in _FAILED:
-        _measure_in_background(key, model, settings)
+        _measure_in_background(key, found, model, settings)
         meanwhile = "the engines are being timed in the background; until then"
-        return dataclasses.replace(_by_rule(model, settings, found, meanwhile), pending=key)
-    results = stored_results(key, model, settings)
+        return dataclasses.replace(_by_rule(files, settings, found, meanwhile), pending=key)
+    results = stored_results(key, found, model, settings)
     best = fastest(results)
     if best is None:
         why = _FAILED.get(key) or "no engine ran a timed round"
-        return _by_rule(model, settings, found, f"no measurement could be made or kept ({why.rstrip('.')})")
+        return _by_rule(files, settings, found, f"no measurement could be made or kept ({why.rstrip('.')})")
     reason = f"fastest here when measured ({_figures(best, results)}); {certainty(results)}"
     # the candidate's own model: a stored result may come from another copy of the same file
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
     sure = certainty(results).startswith("sure")
     return AutoChoice(pick.backend, pick.device, pick.model, reason, key=key, timing=best, sure=sure)
+
+
+def decide_auto(
+    config: DetectorConfig, files: ModelFiles, settings: Settings, wait: bool = True, stored_only: bool = False
+) -> tuple[DetectorConfig, AutoChoice]:
+    """`--backend auto` made concrete (engine, device, that engine's file of the model), and the choice with the
+    note saying why (its `reason`, rewritten for the user). Without `wait`, a measurement still to make does not
+    hold the caller (the ranking's pick, `pending`); `stored_only`: measure nothing (see `auto_choice`)."""
+    served = serving_engine(files.model)
+    if served is not None:  # the reference names its engine: nothing to measure, no other engine to run it
+        note = f"--backend auto chose {served.key}: the model is on a server"
+        return replace(config, backend=served.key), AutoChoice(served.key, config.device, files.model, note)
+    measure = config.device == "auto"
+    choice = auto_choice(files, settings, measure=measure, wait=wait, stored_only=stored_only)
+    # a family name means each engine's own file of it: say which one runs
+    which = f" ({choice.model})" if choice.model != config.model else ""
+    if config.device == "auto":
+        note = f"--backend auto chose {choice.backend} on {choice.device}{which}: {choice.reason}"
+    else:  # the device was the user's: the choice's own device reasoning would contradict what runs
+        note = f"--backend auto chose {choice.backend}{which} for {config.model}"
+    device = choice.device if config.device == "auto" else config.device
+    decided = replace(config, model=choice.model, backend=choice.backend, device=device)
+    return decided, replace(choice, reason=note)
 
 
 def _kept(key: str, settings: Settings) -> bool:
@@ -200,9 +231,9 @@ def _figures(best: Measurement, results: list[Measurement]) -> str:
     return f"{best.best_fps or 0:.1f} frames/s in its best round; {others or 'no other engine ran'}"
 
 
-def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = "") -> AutoChoice:
-    _, path = locate_model(model, settings)
-    choice = choose_backend(path)
+def _by_rule(files: ModelFiles, settings: Settings, found: list[Candidate], why: str = "") -> AutoChoice:
+    choice = choose_backend(local_file(files.given, settings.model_cache, settings.model_mirror))
+    model = files.model
     if len(found) == 1:
         only = found[0]
         return AutoChoice(only.backend, only.device, only.model, f"the only engine here that runs it ({choice.reason})")
@@ -210,12 +241,13 @@ def _by_rule(model: str, settings: Settings, found: list[Candidate], why: str = 
     return AutoChoice(choice.backend, choice.device, model, prefix + choice.reason)
 
 
-def _measure_in_background(key: str, model: str, settings: Settings) -> None:
+def _measure_in_background(key: str, found: list[Candidate], model: str, settings: Settings) -> None:
     with _BOOKKEEPING:
         if key in _BACKGROUND:
             return
         _BACKGROUND.add(key)
-    threading.Thread(target=stored_results, args=(key, model, settings), name="auto-measure", daemon=True).start()
+    arguments = (key, found, model, settings)
+    threading.Thread(target=stored_results, args=arguments, name="auto-measure", daemon=True).start()
 
 
 def live_check(choice: AutoChoice, live_cpu_ms: float, settled_cpu_ms: float | None) -> str | None:
@@ -234,7 +266,7 @@ def live_check(choice: AutoChoice, live_cpu_ms: float, settled_cpu_ms: float | N
     )
 
 
-def remeasure_in_background(choice: AutoChoice, model: str, settings: Settings, why: str) -> bool:
+def remeasure_in_background(choice: AutoChoice, files: ModelFiles, settings: Settings, why: str) -> bool:
     """Measure again (at most once per REMEASURE_EVERY_S per measurement, in this process); False when not now.
     The new pick lands in `_PICKED`, where the detectors' `superseded` reads it."""
     key = choice.key
@@ -246,15 +278,16 @@ def remeasure_in_background(choice: AutoChoice, model: str, settings: Settings, 
         if last is not None and now - last < REMEASURE_EVERY_S:
             return False
         _REMEASURED[key] = now
-    _say(f"measuring {model} again: {choice.backend}'s {why}")
+    _say(f"measuring {files.model} again: {choice.backend}'s {why}")
 
     def again() -> None:
+        found = candidates(files, settings)
         with _MEASURING:
             try:
-                measure(model, settings, say=_say)
-            except EdgeError as exc:
+                measure(found, files.model, settings, say=_say)
+            except (EdgeError, OSError) as exc:  # a model file removed meanwhile: said, the stream goes on
                 _say(str(exc), error=True)
-        stored_results(key, model, settings)  # sets _PICKED from what is stored now
+        stored_results(key, found, files.model, settings)  # sets _PICKED from what is stored now
 
     threading.Thread(target=again, name="auto-remeasure", daemon=True).start()
     return True
@@ -279,8 +312,8 @@ def _say(line: str, error: bool = False) -> None:
     print(f"error: {line}" if error else f"--backend auto: {line}", file=sys.stderr, flush=True)
 
 
-def _measure_now(model: str, settings: Settings) -> None:
+def _measure_now(found: list[Candidate], model: str, settings: Settings) -> None:
     """Time the engines (each in a child of its own) with progress on stderr; a failure is one `error:` line, and
     the caller falls back to the ranking. The caller holds `measuring_on_this_machine`."""
     _say(f"timing the engines that can run {model} on this machine (once; kept in {cache_path(settings)})")
-    measure_unlocked(model, settings, say=_say)
+    measure_unlocked(found, model, settings, say=_say)

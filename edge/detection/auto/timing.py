@@ -17,7 +17,7 @@ import numpy as np
 from edge_inference.backends import brief
 from edge_inference.edge.detection.auto.figures import BUSY_CORES, CHILD_STOP_S, ROUNDS, Candidate, Measurement, Say
 from edge_inference.edge.detection.auto.lock import measuring_on_this_machine
-from edge_inference.edge.detection.auto.store import cache_key, candidates, write_cache
+from edge_inference.edge.detection.auto.store import cache_key, write_cache
 from edge_inference.edge.detection.machine import OthersLoad
 from edge_inference.edge.errors import EdgeError, counted
 from edge_inference.edge.settings import Settings
@@ -26,18 +26,27 @@ WORKER = "edge_inference.edge.detection.auto.worker"  # each child: its module, 
 
 
 def measure(
-    model: str, settings: Settings, say: Say | None = None, frames: list[np.ndarray] | None = None
+    found: list[Candidate],
+    model: str,
+    settings: Settings,
+    say: Say | None = None,
+    frames: list[np.ndarray] | None = None,
 ) -> tuple[str, list[Measurement]]:
-    """Time every candidate in turns, each in a child process loaded within the budget, and store the results;
-    (cache key, results). `frames`: the frames to time on, decoded by the caller (a fixed noise image when none)."""
-    with measuring_on_this_machine(settings, say, len(candidates(model, settings))):
-        return measure_unlocked(model, settings, say, frames)
+    """Time every candidate (`store.candidates`) in turns, each in a child process loaded within the budget, and
+    store the results; (cache key, results). `frames`: the frames to time on, decoded by the caller (a fixed noise
+    image when none)."""
+    with measuring_on_this_machine(settings, say, len(found)):
+        return measure_unlocked(found, model, settings, say, frames)
 
 
 def measure_unlocked(
-    model: str, settings: Settings, say: Say | None = None, frames: list[np.ndarray] | None = None
+    found: list[Candidate],
+    model: str,
+    settings: Settings,
+    say: Say | None = None,
+    frames: list[np.ndarray] | None = None,
 ) -> tuple[str, list[Measurement]]:
-    found = candidates(model, settings)
+    """`measure` for the caller that holds the machine's measuring lock, on the candidates it found."""
     if not found:
         raise EdgeError(f"no installed engine can run {model}; see `edge backends` for how to install one")
     budget = settings.auto_budget_s  # per engine: load and warm up (a Pi 4 does yolox-nano in seconds)
