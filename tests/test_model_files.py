@@ -1,0 +1,64 @@
+"""A model reference is read once (`model_files.resolve_model`), into what a stream's plan holds; the loader, auto
+and the opening work from that and never resolve the name again (issue 61)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from edge_inference.edge.config import ServiceConfig, StreamConfig
+from edge_inference.edge.detection import opening
+from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.model_files import every_engine, resolve_model
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.runtime.plan import compile_streams
+from tests.conftest import MEDIA, MODELS
+
+
+def _refusing(calls: list[Any]) -> Callable[..., Any]:
+    def resolve(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        raise AssertionError(f"the model was resolved again: {args}")
+
+    return resolve
+
+
+@pytest.mark.parametrize("backend", ["onnx", "tflite", "auto"])
+def test_the_plan_resolves_the_model_once_and_the_loader_only_opens_it(backend: str, monkeypatch):
+    stream = StreamConfig(id="cam", source=str(MEDIA / "vtest.avi"), model="yolox-nano", backend=backend)
+    ((pipeline,),) = (plan.pipelines for plan in compile_streams(ServiceConfig(streams=[stream])))
+    files = pipeline.files
+    assert files is not None
+    if backend != "auto":  # the engine's own file of the family, decided in the plan
+        assert set(files.engines) == {backend}
+        assert files.engines[backend].reference == {"onnx": "yolox-nano", "tflite": "yolox-nano-tflite"}[backend]
+    calls: list[Any] = []
+    monkeypatch.setattr(opening, "resolve_model", _refusing(calls))
+    detector = load_detector(pipeline.detector, files=files)
+    try:
+        assert detector.backend.key in files.engines and not calls
+    finally:
+        detector.close()
+
+
+def test_a_family_name_without_a_model_of_that_name_runs_on_auto(monkeypatch):
+    """`yolov8n-int8` names a family (an ONNX and a TFLite file) and no file of that name: with `--backend auto` it
+    failed as an unknown registry name before any engine was ranked."""
+    monkeypatch.setenv("EDGE_AUTO_MEASURE", "0")  # the ranking's choice: the reference itself is what it ranks
+    files = every_engine("yolov8n-int8")
+    assert files.given.reference.startswith("yolov8n-int8-") and {"onnx", "tflite"} <= set(files.engines)
+    detector = load_detector(DetectorConfig("yolov8n-int8"))
+    try:
+        assert detector.backend.key in {"onnx", "tflite", "openvino"}
+    finally:
+        detector.close()
+
+
+def test_a_named_engine_that_cannot_read_the_file_is_told_before_anything_loads():
+    tflite = next((MODELS / "tflite").glob("yolox_nano*.tflite"))
+    with pytest.raises(EdgeError, match=rf"onnx reads \.onnx files, not {tflite.name}"):
+        resolve_model(str(tflite), ["onnx"], strict=True)
+    refused = resolve_model(str(tflite), ["onnx", "tflite"])  # auto's view: the one that reads it is its candidate
+    assert set(refused.engines) == {"tflite"} and "onnx" in refused.refused
