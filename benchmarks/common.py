@@ -8,6 +8,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +55,23 @@ def busy_cores(count: int) -> Iterator[None]:
     finally:
         os.killpg(shell.pid, signal.SIGKILL)
         shell.wait()
+
+
+def cpu_by_role() -> dict[str, float]:
+    """This process's CPU seconds so far (from the kernel, per thread) by what its threads do: a stream's threads are
+    named `STREAM-ROLE` (`cam0-infer`, `cam0-capture`), so the role is the name's last part; any other is `other`."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    roles: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        name = names.get(int(task.name), "")
+        role = name.rsplit("-", 1)[-1] if "-" in name else "other"
+        roles[role] = roles.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return roles
 
 
 def peak_rss_mib() -> float:

@@ -1,8 +1,8 @@
 """Four cameras on one model: one shared engine vs four separate engines vs one bare engine loop (issue 11).
 
-    python -m benchmarks.shared [--seconds 30] [--model yolox-nano] [--backend onnx] [--streams 4]
+    python -m benchmarks.shared [--seconds 30] [--rounds 2] [--model yolox-nano] [--backend onnx] [--streams 4]
 
-Each setup runs in its own process (so its memory is its own), one after another, twice, alternating:
+Each setup runs in its own process (so its memory is its own), one after another, `--rounds` times, alternating:
 - bare:     one thread: decode a vtest.avi frame, pre-process, infer, decode boxes; frames per second
 - shared:   `edge` with 4 streams of vtest.avi (file mode, unpaced, looping), `detectors.share: true`
 - separate: the same with `detectors.share: false` (every stream loads its own engine)
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.common import VTEST, cpu_seconds, machine, peak_rss_mib
+from benchmarks.common import VTEST, cpu_by_role, cpu_seconds, machine, peak_rss_mib
 from edge_inference.backends.engine import check_engine_options
 from edge_inference.edge.config import DetectorsConfig, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
@@ -117,10 +117,10 @@ def run_service(
         judged = "the cameras' engine threads were not judged"
         _wait_until(lambda: not live or all(_settled(p.camera_threads) for p in pipelines), deadline, judged)
         before = [p.stats.frames_processed for p in manager.pipelines.values()]
-        t0, cpu0 = time.monotonic(), cpu_seconds()
+        t0, cpu0, roles0 = time.monotonic(), cpu_seconds(), cpu_by_role()
         time.sleep(seconds)
         after = [p.stats.frames_processed for p in manager.pipelines.values()]
-        elapsed, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+        elapsed, cpu, roles1 = time.monotonic() - t0, cpu_seconds() - cpu0, cpu_by_role()
         per_stream = [(b - a) / elapsed for a, b in zip(before, after, strict=True)]
         engines = len(manager.detectors.engines())
         inference_ms = _window_inference_ms(pipelines[0].stats, after[0] - before[0])
@@ -134,6 +134,8 @@ def run_service(
         "engines": engines,
         "cpu_ms": cpu * 1e3 / max(frames, 1),
         "inference_ms": inference_ms,
+        # where each frame's CPU goes, by the threads' roles (infer, capture, decode, other)
+        "roles_ms": {r: (roles1[r] - roles0.get(r, 0.0)) * 1e3 / max(frames, 1) for r in roles1},
     }
 
 
@@ -181,6 +183,7 @@ def main() -> int:
     parser.add_argument("--backend", default="onnx")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of the three setups")
     parser.add_argument("--child", choices=["bare", "shared", "separate"], dest="setup")
     args = parser.parse_args()
     if args.setup:
@@ -188,7 +191,7 @@ def main() -> int:
     print(f"# {args.streams} streams of vtest.avi, {args.model} on {args.backend}, {args.seconds:g} s per run")
     print(f"# {machine()}")
     runs: dict[str, list[dict[str, object]]] = {"bare": [], "shared": [], "separate": []}
-    for _ in range(2):
+    for _ in range(args.rounds):
         for setup in runs:
             runs[setup].append(launch(setup, args, args.model))
     bare, _ = report("bare engine loop", runs["bare"])
@@ -207,6 +210,11 @@ def main() -> int:
         f"CPU per frame shared / separate {ratio:.3f} (each round {each})  "
         f"target <= 1.02: {'met' if ratio <= 1.02 else 'MISSED'}"
     )
+    print("where a frame's CPU goes, shared / separate, ms (median of the rounds; the rest: threads that ended):")
+    for role in ("infer", "capture", "decode", "other"):
+        ours = statistics.median(float(r["roles_ms"].get(role, 0.0)) for r in runs["shared"])  # type: ignore[attr-defined]
+        theirs = statistics.median(float(r["roles_ms"].get(role, 0.0)) for r in runs["separate"])  # type: ignore[attr-defined]
+        print(f"    {role:<8} {ours:6.2f} / {theirs:6.2f}  ({ours / theirs if theirs else float('nan'):.3f})")
     return 0
 
 
