@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Annotated, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -95,8 +95,15 @@ def latest_detections(request: Request, stream_id: str) -> Response:
     return Response(body, media_type="application/json", headers={"X-Frame-Age": f"{age:.3f}"})
 
 
-async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> AsyncGenerator[list[FrameResult], None]:
-    """Results in order, in batches of whatever accumulated while the client was busy; ends on shutdown."""
+T = TypeVar("T")
+
+
+async def _batches(
+    request: Request | WebSocket, pipeline: StreamPipeline, encode: Callable[[list[FrameResult]], T]
+) -> AsyncGenerator[T, None]:
+    """Results in order, in batches of whatever accumulated while the client was busy, each `encode`d; ends on
+    shutdown. One generator between the response and the subscription: each level a frame passes through is paid
+    per client per frame (issue 62)."""
     server = request.app.state.config.server
     subscription = pipeline.results.subscribe(server.subscriber_buffer)
     clock: FlushClock = request.app.state.flush_clock
@@ -109,7 +116,7 @@ async def _batches(request: Request | WebSocket, pipeline: StreamPipeline) -> As
             await clock.pace(sent)
             batch += subscription.drain()
             sent = time.monotonic()
-            yield batch
+            yield encode(batch)
     finally:
         pipeline.results.unsubscribe(subscription)
 
@@ -145,13 +152,10 @@ async def events(request: Request, stream_id: str) -> EventStream:
     slots = _slots(request)
     slots.take(stream_id)
 
-    async def generate() -> AsyncIterator[bytes]:
-        async with contextlib.aclosing(_batches(request, pipeline)) as batches:  # unsubscribes on any way out
-            async for batch in batches:
-                yield b"".join(cache.sse(r) for r in batch)  # encoded once per frame, one write per batch
-
-    # A client that stops reading only fills its own buffer, and is cut after send_timeout_s (server.py).
-    return EventStream(generate(), on_close=lambda: slots.give_back(stream_id))
+    # Encoded once per frame for every client, one write per batch; the response closes the generator (which
+    # unsubscribes) however it ends. A client that stops reading only fills its own buffer, and is cut after
+    # send_timeout_s (server.py).
+    return EventStream(_batches(request, pipeline, cache.sse_batch), on_close=lambda: slots.give_back(stream_id))
 
 
 @router.websocket("/streams/{stream_id}/ws")
@@ -173,7 +177,7 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
     state.websockets += 1
     try:
         await websocket.accept()
-        async with contextlib.aclosing(_batches(websocket, pipeline)) as batches:  # unsubscribes on any way out
+        async with contextlib.aclosing(_batches(websocket, pipeline, list)) as batches:  # unsubscribes on any way out
             async for batch in batches:
                 for result in batch:
                     await asyncio.wait_for(websocket.send_text(cache.event_json(result).decode()), send_timeout)

@@ -112,12 +112,19 @@ class EncodingCache:
 
     def sse(self, result: FrameResult) -> bytes:
         """The frame's `detections` Server-Sent Event."""
+        kept = self._items.get(self.key(result, "sse"))  # every client after the first: a read (whole under the GIL)
+        if kept is not None:
+            return kept
 
         def encode() -> bytes:
             data = self.event_json(result).decode()
             return ServerSentEvent(data=data, event="detections", id=str(result.index)).encode()
 
         return self.get(result, "sse", encode)
+
+    def sse_batch(self, results: list[FrameResult]) -> bytes:
+        """One write of a batch's events, the frame's alone where the client keeps up."""
+        return self.sse(results[0]) if len(results) == 1 else b"".join(map(self.sse, results))
 
     async def jpeg(
         self, result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool = False
