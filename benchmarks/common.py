@@ -59,7 +59,8 @@ def busy_cores(count: int) -> Iterator[None]:
 
 def cpu_by_role() -> dict[str, float]:
     """This process's CPU seconds so far (from the kernel, per thread) by what its threads do: a stream's threads are
-    named `STREAM-ROLE` (`cam0-infer`, `cam0-capture`), so the role is the name's last part; any other is `other`."""
+    named `STREAM-ROLE` (`cam0-infer`, a second lane `cam0-infer1`, `cam0-capture`), so the role is the name's last
+    part less a lane's number; any other thread is `other`."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     ticks = os.sysconf("SC_CLK_TCK")
     roles: dict[str, float] = {}
@@ -69,7 +70,7 @@ def cpu_by_role() -> dict[str, float]:
         except OSError:
             continue  # ended meanwhile
         name = names.get(int(task.name), "")
-        role = name.rsplit("-", 1)[-1] if "-" in name else "other"
+        role = name.rsplit("-", 1)[-1].rstrip("0123456789") if "-" in name else "other"  # `cam0-infer1`: infer
         roles[role] = roles.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
     return roles
 
