@@ -210,17 +210,21 @@ def main() -> int:
         f"CPU per frame shared / separate {ratio:.3f} (each round {each})  "
         f"target <= 1.02: {'met' if ratio <= 1.02 else 'MISSED'}"
     )
-    print("where a frame's CPU goes, shared / separate, ms (median of the rounds):")
-    for role in ("infer", "capture", "decode", "other", "children"):
-        ours = statistics.median(_role_ms(r, role) for r in runs["shared"])
-        theirs = statistics.median(_role_ms(r, role) for r in runs["separate"])
-        print(f"    {role:<8} {ours:6.2f} / {theirs:6.2f}  ({ours / theirs if theirs else float('nan'):.3f})")
+    report_roles(runs["shared"], runs["separate"])
     return 0
 
 
+def report_roles(shared: list[dict[str, object]], separate: list[dict[str, object]]) -> None:
+    print("where a frame's CPU goes, shared / separate, ms (median of the rounds):")
+    for role in ("infer", "capture", "decode", "other", "children"):
+        ours = statistics.median(_role_ms(r, role) for r in shared)
+        theirs = statistics.median(_role_ms(r, role) for r in separate)
+        print(f"    {role:<8} {ours:6.2f} / {theirs:6.2f}  ({ours / theirs if theirs else float('nan'):.3f})")
+
+
 def _role_ms(run: dict[str, object], role: str) -> float:
-    """A role's CPU ms per frame in one run; `children`: the rest of the process's count (its child processes, the
-    FFmpeg that decodes each video, and threads that ended)."""
+    """A role's CPU ms per frame in one run; `children`: the rest of the process's count (its child processes and
+    threads that ended)."""
     roles: dict[str, float] = run["roles_ms"]  # type: ignore[assignment]
     if role == "children":
         return float(run["cpu_ms"]) - sum(roles.values())  # type: ignore[arg-type]
