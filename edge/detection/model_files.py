@@ -43,6 +43,7 @@ class ModelFiles:
     given: ModelFile
     engines: Mapping[str, ModelFile]
     refused: Mapping[str, str]
+    served_by: str | None = None  # the engine whose server the reference names (`triton://...`): it alone runs it
 
 
 def resolve_model(
@@ -68,7 +69,7 @@ def resolve_model(
     if strict and refused:
         why = next(iter(refused.values()))
         raise EdgeError(f"{why}; see `edge models list` or `edge backends` for what each engine can run")
-    return ModelFiles(model, given, found, refused)
+    return ModelFiles(model, given, found, refused, served.key if served is not None else None)
 
 
 def _given(

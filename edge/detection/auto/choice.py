@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from edge_inference.backends.discovery import choose_backend
-from edge_inference.backends.engine import serving_engine
 from edge_inference.edge.detection.auto.figures import (
     BUSY_CORES,
     QUIET_CORES,
@@ -169,10 +168,10 @@ def decide_auto(
     """`--backend auto` made concrete (engine, device, that engine's file of the model), and the choice with the
     note saying why (its `reason`, rewritten for the user). Without `wait`, a measurement still to make does not
     hold the caller (the ranking's pick, `pending`); `stored_only`: measure nothing (see `auto_choice`)."""
-    served = serving_engine(files.model)
+    served = files.served_by
     if served is not None:  # the reference names its engine: nothing to measure, no other engine to run it
-        note = f"--backend auto chose {served.key}: the model is on a server"
-        return replace(config, backend=served.key), AutoChoice(served.key, config.device, files.model, note)
+        note = f"--backend auto chose {served}: the model is on a server"
+        return replace(config, backend=served), AutoChoice(served, config.device, files.model, note)
     measure = config.device == "auto"
     choice = auto_choice(files, settings, measure=measure, wait=wait, stored_only=stored_only)
     # a family name means each engine's own file of it: say which one runs
