@@ -86,7 +86,8 @@ def render_jpeg(
     scale = 1.0
     if height and height < image.shape[0]:
         scale = height / image.shape[0]
-        frame = shrunk(image, max(1, round(image.shape[1] * scale)), height)
+        # multiplied before dividing: through the rounded scale, 180x120 at 73 high came out 109 wide, not 109.5's 110
+        frame = shrunk(image, max(1, round(image.shape[1] * height / image.shape[0])), height)
     else:
         frame = image.copy()
     if zones or lines:
