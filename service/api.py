@@ -98,6 +98,10 @@ def latest_detections(request: Request, stream_id: str) -> Response:
 T = TypeVar("T")
 
 
+def _as_is(batch: list[FrameResult]) -> list[FrameResult]:
+    return batch
+
+
 async def _batches(
     request: Request | WebSocket, pipeline: StreamPipeline, encode: Callable[[list[FrameResult]], T]
 ) -> AsyncGenerator[T, None]:
@@ -113,8 +117,8 @@ async def _batches(
             # Above the flush rate, gather events until the tick every client shares instead of paying a write per
             # client per frame (the loop wakes once for all of them); below it, write at once, with no tick to
             # wake for in between (a wake per client per frame, issue 62).
-            await clock.pace(sent)
-            batch += subscription.drain()
+            if await clock.pace(sent):
+                batch += subscription.drain()  # what came while it waited
             sent = time.monotonic()
             yield encode(batch)
     finally:
@@ -177,7 +181,7 @@ async def websocket_stream(websocket: WebSocket, stream_id: str) -> None:
     state.websockets += 1
     try:
         await websocket.accept()
-        async with contextlib.aclosing(_batches(websocket, pipeline, list)) as batches:  # unsubscribes on any way out
+        async with contextlib.aclosing(_batches(websocket, pipeline, _as_is)) as batches:  # unsubscribes on any way out
             async for batch in batches:
                 for result in batch:
                     await asyncio.wait_for(websocket.send_text(cache.event_json(result).decode()), send_timeout)

@@ -1,7 +1,7 @@
 """Wire encodings of a frame's result (the JSON event, SSE bytes, JPEGs), made once and shared by every client.
 
 The service owns the wire formats; results from `edge` stay immutable. Clients follow the newest frames, so a small
-LRU keyed by (stream, frame, kind) holds everything that is still being sent.
+cache keyed by (stream, frame, kind), dropping the oldest made first, holds everything that is still being sent.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ WORKERS = 2  # encodings made at once, on threads of the cache's own (JPEG encod
 
 
 class EncodingCache:
-    """Bytes made once per key for every client, and kept while clients may still ask (LRU). One maker per key at a
+    """Bytes made once per key for every client, and kept while clients may still ask (the oldest made goes first:
+    a kept one is read without the lock, so reading it does not renew it; frames only get older). One maker per key at a
     time: clients asking while it is being made wait for that one (50 dashboards asking for a thumbnail in one tick
     had each sent its own job to a worker thread, and up to six encoded it side by side)."""
 
@@ -64,6 +65,9 @@ class EncodingCache:
     def once(self, key: Hashable, make: Callable[[], bytes]) -> bytes:
         """`make()`'s bytes under `key`, made once for every client asking while it is kept (here, on this thread,
         or by whoever is making it already)."""
+        kept = self._items.get(key)  # every client after the first: a read, whole under the GIL, without the lock
+        if kept is not None:
+            return kept
         data, making, mine = self._claim(key)
         if data is not None:
             return data
@@ -72,6 +76,9 @@ class EncodingCache:
         return making.result()
 
     async def once_async(self, key: Hashable, make: Callable[[], bytes]) -> bytes:
+        kept = self._items.get(key)  # as in `once`
+        if kept is not None:
+            return kept
         data, making, mine = self._claim(key)
         if data is not None:
             return data
@@ -112,9 +119,6 @@ class EncodingCache:
 
     def sse(self, result: FrameResult) -> bytes:
         """The frame's `detections` Server-Sent Event."""
-        kept = self._items.get(self.key(result, "sse"))  # every client after the first: a read (whole under the GIL)
-        if kept is not None:
-            return kept
 
         def encode() -> bytes:
             data = self.event_json(result).decode()

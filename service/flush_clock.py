@@ -19,11 +19,13 @@ class FlushClock:
         """The loop time the last tick was due at."""
         return self._last_tick
 
-    async def pace(self, since: float) -> None:
+    async def pace(self, since: float) -> bool:
         """After a write begun at `since` (time.monotonic()): waits for the next tick, unless a period has passed
-        already (a slow write is followed at once by the next)."""
+        already (a slow write is followed at once by the next); whether it waited."""
         if time.monotonic() - since < self.period_s:
             await self.next_tick()
+            return True
+        return False
 
     async def next_tick(self) -> None:
         """Returns at the next tick, at most a period from now. A waiter cancelled leaves the others waiting."""

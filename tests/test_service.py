@@ -443,7 +443,7 @@ def test_a_client_below_the_flush_rate_wakes_once_a_frame_and_one_above_it_gathe
         pipeline = StreamManager(config).pipelines["cam"]
         clock = FlushClock(period_s)
         request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(config=config, flush_clock=clock)))
-        batches = _batches(request, pipeline, list)  # type: ignore[arg-type]
+        batches = _batches(request, pipeline, lambda batch: batch)  # type: ignore[arg-type]
         written: list[list[int]] = []
         for group in frames:
             reading = asyncio.ensure_future(batches.__anext__())  # asked at once, as the response does after a write

@@ -61,20 +61,18 @@ def resolve_model(
     family = [e for e in REGISTRY.values() if e.family_name == model] or (
         [REGISTRY[model]] if model in REGISTRY else []
     )
-    members = {key: entry_for_engine(model, _runner(engine), engine.formats) for key, engine in asked.items()}
-    unknown = served is None and local is None and not family and "://" not in model
-    named = get_entry(model) if unknown else None  # raises the "unknown registry name" line, with the nearest names
-    given = _given(model, served, local, family, named)
-    found, refused = _engine_files(model, given, asked, served, members if family else {}, local)
+    members = {key: entry_for_engine(model, _runner(e), e.formats) for key, e in asked.items()} if family else {}
+    if served is None and local is None and not family and "://" not in model:
+        get_entry(model)  # raises the "unknown registry name" line, with the nearest names
+    given = _given(model, served, local, family)
+    found, refused = _engine_files(model, given, asked, served, members, local)
     if strict and refused:
         why = next(iter(refused.values()))
         raise EdgeError(f"{why}; see `edge models list` or `edge backends` for what each engine can run")
     return ModelFiles(model, given, found, refused, served.key if served is not None else None)
 
 
-def _given(
-    model: str, served: Engine | None, local: Path | None, family: list[RegistryEntry], named: RegistryEntry | None
-) -> ModelFile:
+def _given(model: str, served: Engine | None, local: Path | None, family: list[RegistryEntry]) -> ModelFile:
     """The reference itself: a server's model, a file here, a registry entry (a family's own name, or its first
     member where no entry has the family's name)."""
     if served is not None:
@@ -82,7 +80,7 @@ def _given(
         return ModelFile(parts[-2] if parts[-1].isdigit() and len(parts) > 1 else parts[-1], model, Path(model))
     if local is not None:
         return ModelFile(local.stem, model, local)
-    entry = REGISTRY.get(model) or (family[0] if family else named)
+    entry = REGISTRY.get(model) or (family[0] if family else None)
     if entry is None:
         raise EdgeError(f"{model} is no file here, and no engine here serves it (`edge backends` lists the engines)")
     return ModelFile(entry.name, entry.name, entry=entry)

@@ -3,7 +3,6 @@ check that asks for a new one when the service's own CPU per frame has grown."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -149,7 +148,7 @@ def auto_choice(
     if not wait and not _kept(key, settings) and key not in _FAILED:
         _measure_in_background(key, found, model, settings)
         meanwhile = "the engines are being timed in the background; until then"
-        return dataclasses.replace(_by_rule(files, settings, found, meanwhile), pending=key)
+        return replace(_by_rule(files, settings, found, meanwhile), pending=key)
     results = stored_results(key, found, model, settings)
     best = fastest(results)
     if best is None:
