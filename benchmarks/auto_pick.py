@@ -20,8 +20,8 @@ from pathlib import Path
 
 from benchmarks.common import busy_cores, machine
 from benchmarks.shared import launch
-from edge_inference.edge.detection.auto.choice import auto_choice
-from edge_inference.edge.detection.auto.store import candidates
+from edge_inference.edge.detection.auto.candidates import candidates
+from edge_inference.edge.detection.auto.decide import auto_choice
 from edge_inference.edge.detection.model_files import every_engine
 from edge_inference.edge.settings import get_settings
 

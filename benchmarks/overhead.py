@@ -46,8 +46,8 @@ from benchmarks.common import (
     stage_timings,
 )
 from edge_inference.backends import BackendOptions, open_backend
-from edge_inference.edge.detection.auto.choice import auto_choice
-from edge_inference.edge.detection.auto.store import candidates
+from edge_inference.edge.detection.auto.candidates import candidates
+from edge_inference.edge.detection.auto.decide import auto_choice
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.model_files import every_engine

@@ -50,8 +50,9 @@ def backends(as_json: bool, bench_model: str | None, frames_from: str | None) ->
 
 
 def _bench(model: str, as_json: bool, frames_from: str | None) -> None:
+    from edge_inference.edge.detection.auto.candidates import candidates
     from edge_inference.edge.detection.auto.figures import certainty, fastest
-    from edge_inference.edge.detection.auto.store import candidates, check_cache_writable
+    from edge_inference.edge.detection.auto.store import check_cache_writable
     from edge_inference.edge.detection.auto.timing import measure
     from edge_inference.edge.tools.bench import read_frames
 

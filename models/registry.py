@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from edge_inference.models.errors import ModelError
@@ -208,20 +207,6 @@ DEFAULT_MODEL = "yolox-nano"  # Apache-2.0; AGPL models are never a default
 def is_registry_name(name: str) -> bool:
     """A registry model's name, or the name of a family of them."""
     return name in REGISTRY or any(e.family_name == name for e in REGISTRY.values())
-
-
-def entry_for_engine(
-    name: str, runs: Callable[[RegistryEntry], bool], preferred: Sequence[str]
-) -> RegistryEntry | None:
-    """The entry of a model name's family that an engine should run: among those it `runs`, the first whose file
-    ends with the engine's `preferred` formats, in that order; None when there is none."""
-    family = REGISTRY[name].family_name if name in REGISTRY else name
-    members = [e for e in REGISTRY.values() if e.family_name == family and runs(e)]
-    for suffix in preferred:
-        for entry in members:
-            if entry.model_file.path.endswith(suffix):
-                return entry
-    return members[0] if members else None
 
 
 def get_entry(name: str) -> RegistryEntry:

@@ -26,6 +26,17 @@ class ModelIO:
     output_names: Sequence[str]
     metadata: dict[str, str]
 
+    @classmethod
+    def of(cls, model: Any) -> ModelIO:
+        """What a loaded engine or a model's description (backends' `Backend`, `Description`) says: its first input,
+        its outputs and its metadata."""
+        return cls(
+            input_shape=model.inputs[0].shape,
+            output_shapes=[o.shape for o in model.outputs],
+            output_names=[o.name for o in model.outputs],
+            metadata=model.metadata,
+        )
+
 
 def _input_geometry(shape: tuple[int, ...]) -> tuple[str, int, int]:
     if len(shape) != 4:

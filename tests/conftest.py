@@ -90,8 +90,9 @@ def auto_measured() -> None:
     test_autoselect checks on its own)."""
     if os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
         return
+    from edge_inference.edge.detection.auto.candidates import candidates
     from edge_inference.edge.detection.auto.choice import stored_results
-    from edge_inference.edge.detection.auto.store import cache_key, candidates
+    from edge_inference.edge.detection.auto.store import cache_key
     from edge_inference.edge.detection.model_files import every_engine
     from edge_inference.edge.settings import get_settings
 

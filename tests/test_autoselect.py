@@ -20,10 +20,12 @@ import pytest
 from edge_inference.backends.hardware import intel_accelerators
 from edge_inference.edge.detection.auto import choice as chooser
 from edge_inference.edge.detection.auto import figures, store, timing, worker
-from edge_inference.edge.detection.auto.choice import AutoChoice, auto_choice, live_check
+from edge_inference.edge.detection.auto.candidates import candidates
+from edge_inference.edge.detection.auto.choice import AutoChoice, live_check
+from edge_inference.edge.detection.auto.decide import auto_choice
 from edge_inference.edge.detection.auto.figures import Measurement, certainty, fastest
 from edge_inference.edge.detection.auto.lock import longest_measurement_s
-from edge_inference.edge.detection.auto.store import cache_key, cache_path, candidates
+from edge_inference.edge.detection.auto.store import cache_key, cache_path
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.detection.model_files import ModelFiles, every_engine

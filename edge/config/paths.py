@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from edge_inference.edge.errors import EdgeError
 from edge_inference.models.registry import is_registry_name
 
 
@@ -130,3 +131,14 @@ def _nearest_entry(path: Path) -> str | None:
 
 def _plain_name(name: str) -> str:
     return name.lower().replace("-", "_").replace(" ", "_")
+
+
+def check_label_file(labels: str | None) -> None:
+    """A label file (`--labels`, `labels:`, a sidecar's) that is not there, said with the file most likely meant,
+    before an engine is loaded for nothing."""
+    if labels is None:
+        return
+    path = Path(labels).expanduser()
+    if not path.is_file():
+        what = "is a folder, not a label file" if path.is_dir() else "does not exist"
+        raise EdgeError(with_path_meant(f"label file {labels} {what}", path))

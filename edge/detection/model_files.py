@@ -3,18 +3,18 @@ of a registry family, decided once (`resolve_model`) into what the plan holds. N
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
-from edge_inference.backends import Engine, engines, get_engine
-from edge_inference.backends.engine import serving_engine
+from edge_inference.backends import Engine, engines
 from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.models.download import LFS_POINTER, ModelFile, Progress, local_file
 from edge_inference.models.errors import ModelError
-from edge_inference.models.registry import REGISTRY, RegistryEntry, entry_for_engine, get_entry
+from edge_inference.models.registry import REGISTRY, RegistryEntry, get_entry
 
 MODEL_SUFFIXES = {".onnx", ".tflite", ".xml"}
 CONVERTED = "converted"  # `edge models convert`'s files, under the model cache, found by their names
@@ -53,42 +53,62 @@ def resolve_model(
     engine's format, or the file if it reads it). With `strict` (an engine the user named), one it cannot run is
     an error now, before anything loads or downloads.
 
-    What this module decides alone comes first (a file here, checked), then what the engines and the registry say
-    of the reference, asked once each, then the decision: the one place a model reference is read (issue 61)."""
+    The one place a model reference is read (issue 61): the engines and the registry are looked at once, here,
+    and the decision made from what they hold; only an unknown name goes back to the registry, for its line."""
     local = _local_file(model, settings)
-    served = serving_engine(model)
-    asked = {key: get_engine(key) for key in keys}
-    family = [e for e in REGISTRY.values() if e.family_name == model] or (
-        [REGISTRY[model]] if model in REGISTRY else []
-    )
-    members = {key: entry_for_engine(model, _runner(e), e.formats) for key, e in asked.items()} if family else {}
-    if served is None and local is None and not family and "://" not in model:
-        get_entry(model)  # raises the "unknown registry name" line, with the nearest names
+    installed = engines()
+    served = next((e for e in installed.values() if e.serves is not None and e.serves(model)), None)
+    asked = {key: installed[key] for key in keys}
+    family = _family(model)
+    members = {key: _member_for(engine, family) for key, engine in asked.items()} if family else {}
     given = _given(model, served, local, family)
     found, refused = _engine_files(model, given, asked, served, members, local)
+    if given is None:
+        _unknown(model)
     if strict and refused:
         why = next(iter(refused.values()))
         raise EdgeError(f"{why}; see `edge models list` or `edge backends` for what each engine can run")
-    return ModelFiles(model, given, found, refused, served.key if served is not None else None)
+    return ModelFiles(model, cast(ModelFile, given), found, refused, served.key if served is not None else None)
 
 
-def _given(model: str, served: Engine | None, local: Path | None, family: list[RegistryEntry]) -> ModelFile:
-    """The reference itself: a server's model, a file here, a registry entry (a family's own name, or its first
-    member where no entry has the family's name)."""
+def _family(model: str) -> list[RegistryEntry]:
+    """The registry entries a name means: a family's members, or an entry's own family."""
+    name = REGISTRY[model].family_name if model in REGISTRY else model
+    return [e for e in REGISTRY.values() if e.family_name == name]
+
+
+def _member_for(engine: Engine, family: list[RegistryEntry]) -> RegistryEntry | None:
+    """The family member an engine should run: among those it runs, the first in its preferred formats' order."""
+    members = [e for e in family if runs_entry(engine, e)]
+    for suffix in engine.formats:
+        for entry in members:
+            if entry.model_file.path.endswith(suffix):
+                return entry
+    return members[0] if members else None
+
+
+def _given(model: str, served: Engine | None, local: Path | None, family: list[RegistryEntry]) -> ModelFile | None:
+    """The reference itself: a server's model, a file here, a registry entry (the name's own, or a family's first
+    member where no entry has the family's name); None for a name that is none of these."""
     if served is not None:
         parts = model.rstrip("/").split("/")  # `.../yolox_nano/2` -> yolox_nano: what a file's stem is to a file
         return ModelFile(parts[-2] if parts[-1].isdigit() and len(parts) > 1 else parts[-1], model, Path(model))
     if local is not None:
         return ModelFile(local.stem, model, local)
     entry = REGISTRY.get(model) or (family[0] if family else None)
-    if entry is None:
-        raise EdgeError(f"{model} is no file here, and no engine here serves it (`edge backends` lists the engines)")
-    return ModelFile(entry.name, entry.name, entry=entry)
+    return ModelFile(entry.name, entry.name, entry=entry) if entry is not None else None
+
+
+def _unknown(model: str) -> None:
+    """The line for a name that is no file, server reference or registry name."""
+    if "://" not in model:
+        get_entry(model)  # raises the "unknown registry name" line, with the nearest names
+    raise EdgeError(f"{model} is no file here, and no engine here serves it (`edge backends` lists the engines)")
 
 
 def _engine_files(
     model: str,
-    given: ModelFile,
+    given: ModelFile | None,
     asked: Mapping[str, Engine],
     served: Engine | None,
     members: Mapping[str, RegistryEntry | None],
@@ -98,6 +118,8 @@ def _engine_files(
     only, and such an engine runs nothing else; a family's member in the engine's format; a file it reads."""
     found: dict[str, ModelFile] = {}
     refused: dict[str, str] = {}
+    if given is None:  # no file, server or registry name: `_unknown` says so
+        return found, {key: f"{model} is not a model here" for key in asked}
     for key, engine in asked.items():
         member = members.get(key)
         if served is not None and served.key == key:
@@ -121,7 +143,7 @@ SERVED_EXAMPLE = "triton://HOST:PORT/NAME (`edge models export-triton MODEL DIR`
 
 
 def every_engine(model: str, settings: Settings | None = None) -> ModelFiles:
-    """`model` for every engine installed here: what auto chooses among (`auto/store.candidates`)."""
+    """`model` for every engine installed here: what auto chooses among (`auto/candidates.py`)."""
     return resolve_model(model, list(engines()), settings)
 
 
@@ -211,10 +233,6 @@ def model_for_engine(model: str, backend: str, settings: Settings | None = None)
         return None, str(exc)
     file = files.engines.get(backend)
     return (file.reference, None) if file is not None else (None, files.refused[backend])
-
-
-def _runner(engine: Engine) -> Callable[[RegistryEntry], bool]:
-    return lambda entry: runs_entry(engine, entry)
 
 
 def runs_entry(engine: Engine, entry: RegistryEntry) -> bool:

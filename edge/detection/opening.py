@@ -14,20 +14,16 @@ from typing import Any
 from edge_inference.backends import (
     Backend,
     BackendOptions,
-    Description,
     PixelSteps,
     describe_model,
-    engine_keys,
     open_backend,
 )
-from edge_inference.backends.engine import check_engine_options, get_engine
-from edge_inference.backends.names import backend_named
+from edge_inference.backends.engine import get_engine
 from edge_inference.backends.options import EngineOptions
-from edge_inference.edge.config.paths import with_path_meant
+from edge_inference.edge.config.paths import check_label_file
 from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.model_files import ModelFiles, resolve_model
+from edge_inference.edge.detection.model_files import resolve_model
 from edge_inference.edge.detection.threads import CPU_ENGINES, engine_threads
-from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from edge_inference.models.download import ModelFile, local_file
 from edge_inference.models.labels import Classes
@@ -66,27 +62,6 @@ class DetectorConfig:
     def __post_init__(self) -> None:
         # `ONNX`, `Auto`: the engine's key in any case, as devices are read (`cpu`, `CPU`)
         object.__setattr__(self, "backend", self.backend.strip().lower())
-
-
-def check_reference(config: DetectorConfig, settings: Settings | None = None) -> ModelFiles:
-    """Fail now, without loading or downloading anything, on a model, engine, option or label file that cannot
-    work; what the model means for its engine (for every engine, with `auto`), for the plan to hold."""
-    check_label_file(config.overrides.labels)
-    backend_named(config.backend, ["auto", *engine_keys()])
-    check_engine_options(config.engine_options)
-    named = config.backend != "auto"
-    return resolve_model(config.model, [config.backend] if named else engine_keys(), settings, strict=named)
-
-
-def check_label_file(labels: str | None) -> None:
-    """A label file (`--labels`, `labels:`, a sidecar's) that is not there, said with the file most likely meant,
-    before an engine is loaded for nothing."""
-    if labels is None:
-        return
-    path = Path(labels).expanduser()
-    if not path.is_file():
-        what = "is a folder, not a label file" if path.is_dir() else "does not exist"
-        raise EdgeError(with_path_meant(f"label file {labels} {what}", path))
 
 
 def isolation_of(config: DetectorConfig) -> str:
@@ -151,7 +126,7 @@ def open_detector(
     config: DetectorConfig, settings: Settings, progress: Progress | None = None, opener: Opener = open_backend
 ) -> Detector:
     """A Detector on `config`'s engine (named: not `auto`), with its thresholds and classes."""
-    files = check_reference(config, settings)
+    files = resolve_model(config.model, [config.backend], settings, strict=True)
     return detector_of(plan_opening(config, files.engines[config.backend], settings, progress), opener)
 
 
@@ -181,23 +156,15 @@ def open_engine(opening: Opening, opener: Opener = open_backend) -> tuple[Backen
     )
     described = _spec_before_loading(key, name, path, options, overrides)
     if described is not None:  # the engine can take the pre-processing, compiled into the model
-        options = replace(options, pixels=pixel_steps(described))
+        pre = described.preprocessing  # what the engine does to BGR pixels to make the model's input
+        options = replace(options, pixels=PixelSteps(reverse_channels=pre.color == "RGB", mean=pre.mean, std=pre.std))
     backend = opener(key, path, options)
     try:
-        spec = described if described and backend.pixels else resolve_spec(name, _io(backend), overrides)
+        spec = described if described and backend.pixels else resolve_spec(name, ModelIO.of(backend), overrides)
     except Exception:
         backend.close()
         raise
     return backend, spec
-
-
-def _io(model: Backend | Description) -> ModelIO:
-    return ModelIO(
-        input_shape=model.inputs[0].shape,
-        output_shapes=[o.shape for o in model.outputs],
-        output_names=[o.name for o in model.outputs],
-        metadata=model.metadata,
-    )
 
 
 def _spec_before_loading(
@@ -209,12 +176,6 @@ def _spec_before_loading(
     if description is None or not description.inputs:
         return None
     try:
-        return resolve_spec(name, _io(description), overrides)
+        return resolve_spec(name, ModelIO.of(description), overrides)
     except Exception:  # noqa: BLE001 - resolved again after loading, where its error is reported
         return None
-
-
-def pixel_steps(spec: ModelSpec) -> PixelSteps:
-    """What an engine does to BGR pixels to make the model's input: the spec's colour order, mean and std."""
-    pre = spec.preprocessing
-    return PixelSteps(reverse_channels=pre.color == "RGB", mean=pre.mean, std=pre.std)

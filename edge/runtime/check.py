@@ -16,7 +16,7 @@ import numpy as np
 
 from edge_inference.backends import BackendError
 from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig
-from edge_inference.edge.detection.auto.choice import decide_auto
+from edge_inference.edge.detection.auto.decide import decide_auto
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import check_reference, load_detector
 from edge_inference.edge.errors import EdgeError, connection_failure

@@ -21,9 +21,11 @@ One measurement at a time on a machine, across processes (`measuring_on_this_mac
 takes the first one's result; it waits no longer than a measurement can take (a holder stopped with Ctrl-Z or stuck
 in a driver is named by its process id, and the waiter goes on by the ranking).
 
-The modules: `figures` (what a measurement is, the pick), `store` (the candidates, read from the plan's `ModelFiles`,
-and the cache), `lock` (one measurement a machine), `timing` (the children driven in turns), `worker` (a child),
-`choice` (the pick served, the background re-measuring), `watch` (what a detector on auto's pick watches for). They
+The modules: `figures` (what a measurement is, the pick), `candidates` (the engines that can run the model here, read
+from the plan's `ModelFiles`), `store` (the key and the cache), `lock` (one measurement a machine), `timing` (the
+children driven in turns), `worker` (a child), `decide` (`--backend auto` made concrete: the measured pick, else the
+ranking), `choice` (the measured pick served, the background re-measuring), `watch` (what a detector on auto's pick
+watches for). They
 import `opening.py`, `model_files.py`, `machine.py`, `timings.py` and `detector.py` of `detection`, never the loader
 (which imports them); none of them resolves a model's name again.
 """

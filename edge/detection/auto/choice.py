@@ -4,14 +4,13 @@ check that asks for a new one when the service's own CPU per frame has grown."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, cast
 
-from edge_inference.backends.discovery import choose_backend
+from edge_inference.edge.detection.auto.candidates import candidates
 from edge_inference.edge.detection.auto.figures import (
     BUSY_CORES,
     QUIET_CORES,
@@ -22,14 +21,12 @@ from edge_inference.edge.detection.auto.figures import (
     fastest,
 )
 from edge_inference.edge.detection.auto.lock import measuring_on_this_machine
-from edge_inference.edge.detection.auto.store import cache_key, cache_path, candidates, check_cache_writable, read_cache
-from edge_inference.edge.detection.auto.timing import measure, measure_unlocked
+from edge_inference.edge.detection.auto.store import cache_path, check_cache_writable, read_cache
+from edge_inference.edge.detection.auto.timing import measure_unlocked
 from edge_inference.edge.detection.machine import OthersLoad
 from edge_inference.edge.detection.model_files import ModelFiles
-from edge_inference.edge.detection.opening import DetectorConfig
 from edge_inference.edge.errors import EdgeError
-from edge_inference.edge.settings import Settings, get_settings
-from edge_inference.models.download import local_file
+from edge_inference.edge.settings import Settings
 
 _MEASURING = threading.Lock()  # held through a measurement, and while waiting for another process's
 
@@ -106,7 +103,9 @@ def stored_results(key: str, found: list[Candidate], model: str, settings: Setti
                 check_cache_writable(settings)
                 with measuring_on_this_machine(settings, _say, len(found)):
                     if not _kept(key, settings):  # another process may have measured it while it waited
-                        _measure_now(found, model, settings)
+                        where = cache_path(settings)
+                        _say(f"timing the engines that can run {model} on this machine (once; kept in {where})")
+                        measure_unlocked(found, model, settings, say=_say)
                         _STALE.discard(key)
             except EdgeError as exc:  # not to be kept, or the other process never finished: the ranking's choice
                 _say(str(exc), error=True)
@@ -124,64 +123,36 @@ def stored_results(key: str, found: list[Candidate], model: str, settings: Setti
     return results
 
 
-def auto_choice(
-    files: ModelFiles,
-    settings: Settings | None = None,
-    *,
-    measure: bool = True,
-    wait: bool = True,
-    stored_only: bool = False,
-) -> AutoChoice:
-    """The engine `--backend auto` runs `model` on, measured once per model, engines and machine; by the engines'
-    ranking when `measure` is off (a device the user named: only the ranking knows which engine has it). With
-    `wait` off, a measurement still to make runs in the background and the ranking's choice comes back at once,
-    marked `pending` (the service: frames now, the measured pick once known). With `stored_only`, nothing is
-    measured: the stored pick, or the ranking's while none is stored (`edge serve --check`)."""
-    settings = settings or get_settings()
-    found, model = candidates(files, settings), files.model
-    if not measure or len(found) <= 1 or os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
-        return _by_rule(files, settings, found)
-    key = cache_key(found)
+@dataclass(frozen=True)
+class Unmeasured:
+    """No measured pick to serve (yet): why, for the ranking's choice made instead, and the key being measured in
+    the background when one is."""
+
+    why: str = ""
+    pending: str | None = None
+
+
+def measured_pick(
+    key: str, found: list[Candidate], model: str, settings: Settings, wait: bool = True, stored_only: bool = False
+) -> AutoChoice | Unmeasured:
+    """The measured pick among `found` (kept under `key`; measured now when not yet, or in the background without
+    `wait`); Unmeasured, with why, where there is none to serve. With `stored_only`, nothing is measured."""
     if stored_only and key not in read_cache(settings):
-        return _by_rule(files, settings, found, "not measured on this machine yet (the service times the engines)")
+        return Unmeasured("not measured on this machine yet (the service times the engines)")
     _look_at_its_load(key, settings)
     if not wait and not _kept(key, settings) and key not in _FAILED:
         _measure_in_background(key, found, model, settings)
-        meanwhile = "the engines are being timed in the background; until then"
-        return replace(_by_rule(files, settings, found, meanwhile), pending=key)
+        return Unmeasured("the engines are being timed in the background; until then", pending=key)
     results = stored_results(key, found, model, settings)
     best = fastest(results)
     if best is None:
         why = _FAILED.get(key) or "no engine ran a timed round"
-        return _by_rule(files, settings, found, f"no measurement could be made or kept ({why.rstrip('.')})")
+        return Unmeasured(f"no measurement could be made or kept ({why.rstrip('.')})")
     reason = f"fastest here when measured ({_figures(best, results)}); {certainty(results)}"
     # the candidate's own model: a stored result may come from another copy of the same file
     pick = next(c for c in found if (c.backend, c.device) == (best.backend, best.device))
     sure = certainty(results).startswith("sure")
     return AutoChoice(pick.backend, pick.device, pick.model, reason, key=key, timing=best, sure=sure)
-
-
-def decide_auto(
-    config: DetectorConfig, files: ModelFiles, settings: Settings, wait: bool = True, stored_only: bool = False
-) -> tuple[DetectorConfig, AutoChoice]:
-    """`--backend auto` made concrete (engine, device, that engine's file of the model), and the choice with the
-    note saying why (its `reason`, rewritten for the user). Without `wait`, a measurement still to make does not
-    hold the caller (the ranking's pick, `pending`); `stored_only`: measure nothing (see `auto_choice`)."""
-    served = files.served_by
-    if served is not None:  # the reference names its engine: nothing to measure, no other engine to run it
-        note = f"--backend auto chose {served}: the model is on a server"
-        return replace(config, backend=served), AutoChoice(served, config.device, files.model, note)
-    measure = config.device == "auto"
-    choice = auto_choice(files, settings, measure=measure, wait=wait, stored_only=stored_only)
-    # a family name means each engine's own file of it: say which one runs
-    which = f" ({choice.model})" if choice.model != config.model else ""
-    if config.device == "auto":
-        note = f"--backend auto chose {choice.backend} on {choice.device}{which}: {choice.reason}"
-    else:  # the device was the user's: the choice's own device reasoning would contradict what runs
-        note = f"--backend auto chose {choice.backend}{which} for {config.model}"
-    device = choice.device if config.device == "auto" else config.device
-    decided = replace(config, model=choice.model, backend=choice.backend, device=device)
-    return decided, replace(choice, reason=note)
 
 
 def _kept(key: str, settings: Settings) -> bool:
@@ -229,16 +200,6 @@ def _figures(best: Measurement, results: list[Measurement]) -> str:
     return f"{best.best_fps or 0:.1f} frames/s in its best round; {others or 'no other engine ran'}"
 
 
-def _by_rule(files: ModelFiles, settings: Settings, found: list[Candidate], why: str = "") -> AutoChoice:
-    choice = choose_backend(local_file(files.given, settings.model_cache, settings.model_mirror))
-    model = files.model
-    if len(found) == 1:
-        only = found[0]
-        return AutoChoice(only.backend, only.device, only.model, f"the only engine here that runs it ({choice.reason})")
-    prefix = f"{why}; " if why else ""
-    return AutoChoice(choice.backend, choice.device, model, prefix + choice.reason)
-
-
 def _measure_in_background(key: str, found: list[Candidate], model: str, settings: Settings) -> None:
     with _BOOKKEEPING:
         if key in _BACKGROUND:
@@ -282,10 +243,13 @@ def remeasure_in_background(choice: AutoChoice, files: ModelFiles, settings: Set
         found = candidates(files, settings)
         with _MEASURING:
             try:
-                measure(found, files.model, settings, say=_say)
-            except (EdgeError, OSError) as exc:  # a model file removed meanwhile: said, the stream goes on
+                with measuring_on_this_machine(settings, _say, len(found)):
+                    _, results = measure_unlocked(found, files.model, settings, say=_say)
+                best = fastest(results)
+                _PICKED[key] = (best.backend, best.device) if best else None
+            except (EdgeError, OSError) as exc:  # a model file removed meanwhile: said, the pick stands
                 _say(str(exc), error=True)
-        stored_results(key, found, files.model, settings)  # sets _PICKED from what is stored now
+            _PICKED_AT[key] = time.monotonic()  # what `remeasured` waits for, measured or not
 
     threading.Thread(target=again, name="auto-remeasure", daemon=True).start()
     return True
@@ -308,10 +272,3 @@ def _say(line: str, error: bool = False) -> None:
         log.log(logging.WARNING if error else logging.INFO, "--backend auto: %s", line)
         return
     print(f"error: {line}" if error else f"--backend auto: {line}", file=sys.stderr, flush=True)
-
-
-def _measure_now(found: list[Candidate], model: str, settings: Settings) -> None:
-    """Time the engines (each in a child of its own) with progress on stderr; a failure is one `error:` line, and
-    the caller falls back to the ranking. The caller holds `measuring_on_this_machine`."""
-    _say(f"timing the engines that can run {model} on this machine (once; kept in {cache_path(settings)})")
-    measure_unlocked(found, model, settings, say=_say)

@@ -1,5 +1,5 @@
-"""Where measurements are kept: the engines that can run a model here, the key a measurement is kept under (model
-files, engine versions, machine), and the cache file (EDGE_AUTO_CACHE)."""
+"""Where measurements are kept: the key a measurement is kept under (model files, engine versions, machine), and the
+cache file (EDGE_AUTO_CACHE)."""
 
 from __future__ import annotations
 
@@ -21,28 +21,10 @@ from edge_inference.backends.hardware import (
 )
 from edge_inference.edge.detection.auto.figures import Candidate, Measurement
 from edge_inference.edge.detection.machine import describe_machine
-from edge_inference.edge.detection.model_files import ModelFiles
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
-from edge_inference.models.download import ChecksumMismatchError, local_file, sha256_of
+from edge_inference.models.download import sha256_of
 from edge_inference.models.registry import get_entry, is_registry_name
-
-
-def candidates(files: ModelFiles, settings: Settings) -> list[Candidate]:
-    """Every engine (with the device it would use) that can run the model here; registry families count each
-    engine's own file of the same weights, as the plan resolved them."""
-    found = []
-    for key, file in files.engines.items():
-        try:
-            path = local_file(file, settings.model_cache, settings.model_mirror)
-        except ChecksumMismatchError:
-            raise  # a swapped or corrupted cached file is the user's to know about, not a missing candidate
-        except Exception:  # noqa: BLE001, S112 - a family member that cannot be fetched here is not a candidate
-            continue
-        offer = engines()[key].rank(path) if path.is_file() else None  # a file removed since it was resolved
-        if offer is not None:  # what its timing child loads: the registry's name, else the file
-            found.append(Candidate(key, offer.device, file.reference))
-    return found
 
 
 def _model_hash(candidate: Candidate) -> str:

@@ -32,7 +32,7 @@ def measure(
     say: Say | None = None,
     frames: list[np.ndarray] | None = None,
 ) -> tuple[str, list[Measurement]]:
-    """Time every candidate (`store.candidates`) in turns, each in a child process loaded within the budget, and
+    """Time every candidate (`candidates.py`) in turns, each in a child process loaded within the budget, and
     store the results; (cache key, results). `frames`: the frames to time on, decoded by the caller (a fixed noise
     image when none)."""
     with measuring_on_this_machine(settings, say, len(found)):
