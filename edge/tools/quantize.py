@@ -75,10 +75,16 @@ class _Reader:
 
 
 def onnx_int8(
-    source: Path, target: Path, tensors: list[np.ndarray], method: str, step: Callable[[], None] = lambda: None
+    source: Path,
+    target: Path,
+    tensors: list[np.ndarray],
+    method: str,
+    step: Callable[[], None] = lambda: None,
+    keep_first: int = 0,
 ) -> dict[str, Any]:
     """`source` quantised to `target` (QDQ, int8 weights per channel, uint8 activations), the head in float; what
-    was done, for the record."""
+    was done, for the record. `keep_first`: the graph's first nodes also kept in float (the stem, where a small
+    object's signal starts: `benchmarks/int8_layers.py` weighs what that costs and buys)."""
     try:
         import onnx
         import sympy  # noqa: F401 - quant_pre_process's symbolic shape inference needs it, and says so only there
@@ -95,7 +101,9 @@ def onnx_int8(
         upgraded, prepared = Path(work) / "upgraded.onnx", Path(work) / "prepared.onnx"
         onnx.save(version_converter.convert_version(model, QDQ_OPSET) if opset < QDQ_OPSET else model, str(upgraded))
         quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=False)
-        head = onnx_head(onnx.load(str(prepared)))
+        prepared_model = onnx.load(str(prepared))
+        first = [node.name for node in prepared_model.graph.node[:keep_first]]
+        kept = list(dict.fromkeys(first + onnx_head(prepared_model)))
         methods = {
             "minmax": CalibrationMethod.MinMax,
             "entropy": CalibrationMethod.Entropy,
@@ -111,7 +119,7 @@ def onnx_int8(
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
                 calibrate_method=methods[method],
-                nodes_to_exclude=head,
+                nodes_to_exclude=kept,
             )
     import onnxruntime
 
@@ -120,7 +128,7 @@ def onnx_int8(
         "format": "QDQ, int8 weights per channel, uint8 activations",
         "calibration_method": method,
         "opset": max(opset, QDQ_OPSET),
-        "kept_in_float": head,
+        "kept_in_float": kept,
     }
 
 
