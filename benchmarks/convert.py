@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import MODELS, VTEST, machine
+from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.settings import Settings
@@ -36,6 +37,11 @@ def cpu_ms(model: str, engine: str, frames: list, options: dict | None = None) -
     detector = load_detector(
         DetectorConfig(model, backend=engine, threads=1, back_to_back=False, engine_options=options or {})
     )
+    return detector_cpu_ms(detector, frames)
+
+
+def detector_cpu_ms(detector: Detector, frames: list) -> float:
+    """CPU per frame over `frames` (the process's, from the kernel), after five to warm up; the detector closed."""
     try:
         for frame in frames[:5]:
             detector.detect(frame)

@@ -19,8 +19,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.common import MODELS, VTEST, machine
-from edge_inference.edge.detection.detector import Detector
-from edge_inference.edge.detection.timings import process_cpu_seconds
+from benchmarks.convert import detector_cpu_ms
 from edge_inference.edge.tools.calibration import Frames, calibration_frames
 from edge_inference.edge.tools.convert import _judge, _loaded, _table
 from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8
@@ -56,25 +55,12 @@ def main() -> int:
         timed: dict[str, list[float]] = {name: [] for name in files}
         for _ in range(args.rounds):
             for name, path in files.items():
-                timed[name].append(cpu_ms(_loaded(path, "onnx", "yolox"), evaluation))
+                timed[name].append(detector_cpu_ms(_loaded(path, "onnx", "yolox"), evaluation))
     medians = {name: statistics.median(values) for name, values in timed.items()}
     for name, value in medians.items():
         rounds = ", ".join(f"{v:.2f}" for v in timed[name])
         print(f"{name}: {value:.2f} ms CPU per frame (rounds {rounds}); / float {value / medians['float']:.3f}")
     return 0
-
-
-def cpu_ms(detector: Detector, frames: list) -> float:
-    """CPU per frame over `frames`, after five to warm up; the detector closed after."""
-    try:
-        for frame in frames[:5]:
-            detector.detect(frame)
-        start = process_cpu_seconds()
-        for frame in frames:
-            detector.detect(frame)
-        return (process_cpu_seconds() - start) * 1e3 / len(frames)
-    finally:
-        detector.close()
 
 
 if __name__ == "__main__":

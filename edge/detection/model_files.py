@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import NoReturn
 
 from edge_inference.backends import Engine, engines
 from edge_inference.edge.config.paths import with_path_meant
@@ -56,19 +56,19 @@ def resolve_model(
     The one place a model reference is read (issue 61): the engines and the registry are looked at once, here,
     and the decision made from what they hold; only an unknown name goes back to the registry, for its line."""
     local = _local_file(model, settings)
-    installed = engines()
+    installed = engines()  # looked at once: `serving_engine`'s test, on this mapping
     served = next((e for e in installed.values() if e.serves is not None and e.serves(model)), None)
     asked = {key: installed[key] for key in keys}
     family = _family(model)
     members = {key: _member_for(engine, family) for key, engine in asked.items()} if family else {}
     given = _given(model, served, local, family)
-    found, refused = _engine_files(model, given, asked, served, members, local)
+    found, refused = _engine_files(model, given, asked, served, members, local) if given else ({}, {})
     if given is None:
         _unknown(model)
     if strict and refused:
         why = next(iter(refused.values()))
         raise EdgeError(f"{why}; see `edge models list` or `edge backends` for what each engine can run")
-    return ModelFiles(model, cast(ModelFile, given), found, refused, served.key if served is not None else None)
+    return ModelFiles(model, given, found, refused, served.key if served is not None else None)
 
 
 def _family(model: str) -> list[RegistryEntry]:
@@ -99,7 +99,7 @@ def _given(model: str, served: Engine | None, local: Path | None, family: list[R
     return ModelFile(entry.name, entry.name, entry=entry) if entry is not None else None
 
 
-def _unknown(model: str) -> None:
+def _unknown(model: str) -> NoReturn:
     """The line for a name that is no file, server reference or registry name."""
     if "://" not in model:
         get_entry(model)  # raises the "unknown registry name" line, with the nearest names
@@ -108,7 +108,7 @@ def _unknown(model: str) -> None:
 
 def _engine_files(
     model: str,
-    given: ModelFile | None,
+    given: ModelFile,
     asked: Mapping[str, Engine],
     served: Engine | None,
     members: Mapping[str, RegistryEntry | None],
@@ -118,8 +118,6 @@ def _engine_files(
     only, and such an engine runs nothing else; a family's member in the engine's format; a file it reads."""
     found: dict[str, ModelFile] = {}
     refused: dict[str, str] = {}
-    if given is None:  # no file, server or registry name: `_unknown` says so
-        return found, {key: f"{model} is not a model here" for key in asked}
     for key, engine in asked.items():
         member = members.get(key)
         if served is not None and served.key == key:
