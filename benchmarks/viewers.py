@@ -1,12 +1,13 @@
 """What viewers cost the service: CPU per frame (from the kernel) and RSS with N dashboard or event clients against
 none, measured side by side in one run on a real `edge serve` (vtest.avi at its 10 fps, yolox-nano on ONNX Runtime).
 
-    python -m benchmarks.viewers [--clients 50] [--seconds 20] [--rounds 2]
+    python -m benchmarks.viewers [--clients 50] [--seconds 20] [--rounds 2] [--http httptools,h11]
 
 Each client is a plain socket reading its SSE stream as fast as it comes (`/api/v1/live`: every stream's detections,
 thumbnails and changes, as the dashboard's grid; `/api/v1/streams/main/events`: one stream's detections). Phases
 alternate (none, live, none, events, ...) so a busy moment of the machine falls on each alike. Goals (issue 62):
 50 live clients <= 1.10x and 50 event clients <= 1.05x the CPU per frame of none; RSS with 50 live <= 1.15x of none.
+`--http` names the HTTP parsers (`server.http`) to measure, one server each, in turn in this run.
 """
 
 from __future__ import annotations
@@ -80,18 +81,14 @@ def phase(server: Server, process: psutil.Process, seconds: float) -> tuple[floa
     return (cpu1 - cpu0) * 1e3 / count, process.memory_info().rss / 2**20, (loop1 - loop0) * 1e3 / count
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
+def measure(http: str, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        server = Server(
-            ["--source", str(VTEST), "--loop", "-m", MODEL, "-b", "onnx", "-d", "cpu", "--threads", "1"],
-            Path(folder) / "serve.log",
-            env={"EDGE_AUTO_MEASURE": "0"},
+        config = Path(folder) / "serve.yaml"
+        config.write_text(
+            f"server: {{http: {http}}}\nstreams:\n  - {{id: main, source: {VTEST}, loop: true, model: {MODEL}, "
+            "backend: onnx, device: cpu, threads: 1}\n"
         )
+        server = Server(["--config", str(config)], Path(folder) / "serve.log", env={"EDGE_AUTO_MEASURE": "0"})
         try:
             server.wait_until("/health/ready", timeout=180)
             server.wait_for_frames("main", 50, timeout=120)
@@ -107,13 +104,17 @@ def main() -> None:
                     finally:
                         readers.close()
                     received = readers.received / 2**20
-                    print(f"  {kind}: {args.clients} clients took {received:.1f} MiB", flush=True)
+                    print(f"  {http}, {kind}: {args.clients} clients took {received:.1f} MiB", flush=True)
         finally:
             server.stop()
+    report(http, args.clients, figures)
+
+
+def report(http: str, clients: int, figures: dict[str, list[tuple[float, float, float]]]) -> None:
     none_cpu = statistics.median(cpu for cpu, _, _ in figures["none"])
     none_rss = statistics.median(rss for _, rss, _ in figures["none"])
     none_loop = statistics.median(loop for _, _, loop in figures["none"])
-    print(f"machine: {machine()}")
+    print(f"server.http: {http}")
     print(f"no client: {none_cpu:.1f} ms CPU per frame, {none_rss:.0f} MiB RSS ({len(figures['none'])} phases)")
     for kind, goal in (("live", 1.10), ("events", 1.05)):
         cpu = statistics.median(c for c, _, _ in figures[kind])
@@ -121,12 +122,24 @@ def main() -> None:
         ratios = ", ".join(f"{c / none_cpu:.2f}" for c, _, _ in figures[kind])
         met = "met" if cpu / none_cpu <= goal else "missed"
         print(
-            f"{args.clients} {kind} clients: {cpu:.1f} ms CPU per frame = {cpu / none_cpu:.2f}x none "
+            f"{clients} {kind} clients: {cpu:.1f} ms CPU per frame = {cpu / none_cpu:.2f}x none "
             f"(phases {ratios}; goal <= {goal:.2f}: {met}); RSS {rss:.0f} MiB = {rss / none_rss:.2f}x none"
         )
         # the event loop's own CPU moves far less with the machine than the inference's that fills the ratio
-        per_client = (statistics.median(loop for _, _, loop in figures[kind]) - none_loop) * 1e3 / args.clients
+        per_client = (statistics.median(loop for _, _, loop in figures[kind]) - none_loop) * 1e3 / clients
         print(f"    the event loop: {per_client:.1f} us of CPU per client per frame (none: {none_loop:.2f} ms a frame)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--http", default="auto", help="comma-separated: auto, httptools, h11")
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    for http in args.http.split(","):
+        measure(http, args)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import socket
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import h11
 import uvicorn
@@ -27,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from edge_inference.edge.config import ServiceConfig
+from edge_inference.edge.errors import EdgeError
 
 log = logging.getLogger("edge.server")
 
@@ -48,14 +51,31 @@ async def _at_capacity(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class GuardedH11Protocol(H11Protocol):
+if TYPE_CHECKING:
+
+    class _Protocol(asyncio.Protocol):
+        """What the guards use of a uvicorn HTTP protocol: h11's and httptools' both have it."""
+
+        loop: asyncio.AbstractEventLoop
+        transport: asyncio.Transport
+        connections: set[Any]
+        tasks: set[asyncio.Task[None]]
+
+        def on_response_complete(self) -> None: ...
+else:
+    _Protocol = object
+
+
+class _Guards(_Protocol):
+    """The clocks and the cap, for either of uvicorn's HTTP protocols; each says when a request's header is whole."""
+
     header_timeout_s = 10.0
     send_timeout_s = 30.0
     max_connections: int | None = None
 
     # uvicorn reads `limit_concurrency` and `app` when a request's head has arrived (scope set): the cap is ours.
     @property
-    def limit_concurrency(self) -> None:
+    def limit_concurrency(self) -> int | None:
         return None
 
     @limit_concurrency.setter
@@ -109,17 +129,14 @@ class GuardedH11Protocol(H11Protocol):
         self._header_clock = self.loop.call_later(self.header_timeout_s, self._header_timed_out)
 
     def _disarm_header_clock(self) -> None:
+        """A whole request header arrived (the protocol's own parser says when)."""
         self._cancel_clock("_header_clock")
 
     def _header_timed_out(self) -> None:
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        self._header_clock = None
+        if not self.transport.is_closing():
             log.info("closing a connection that sent no complete request header for %g s", self.header_timeout_s)
             self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
-            self._disarm_header_clock()  # a whole request header arrived
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -130,6 +147,39 @@ class GuardedH11Protocol(H11Protocol):
         self._disarm_header_clock()
         self._disarm_send_clock()
         super().connection_lost(exc)
+
+
+class GuardedH11Protocol(_Guards, H11Protocol):
+    """h11, pure Python: the fallback where httptools does not install."""
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._header_clock is not None and self.conn.their_state is not h11.IDLE:
+            self._disarm_header_clock()
+
+
+def _httptools_protocol() -> type[_Guards]:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(_Guards, HttpToolsProtocol):
+        """httptools (llhttp, in C), uvicorn's own default: it frames a streaming client's writes for a fraction of
+        h11's CPU, which is most of what 50 dashboards cost the event loop per frame."""
+
+        def on_headers_complete(self) -> None:
+            self._disarm_header_clock()
+            super().on_headers_complete()
+
+    return GuardedHttpToolsProtocol
+
+
+def guarded_protocol(parser: str) -> type[_Guards]:
+    """The guarded protocol for `server.http`: auto is httptools where it is installed, as uvicorn's `--http auto`."""
+    installed = importlib.util.find_spec("httptools") is not None
+    if parser == "h11" or (parser == "auto" and not installed):
+        return GuardedH11Protocol
+    if not installed:
+        raise EdgeError("server.http is httptools, which is not installed: pip install httptools (or http: auto)")
+    return _httptools_protocol()
 
 
 class EdgeServer(uvicorn.Server):
@@ -160,7 +210,7 @@ def make_server(app: FastAPI, config: ServiceConfig, log_level: str) -> EdgeServ
     server = config.server
     protocol = type(
         "Protocol",
-        (GuardedH11Protocol,),
+        (guarded_protocol(server.http),),
         {
             "header_timeout_s": server.header_timeout_s,
             "send_timeout_s": server.send_timeout_s,

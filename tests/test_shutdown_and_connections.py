@@ -116,10 +116,25 @@ def test_sources_stuck_opening_do_not_hold_up_shutdown(tmp_path):
     assert elapsed < 30
 
 
-def test_clients_cannot_hold_the_service(tmp_path):
+def _whole_response(sock: socket.socket) -> bytes:
+    """One response with a content-length, read to its last byte, and not a byte of what follows."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = next(int(line.split(b":")[1]) for line in lines if line.startswith(b"content-length"))
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_clients_cannot_hold_the_service_with_either_http_parser(tmp_path, parser):
+    """The clocks live in the protocol, and each parser says in its own way when a request's header is whole."""
     config = tmp_path / "streams.yaml"
     config.write_text(
-        "server:\n  header_timeout_s: 1\n  send_timeout_s: 2\n  max_clients_per_stream: 2\n"
+        f"server:\n  header_timeout_s: 1\n  send_timeout_s: 2\n  http: {parser}\n"
         f"streams:\n  - id: main\n    source: {VTEST}\n    loop: true\n    pace: false\n"
     )
     with running_server(["--config", str(config)], tmp_path / "log") as server:
@@ -130,6 +145,15 @@ def test_clients_cannot_hold_the_service(tmp_path):
         half.settimeout(60)
         assert half.recv(1024) == b""
         half.close()
+
+        # a keep-alive connection: a whole request is answered, then half of the next one meets the same clock
+        kept = socket.create_connection(("127.0.0.1", server.port))
+        kept.settimeout(60)
+        kept.sendall(b"GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert _whole_response(kept).startswith(b"HTTP/1.1 200")
+        kept.sendall(b"GET /api/v1/streams HTTP/1.1\r\nHost: local")
+        assert kept.recv(1024) == b""
+        kept.close()
 
         # a viewer that never reads is cut once the kernel's buffers are full and send_timeout_s passes
         stalled = socket.socket()
@@ -142,6 +166,23 @@ def test_clients_cannot_hold_the_service(tmp_path):
         assert "cut a client of /api/v1/streams/main/video.mjpg that took nothing for 2 s" in server.log
         stalled.close()
 
+        # a slow but whole request is not cut: the clock stops once the header is complete
+        slow = socket.create_connection(("127.0.0.1", server.port))
+        slow.settimeout(60)
+        slow.sendall(b"GET /api/v1/streams/main/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        time.sleep(2.5)  # past the header clock: a stream that began must go on
+        assert slow.recv(4096).startswith(b"HTTP/1.1 200")
+        slow.close()
+
+
+def test_streaming_clients_are_capped_per_stream(tmp_path):
+    config = tmp_path / "streams.yaml"
+    config.write_text(
+        "server:\n  max_clients_per_stream: 2\n"
+        f"streams:\n  - id: main\n    source: {VTEST}\n    loop: true\n    pace: false\n"
+    )
+    with running_server(["--config", str(config)], tmp_path / "log") as server:
+        server.wait_until("/health/ready")
         # at most max_clients_per_stream streaming clients per stream; the next one is told to come back
         with (
             server.client.stream("GET", "/api/v1/streams/main/events") as first,
@@ -179,11 +220,12 @@ def test_clients_cannot_hold_the_service(tmp_path):
             assert b"max_clients_per_stream" in answer.body
 
 
-def test_the_connection_cap_answers_with_retry_after_and_never_to_the_health_probes(tmp_path):
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_the_connection_cap_answers_with_retry_after_and_never_to_the_health_probes(tmp_path, parser):
     """Anyone able to open max_connections sockets must not get a healthy service restarted by its probes."""
     config = tmp_path / "streams.yaml"
     config.write_text(
-        "server:\n  header_timeout_s: 60\n  max_connections: 6\n"
+        f"server:\n  header_timeout_s: 60\n  max_connections: 6\n  http: {parser}\n"
         f"streams:\n  - id: main\n    source: {VTEST}\n    loop: true\n"
     )
     with running_server(["--config", str(config)], tmp_path / "log") as server:

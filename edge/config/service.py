@@ -39,6 +39,8 @@ class ServerConfig(ConfigModel):
     keep_alive_timeout_s: int = Field(default=5, ge=1)  # an idle keep-alive connection is closed after this
     send_timeout_s: float = Field(default=30, gt=0)  # a streaming client that takes nothing for this long is cut
     shutdown_timeout_s: int = Field(default=3, ge=1)  # on SIGTERM every stream and client ends within this
+    # The HTTP parser: httptools (C; auto where installed) or h11 (pure Python). Every clock and cap holds with either.
+    http: Literal["auto", "httptools", "h11"] = "auto"
     # Uploads to /detect: body size, pixels from the header (checked before decoding), work in flight and queued.
     max_upload_mb: float = Field(default=20, gt=0)
     max_upload_megapixels: float = Field(default=50, gt=0)  # an image's pixels, read from its header before decoding
