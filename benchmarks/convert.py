@@ -1,6 +1,6 @@
 """int8 conversions of yolox-nano calibrated on the shared video, judged against the float model (issue 59).
 
-    python -m benchmarks.convert [--frames 100] [--rounds 3]
+    python -m benchmarks.convert [--frames 100] [--rounds 3] [--only onnx-int8,openvino-int8]
 
 `edge models convert yolox-nano --to TARGET --calibrate vtest.avi` for each target (onnx-int8, openvino-int8, rknn,
 tflite-int8): calibrated on frames spread over the video's first half, judged on frames spread over its second half.
@@ -57,12 +57,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default=",".join(TARGETS), help="comma-separated targets")
     args = parser.parse_args()
     print(f"# {machine()}; {args.frames} calibration and {args.frames} evaluation frames of {VTEST.name}")
     evaluation = Frames.decoded(calibration_frames(str(VTEST), None, args.frames, args.frames).evaluation)
     with tempfile.TemporaryDirectory() as cache:
         settings = Settings(model_cache=Path(cache))
-        for target, (engine, _, _) in TARGETS.items():
+        for target in args.only.split(","):
+            engine = TARGETS[target][0]
             one_target(target, engine, settings, evaluation, args)
     return 0
 
@@ -75,7 +77,7 @@ def one_target(target: str, engine: str, settings: Settings, evaluation: list, a
     done = convert("yolox-nano", target, str(VTEST), settings, counts=(args.frames, args.frames), progress=False)
     table = done.record["table"]
     floated = done.record.get("kept_in_float")
-    kept = f"; {len(floated)} head nodes in float" if floated is not None else ""
+    kept = f"; {len(floated)} nodes in float: the stem and the head" if floated is not None else ""
     print(f"\n## {target} ({done.record['toolchain']}{kept})")
     print(f"convert's own table: float {table['float']}, int8 {table['int8']}")
     print(f"agreement (classes seen >= 10 times) {table['agreement_map50']}: {table['agreement_per_class']}")

@@ -1,10 +1,11 @@
 """Where yolox-nano's int8 agreement is lost, and what keeping layers in float costs (issue 59).
 
-    python -m benchmarks.int8_layers [--frames 100] [--keep 0,14,60] [--rounds 3]
+    python -m benchmarks.int8_layers [--engine onnx|openvino] [--frames 100] [--stem 0,2,4] [--rounds 3]
 
 `edge models convert yolox-nano --to onnx-int8`'s quantisation (ONNX Runtime's `quantize_static`, the head in
-float) made once per `--keep` figure, with the graph's first N nodes also kept in float, calibrated on frames spread
-over the shared video's first half and judged on its second half as the conversion judges (agreement with the float
+float), or `--to openvino-int8`'s (NNCF) with `--engine openvino`, made once per `--stem` figure: the stem up to its
+Nth convolution also kept in float (0: the head alone; 4: the conversion's default). Calibrated on frames spread over
+the shared video's first half and judged on its second half as the conversion judges (agreement with the float
 model over the classes it found 10+ times, per class). Then CPU per frame (one thread, the process's CPU time from
 the kernel) of the float model and every variant, in `--rounds` alternating passes over the evaluation frames, the
 medians: one pass measured 0.67 and 0.87 for the same file on this shared machine. All in one run, side by side: a
@@ -22,40 +23,49 @@ from benchmarks.common import MODELS, VTEST, machine
 from benchmarks.convert import detector_cpu_ms
 from edge_inference.edge.tools.calibration import Frames, calibration_frames
 from edge_inference.edge.tools.convert import _judge, _loaded, _table
-from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8
+from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8, openvino_int8
+
+
+def quantized(engine: str, source: Path, folder: str, tensors: list, convs: int) -> tuple[Path, dict]:
+    if engine == "onnx":
+        target = Path(folder) / f"int8-{convs}.onnx"
+        return target, onnx_int8(source, target, tensors, DEFAULT_METHOD, stem_convs=convs)
+    target = Path(folder) / f"int8-{convs}.xml"
+    return target, openvino_int8(source, target, tensors, stem_convs=convs)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=("onnx", "openvino"), default="onnx")
     parser.add_argument("--frames", type=int, default=100)
-    parser.add_argument("--keep", default="0,14,60", help="first nodes kept in float, one conversion each")
+    parser.add_argument("--stem", default="0,2,4", help="the stem's convolutions kept in float, one conversion each")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     source = MODELS / "onnx" / "yolox_nano.onnx"
-    print(f"# {machine()}; {args.frames} calibration and {args.frames} evaluation frames of {VTEST.name}")
+    engine = args.engine
+    print(f"# {machine()}; {engine}; {args.frames} calibration and {args.frames} evaluation frames of {VTEST.name}")
     frames = calibration_frames(str(VTEST), None, args.frames, args.frames, progress=False)
     evaluation = Frames.decoded(frames.evaluation)
-    floating = _loaded(source, "onnx", "yolox")
+    floating = _loaded(source, engine, "yolox")
     tensors = [floating.prepare(frame).tensor.copy() for frame in Frames.decoded(frames.calibration)]
-    print("first nodes in float | nodes in float | agreement | per class")
+    print("stem convolutions in float | nodes in float | agreement | per class")
     with tempfile.TemporaryDirectory() as folder:
         files = {"float": source}
-        for keep in (int(k) for k in args.keep.split(",")):
-            target = Path(folder) / f"int8-{keep}.onnx"
-            record = onnx_int8(source, target, tensors, DEFAULT_METHOD, keep_first=keep)
-            int8 = _loaded(target, "onnx", "yolox")
+        for convs in (int(k) for k in args.stem.split(",")):
+            target, record = quantized(engine, source, folder, tensors, convs)
+            int8 = _loaded(target, engine, "yolox")
             try:
                 table = _table(*_judge(floating, int8, evaluation), (1, 1))
             finally:
                 int8.close()
-            print(f"{keep} | {len(record['kept_in_float'])} | {table['agreement_map50']} | "
+            print(f"{convs} | {len(record['kept_in_float'])} | {table['agreement_map50']} | "
                   f"{table['agreement_per_class']}", flush=True)  # fmt: skip
-            files[f"int8, first {keep} in float"] = target
+            files[f"int8, stem of {convs} convolutions in float"] = target
         floating.close()
         timed: dict[str, list[float]] = {name: [] for name in files}
         for _ in range(args.rounds):
             for name, path in files.items():
-                timed[name].append(detector_cpu_ms(_loaded(path, "onnx", "yolox"), evaluation))
+                timed[name].append(detector_cpu_ms(_loaded(path, engine, "yolox"), evaluation))
     medians = {name: statistics.median(values) for name, values in timed.items()}
     for name, value in medians.items():
         rounds = ", ".join(f"{v:.2f}" for v in timed[name])

@@ -6,6 +6,14 @@ follows them to the outputs (sigmoid, reshape, concat) carry scores and box offs
 at little gain: they are a small share of the compute. rknn_model_zoo and Ultralytics' int8 exports keep that part
 in float for the same reason. It is found from the graph, not by name: every node on a path from an output back to,
 and including, the first convolution met.
+
+The stem stays in float too: every node from the input up to its fifth convolution (YOLOX: the Focus slices, its
+convolution and the first downsampling block). There the input's full range meets the first weights, and a faint
+object's signal is a few int8 steps wide. On the shared video, yolox-nano's int8 lost one object the float model
+scores near the threshold in every frame (agreement 0.747 with the head alone in float); with the stem's first two
+convolutions in float 0.922 (OpenVINO 0.865), with four 0.947 (OpenVINO 0.926), at the same CPU per frame as two
+(`benchmarks/int8_layers.py`, BENCHMARKS.md). Keeping the whole head in float, or any calibration method, did not
+bring it back.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import contextlib
 import logging
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +36,33 @@ QDQ_OPSET = 13  # per-channel QuantizeLinear/DequantizeLinear needs opset 13
 # step for. yolox-nano on the shared video, 100 frames each: people's AP against the float model 0.987 with it, 0.895
 # with minmax and with entropy (BENCHMARKS.md, issue 59)
 DEFAULT_METHOD = "percentile"
+STEM_CONVS = 4  # convolutions kept in float after the input, with what comes before and between them
+OPENVINO_CONVOLUTIONS = ("Convolution", "GroupConvolution")  # ONNX's Conv is either (depthwise: grouped)
+
+
+def _stem(ops: Iterable[tuple[str, str]], convolutions: tuple[str, ...], convs: int) -> list[str]:
+    """Names of (name, type) ops in topological order up to, not including, convolution number `convs` + 1."""
+    stem: list[str] = []
+    seen = 0
+    for name, kind in ops if convs else ():
+        if kind in convolutions:
+            if seen == convs:
+                break
+            seen += 1
+        stem.append(name)
+    return stem
+
+
+def onnx_stem(model: Any, convs: int = STEM_CONVS) -> list[str]:
+    """An ONNX graph's stem (its node list is in topological order)."""
+    return _stem(((node.name, node.op_type) for node in model.graph.node), ("Conv",), convs)
+
+
+def openvino_stem(model: Any, convs: int = STEM_CONVS) -> list[str]:
+    """An OpenVINO model's stem, by friendly name (its ordered ops, without the constants and the input)."""
+    ops = ((op.get_friendly_name(), op.get_type_name()) for op in model.get_ordered_ops())
+    kept = ((name, kind) for name, kind in ops if kind not in ("Parameter", "Constant"))
+    return _stem(kept, OPENVINO_CONVOLUTIONS, convs)
 
 
 def onnx_head(model: Any) -> list[str]:
@@ -55,7 +90,7 @@ def openvino_head(model: Any) -> list[str]:
         if name in head or node.get_type_name() in ("Parameter", "Constant"):
             continue
         head[name] = None
-        if node.get_type_name() != "Convolution":
+        if node.get_type_name() not in OPENVINO_CONVOLUTIONS:
             stack.extend(value.get_node() for value in node.input_values())
     return list(head)
 
@@ -80,11 +115,11 @@ def onnx_int8(
     tensors: list[np.ndarray],
     method: str,
     step: Callable[[], None] = lambda: None,
-    keep_first: int = 0,
+    stem_convs: int = STEM_CONVS,
 ) -> dict[str, Any]:
-    """`source` quantised to `target` (QDQ, int8 weights per channel, uint8 activations), the head in float; what
-    was done, for the record. `keep_first`: the graph's first nodes also kept in float (the stem, where a small
-    object's signal starts: `benchmarks/int8_layers.py` weighs what that costs and buys)."""
+    """`source` quantised to `target` (QDQ, int8 weights per channel, uint8 activations), the stem and the head in
+    float; what was done, for the record. `stem_convs`: the stem's convolutions (0: the head alone in float;
+    `benchmarks/int8_layers.py` weighs what each costs and buys)."""
     try:
         import onnx
         import sympy  # noqa: F401 - quant_pre_process's symbolic shape inference needs it, and says so only there
@@ -102,8 +137,7 @@ def onnx_int8(
         onnx.save(version_converter.convert_version(model, QDQ_OPSET) if opset < QDQ_OPSET else model, str(upgraded))
         quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=False)
         prepared_model = onnx.load(str(prepared))
-        first = [node.name for node in prepared_model.graph.node[:keep_first]]
-        kept = list(dict.fromkeys(first + onnx_head(prepared_model)))
+        kept = list(dict.fromkeys(onnx_stem(prepared_model, stem_convs) + onnx_head(prepared_model)))
         methods = {
             "minmax": CalibrationMethod.MinMax,
             "entropy": CalibrationMethod.Entropy,
@@ -133,9 +167,14 @@ def onnx_int8(
 
 
 def openvino_int8(
-    source: Path, target: Path, tensors: list[np.ndarray], step: Callable[[], None] = lambda: None
+    source: Path,
+    target: Path,
+    tensors: list[np.ndarray],
+    step: Callable[[], None] = lambda: None,
+    stem_convs: int = STEM_CONVS,
 ) -> dict[str, Any]:
-    """`source` (ONNX or IR) quantised by NNCF to an int8 IR at `target` (.xml, .bin beside it), the head in float."""
+    """`source` (ONNX or IR) quantised by NNCF to an int8 IR at `target` (.xml, .bin beside it), the stem and the
+    head in float."""
     try:
         import nncf
         import openvino as ov
@@ -145,7 +184,7 @@ def openvino_int8(
     model = ov.Core().read_model(str(source))
     if not model.inputs[0].get_partial_shape().is_static:
         raise EdgeError(f"{source.name} has a dynamic input size: export it with a fixed size to convert it")
-    head = openvino_head(model)
+    kept = list(dict.fromkeys(openvino_stem(model, stem_convs) + openvino_head(model)))
 
     def counted(tensor: np.ndarray) -> np.ndarray:
         step()
@@ -156,12 +195,12 @@ def openvino_int8(
         nncf.Dataset(tensors, counted),
         preset=nncf.QuantizationPreset.MIXED,
         subset_size=len(tensors),
-        ignored_scope=nncf.IgnoredScope(names=head, validate=False),
+        ignored_scope=nncf.IgnoredScope(names=kept, validate=False),
     )
     ov.save_model(quantized, str(target), compress_to_fp16=False)
     return {
         "toolchain": f"nncf {nncf.__version__} quantize, openvino {ov.__version__.split('-')[0]}",
         "format": "OpenVINO IR, int8 (NNCF's mixed preset: symmetric weights, asymmetric activations)",
         "calibration_method": "nncf (min-max statistics per tensor)",
-        "kept_in_float": head,
+        "kept_in_float": kept,
     }
