@@ -541,6 +541,22 @@ def test_a_file_one_folder_down_and_a_label_file_are_answered_with_the_file_mean
         assert errors_of(proc) == [f"error: label file {models / typed} does not exist; {hint} {meant}?"]
 
 
+def test_one_folder_down_names_only_the_same_file_not_any_short_name_spelled_alike(tmp_path):
+    """`--labels /nope.txt` was answered "it is one folder down: did you mean /tmp/o.txt?": a fuzzy match on a short
+    name in whichever folder beside it came first. One folder down is for the same file (a folder left out of the
+    path), not for some other file that happens to be spelled alike."""
+    from edge_inference.edge.config.paths import path_meant
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "o.txt").write_text("x")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "nopes.txt").write_text("x")
+    assert path_meant(tmp_path / "nope.txt") == ""
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "Nope.txt").write_text("x")  # the same name but for case: the file meant
+    assert path_meant(tmp_path / "nope.txt") == f"it is one folder down: did you mean {tmp_path / 'c' / 'Nope.txt'}?"
+
+
 @pytest.mark.skipif(not shutil.which("ffmpeg") or not shutil.which("ffprobe"), reason="needs Debian's ffmpeg")
 def test_a_file_with_sound_and_no_picture_is_called_that_not_an_undecodable_video(tmp_path):
     """A doorbell's audio clip, an .m4a or .mp3 named as a source: "the file is missing or not a video FFmpeg can

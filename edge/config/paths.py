@@ -97,16 +97,21 @@ MAX_FOLDERS_LOOKED_IN = 64  # a folder of many folders (a NAS share of recording
 
 
 def _one_folder_down(path: Path) -> Path | None:
-    """`path`'s name, or the one nearest to it, in one of the folders beside it: the folder a model or a clip
-    usually sits in (`models/onnx/`, `media/`) left out of the path."""
+    """`path`'s name (but for case, `-`/`_` and spaces) in one of the folders beside it: the folder a model or a clip
+    usually sits in (`models/onnx/`, `media/`) left out of the path. Only the same name: a near spelling in whichever
+    folder comes first is some other file (`/tmp/o.txt` for `/nope.txt`)."""
     try:
         folders = sorted(entry.path for entry in os.scandir(path.parent or ".") if entry.is_dir())
     except OSError:
         return None
+    wanted = _plain_name(path.name)
     for folder in folders[:MAX_FOLDERS_LOOKED_IN]:
-        near = _nearest_entry(Path(folder) / path.name)
-        if near:
-            return Path(folder) / near
+        try:
+            same = [entry.name for entry in os.scandir(folder) if _plain_name(entry.name) == wanted]
+        except OSError:
+            continue
+        if same:
+            return Path(folder) / min(same)
     return None
 
 
