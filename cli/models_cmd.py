@@ -354,5 +354,9 @@ def convert_model(
         click.echo(f"int8 ran on {done.record['runs_on']}")
     if "edgetpu" in done.record:
         click.echo(f"for the Edge TPU: {done.record['edgetpu']}")
-    kept = f"kept in float: {len(done.record['kept_in_float'])} head nodes; " if "kept_in_float" in done.record else ""
+    kept = ""
+    if "kept_in_float" in done.record:
+        kept = f"kept in float: {len(done.record['kept_in_float'])} nodes of the stem and the head; "
+    if "kept_in_float16" in done.record:
+        kept = f"kept in float16: the stem and the head, {len(done.record['kept_in_float16'])} subgraphs; "
     click.echo(f"{done.name}: {done.path} ({kept}record {done.path}.json)")

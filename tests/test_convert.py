@@ -211,6 +211,9 @@ def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     assert sidecar == {"decoder": "yolox", "width": 416, "height": 416}  # a .rknn names no input size
     record = json.loads(made.with_name(made.name + ".json").read_text())
     assert record["toolchain"] == {"name": "rknn-toolkit2", "version": "2.5.0", "target_platform": "rk3588"}
+    # Rockchip's hybrid quantisation kept the stem (from the input) and the head (to the output) in float16
+    subgraphs = record["kept_in_float16"]
+    assert subgraphs[0][0] == "images" and {last for _, last in subgraphs[1:]} == {"output"}, subgraphs
     assert record["table"]["int8"]["cpu_ms_per_frame"] is None and record["table"]["cpu_ratio"] is None
     # people are found on the simulator as by the float model: the outputs were decoded, not noise
     assert record["table"]["agreement_every_class"]["person"]["ap"] > 0.5

@@ -65,11 +65,12 @@ def openvino_stem(model: Any, convs: int = STEM_CONVS) -> list[str]:
     return _stem(kept, OPENVINO_CONVOLUTIONS, convs)
 
 
-def onnx_head(model: Any) -> list[str]:
-    """Names of an ONNX graph's head nodes: from each output back to the first Conv on each path, inclusive."""
+def onnx_head(model: Any, outputs: list[str] | None = None) -> list[str]:
+    """Names of an ONNX graph's head nodes: from each output (or those named) back to the first Conv on each path,
+    inclusive."""
     producer = {out: node for node in model.graph.node for out in node.output}
     head: dict[str, None] = {}
-    stack = [output.name for output in model.graph.output]
+    stack = list(outputs or [output.name for output in model.graph.output])
     while stack:
         node = producer.get(stack.pop())
         if node is None or node.name in head:
@@ -78,6 +79,25 @@ def onnx_head(model: Any) -> list[str]:
         if node.op_type != "Conv":
             stack.extend(node.input)
     return list(head)
+
+
+def float_subgraphs(model: Any, convs: int = STEM_CONVS) -> list[list[str]]:
+    """The stem and the head as rknn-toolkit2's hybrid quantisation names what it keeps in float16: [first tensor,
+    last tensor] pairs. The model's input to the stem's last tensor; for each output, every tensor the body hands
+    to one of the head's convolutions, to that output."""
+    nodes = {node.name: node for node in model.graph.node}
+    stem = onnx_stem(model, convs)
+    pairs = [[model.graph.input[0].name, nodes[stem[-1]].output[0]]] if stem else []
+    made_by = {out: node.name for node in model.graph.node for out in node.output}
+    for output in (output.name for output in model.graph.output):
+        head = set(onnx_head(model, [output]))
+        entries = {
+            node.input[0]
+            for name in head
+            if (node := nodes[name]).op_type == "Conv" and made_by.get(node.input[0]) not in head
+        }
+        pairs += [[entry, output] for entry in sorted(entries)]
+    return pairs
 
 
 def openvino_head(model: Any) -> list[str]:
