@@ -1,7 +1,8 @@
 """uvicorn, run so that no client can hold the service: header and send clocks, a connection cap, quick shutdown.
 
 - uvicorn's keep-alive clock starts only after a first response, so a connection that sends half a request header
-  is held forever; `GuardedH11Protocol` closes it after `header_timeout_s` (also between keep-alive requests).
+  is held forever; the guarded protocol closes it after `header_timeout_s` (also between keep-alive requests).
+  The guards sit on either of uvicorn's HTTP protocols (`server.http`): httptools where it is installed, h11 else.
 - A streaming client that takes no data for `send_timeout_s` is cut: the transport tells the protocol when its
   buffer is full (`pause_writing`) and when the client has taken enough of it (`resume_writing`); a pause longer
   than `send_timeout_s` aborts the connection. A clock on the pause, not on every write: a timeout scope around
