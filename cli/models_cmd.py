@@ -356,7 +356,7 @@ def convert_model(
         click.echo(f"for the Edge TPU: {done.record['edgetpu']}")
     kept = ""
     if "kept_in_float" in done.record:
-        kept = f"kept in float: {len(done.record['kept_in_float'])} nodes of the stem and the head; "
+        kept = f"the stem and the head kept in float, nodes: {len(done.record['kept_in_float'])}; "
     if "kept_in_float16" in done.record:
-        kept = f"kept in float16: the stem and the head, {len(done.record['kept_in_float16'])} subgraphs; "
+        kept = f"the stem and the head kept in float16, subgraphs: {len(done.record['kept_in_float16'])}; "
     click.echo(f"{done.name}: {done.path} ({kept}record {done.path}.json)")
