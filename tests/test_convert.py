@@ -128,6 +128,27 @@ def test_targets_made_elsewhere_and_unknown_ones_are_one_line(env, clip, tmp_pat
     assert_one_clear_error(convert(env, clip, "tensorrt"), "choose one of: onnx-int8, openvino-int8")
 
 
+@pytest.mark.parametrize(("target", "missing"), [("onnx-int8", "onnx"), ("openvino-int8", "nncf"), ("rknn", "onnx")])
+def test_a_target_whose_library_is_not_installed_is_said_before_any_footage_is_read(
+    tmp_path, monkeypatch, target, missing
+):
+    """On the basic install `--to rknn` read all the footage, then said that onnx was missing; it is said first."""
+    import importlib.util
+
+    from edge_inference.edge.errors import EdgeError
+    from edge_inference.edge.settings import Settings
+    from edge_inference.edge.tools import convert as converting
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else found(name, *a))
+    read = []
+    monkeypatch.setattr(converting, "calibration_frames", lambda *a, **k: read.append(a))
+    settings = Settings(model_cache=tmp_path / "cache", model_mirror=str(MODELS))
+    with pytest.raises(EdgeError, match=rf"--to {target} needs {missing}.*pip install 'edge-inference\[convert\]'"):
+        converting.convert("yolox-nano", target, str(VTEST), settings)
+    assert read == []
+
+
 def test_footage_that_cannot_be_read_leaves_nothing_behind(env, tmp_path):
     proc = run_edge("models", "convert", "yolox-nano", "--to", "onnx-int8", "--calibrate", str(tmp_path / "no.mp4"),
                     "--no-progress", env=env)  # fmt: skip

@@ -10,6 +10,7 @@ judged, so a failure leaves nothing half-written.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import time
@@ -30,7 +31,7 @@ from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.calibration import Frames, calibration_frames
-from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8, openvino_int8
+from edge_inference.edge.tools.quantize import CONVERT_EXTRA, DEFAULT_METHOD, onnx_int8, openvino_int8
 from edge_inference.edge.tools.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.toolchains import ONNX2TF
 from edge_inference.models.agreement import agreement
@@ -49,6 +50,8 @@ ELSEWHERE = {
     "hailo": "Hailo's Dataflow Compiler is behind Hailo's developer login (hailo.ai, Developer Zone): compile a HEF "
     "there and give it to --backend hailo",
 }
+# what each target's own side needs in the service's environment (the toolchains' environments are made on demand)
+NEEDS = {"onnx": ("onnx", "sympy"), "openvino": ("nncf", "openvino"), "rknn": ("onnx",)}
 AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to keep the float one
 # The float model's boxes at its usual threshold are the truth; the int8 model's are scored down to this score, as mAP
 # is computed (ranked, COCO's evaluation goes down to 0.001): a box the float model gives 0.26 and the int8 0.24 is
@@ -84,6 +87,13 @@ def _known_target(target: str) -> tuple[str, str, str]:
     if target in ELSEWHERE:
         raise EdgeError(f"--to {target}: {ELSEWHERE[target]}")
     raise EdgeError(f"--to {target} is no target; choose one of: {', '.join([*TARGETS, *ELSEWHERE])}")
+
+
+def _installed_for(target: str, engine: str) -> None:
+    """Said before minutes of reading footage, not after."""
+    missing = [module for module in NEEDS.get(engine, ()) if importlib.util.find_spec(module) is None]
+    if missing:
+        raise EdgeError(f"--to {target} needs {' and '.join(missing)}, which are not installed: {CONVERT_EXTRA}")
 
 
 def _room_for(source: Path, folder: Path) -> None:
@@ -183,6 +193,7 @@ def convert(
     platform: str = "rk3588",
 ) -> Converted:
     engine, suffix, name_suffix = _known_target(target)
+    _installed_for(target, engine)
     name_suffix = name_suffix.replace("PLATFORM", platform)
     onnx_model, reason = model_for_engine(model, "onnx")  # the float ONNX file both vendors' tools start from
     if onnx_model is None:
