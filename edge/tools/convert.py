@@ -93,7 +93,7 @@ def _installed_for(target: str, engine: str) -> None:
     """Said before minutes of reading footage, not after."""
     missing = [module for module in NEEDS.get(engine, ()) if importlib.util.find_spec(module) is None]
     if missing:
-        raise EdgeError(f"--to {target} needs {' and '.join(missing)}, which are not installed: {CONVERT_EXTRA}")
+        raise EdgeError(f"--to {target} needs {' and '.join(missing)}, not installed here: {CONVERT_EXTRA}")
 
 
 def _room_for(source: Path, folder: Path) -> None:
