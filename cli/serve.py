@@ -134,6 +134,7 @@ def serve(
     from edge_inference.service.server import make_server
 
     app = create_app(config)  # checks every source, model name and token file before anything starts
+    uvicorn_server = make_server(app, config, log_level)  # a parser asked for and not installed: said before the URLs
     listener = bind(config.server.host, config.server.port)
     access = app.state.access
     if access.token is None and not is_loopback(config.server.host):
@@ -144,7 +145,7 @@ def serve(
         )
     generated = access.token if access.generated else None
     click.echo(_urls(config, listener.getsockname()[1], generated, access.token is not None), err=True)
-    make_server(app, config, log_level).run(sockets=[listener])
+    uvicorn_server.run(sockets=[listener])
 
 
 def with_environment(config: ServiceConfig, settings: Settings, flags: Iterable[str] = ()) -> ServiceConfig:

@@ -247,6 +247,19 @@ def test_the_connection_cap_answers_with_retry_after_and_never_to_the_health_pro
                 sock.close()
 
 
+def test_an_http_parser_that_is_not_installed_is_one_line(monkeypatch):
+    import importlib.util
+
+    from edge_inference.edge.errors import EdgeError
+    from edge_inference.service.server import GuardedH11Protocol, guarded_protocol
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "httptools" else found(name, *a))
+    assert guarded_protocol("auto") is GuardedH11Protocol  # auto falls back, as uvicorn's own auto does
+    with pytest.raises(EdgeError, match=r"^server.http is httptools, which is not installed: pip install httptools"):
+        guarded_protocol("httptools")
+
+
 def test_accepted_connections_have_nagle_off():
     """The listening socket edge serve makes must say TCP, or asyncio leaves Nagle on and every answer waits ~40 ms."""
     import asyncio

@@ -26,7 +26,7 @@ from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.calibration import Frames
-from edge_inference.edge.tools.quantize import CONVERT_EXTRA, float_subgraphs
+from edge_inference.edge.tools.quantize import float_subgraphs
 from edge_inference.edge.tools.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_python
 from edge_inference.models.detection import Detection
 from edge_inference.models.preprocess import Preprocessor
@@ -80,11 +80,10 @@ def rknn_int8(
 def _float_subgraphs(source: Path) -> list[list[str]]:
     """What Rockchip's hybrid quantisation keeps in float16: the stem and the head, for the reason the other int8
     targets keep them in float (quantize.py). Without it yolox-nano's int8 agreed 0.646 with the float model on the
-    shared video (one int8 tensor carries both its boxes and its scores), with it 0.943."""
-    try:
-        import onnx
-    except ImportError:
-        raise EdgeError(f"rknn needs onnx to find the layers kept in float16: {CONVERT_EXTRA}") from None
+    shared video (one int8 tensor carries both its boxes and its scores), with it 0.943. onnx is there: `convert`
+    checks a target's libraries before it reads any footage."""
+    import onnx
+
     return float_subgraphs(onnx.load(str(source), load_external_data=False))
 
 
