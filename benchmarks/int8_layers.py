@@ -1,6 +1,7 @@
 """Where yolox-nano's int8 agreement is lost, and what keeping layers in float costs (issue 59).
 
     python -m benchmarks.int8_layers [--engine onnx|openvino] [--frames 100] [--stem 0,2,4] [--rounds 3]
+        [--operators qdq,qoperator]
 
 `edge models convert yolox-nano --to onnx-int8`'s quantisation (ONNX Runtime's `quantize_static`, the head in
 float), or `--to openvino-int8`'s (NNCF) with `--engine openvino`, made once per `--stem` figure: the stem up to its
@@ -9,7 +10,8 @@ the shared video's first half and judged on its second half as the conversion ju
 model over the classes it found 10+ times, per class). Then CPU per frame (one thread, the process's CPU time from
 the kernel) of the float model and every variant, in `--rounds` alternating passes over the evaluation frames, the
 medians: one pass measured 0.67 and 0.87 for the same file on this shared machine. All in one run, side by side: a
-ratio is only read against its own run.
+ratio is only read against its own run. `--operators` (onnx): ONNX Runtime's operator format, QDQ (the
+conversion's) and/or QOperator, one conversion each per stem figure.
 """
 
 from __future__ import annotations
@@ -21,15 +23,15 @@ from pathlib import Path
 
 from benchmarks.common import MODELS, VTEST, machine
 from benchmarks.convert import detector_cpu_ms
-from edge_inference.edge.tools.calibration import Frames, calibration_frames
-from edge_inference.edge.tools.convert import _judge, _loaded, _table
-from edge_inference.edge.tools.quantize import DEFAULT_METHOD, onnx_int8, openvino_int8
+from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames
+from edge_inference.edge.tools.conversion.convert import _judge, _loaded, _table
+from edge_inference.edge.tools.conversion.quantize import DEFAULT_METHOD, onnx_int8, openvino_int8
 
 
-def quantized(engine: str, source: Path, folder: str, tensors: list, convs: int) -> tuple[Path, dict]:
+def quantized(engine: str, source: Path, folder: str, tensors: list, convs: int, operators: str) -> tuple[Path, dict]:
     if engine == "onnx":
-        target = Path(folder) / f"int8-{convs}.onnx"
-        return target, onnx_int8(source, target, tensors, DEFAULT_METHOD, stem_convs=convs)
+        target = Path(folder) / f"int8-{convs}-{operators}.onnx"
+        return target, onnx_int8(source, target, tensors, DEFAULT_METHOD, stem_convs=convs, operators=operators)
     target = Path(folder) / f"int8-{convs}.xml"
     return target, openvino_int8(source, target, tensors, stem_convs=convs)
 
@@ -40,6 +42,7 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--stem", default="0,2,4", help="the stem's convolutions kept in float, one conversion each")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--operators", default="qdq", help="onnx: qdq and/or qoperator, comma-separated")
     args = parser.parse_args()
     source = MODELS / "onnx" / "yolox_nano.onnx"
     engine = args.engine
@@ -48,19 +51,20 @@ def main() -> int:
     evaluation = Frames.decoded(frames.evaluation)
     floating = _loaded(source, engine, "yolox")
     tensors = [floating.prepare(frame).tensor.copy() for frame in Frames.decoded(frames.calibration)]
-    print("stem convolutions in float | nodes in float | agreement | per class")
+    print("stem convolutions in float | operators | nodes in float | agreement | per class")
+    formats = args.operators.split(",") if engine == "onnx" else ["nncf"]
     with tempfile.TemporaryDirectory() as folder:
         files = {"float": source}
-        for convs in (int(k) for k in args.stem.split(",")):
-            target, record = quantized(engine, source, folder, tensors, convs)
+        for convs, operators in ((int(k), f) for k in args.stem.split(",") for f in formats):
+            target, record = quantized(engine, source, folder, tensors, convs, operators)
             int8 = _loaded(target, engine, "yolox")
             try:
                 table = _table(*_judge(floating, int8, evaluation), (1, 1))
             finally:
                 int8.close()
-            print(f"{convs} | {len(record['kept_in_float'])} | {table['agreement_map50']} | "
+            print(f"{convs} | {operators} | {len(record['kept_in_float'])} | {table['agreement_map50']} | "
                   f"{table['agreement_per_class']}", flush=True)  # fmt: skip
-            files[f"int8, stem of {convs} convolutions in float"] = target
+            files[f"int8 ({operators}), stem of {convs} convolutions in float"] = target
         floating.close()
         timed: dict[str, list[float]] = {name: [] for name in files}
         for _ in range(args.rounds):

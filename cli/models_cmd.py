@@ -17,7 +17,7 @@ from edge_inference.edge.detection.loader import DetectorConfig, load_detector
 from edge_inference.edge.detection.model_files import converted_folder, locate_model, model_for_engine
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
-from edge_inference.edge.tools.quantize import DEFAULT_METHOD
+from edge_inference.edge.tools.conversion.quantize import DEFAULT_METHOD
 from edge_inference.models.download import is_cached, pull, verify
 from edge_inference.models.registry import DEFAULT_MODEL, REGISTRY, RegistryEntry, get_entry, is_registry_name
 
@@ -286,6 +286,12 @@ def export_triton(model: str, folder: Path, name: str | None, mirror: str | None
     show_default=True,
     help="rknn: the Rockchip NPU the file is made for.",
 )
+@click.option(
+    "--split-head/--no-split-head",
+    default=None,
+    help="rknn: the head split as rknn_model_zoo splits YOLOv8/YOLO11 (per stride box logits, class scores, their "
+    "sum; DFL on the CPU). [default: split where the model has that head]",
+)
 @click.option("--calibrate", required=True, help="Your camera or footage: a camera, an RTSP URL, a video, a folder.")
 @click.option(
     "--eval", "evaluate", help="Other footage to judge the conversion on [default: the second half of --calibrate]."
@@ -317,6 +323,7 @@ def convert_model(
     output: Path | None,
     method: str,
     platform: str,
+    split_head: bool | None,
     frames: int,
     no_progress: bool,
     mirror: str | None,
@@ -324,7 +331,7 @@ def convert_model(
     """Make MODEL int8 for this device with the vendor's tool, calibrated on your own camera, and judge it on
     other frames of it against the float model: size, CPU per frame, agreement. `edge serve --model NAME-int8`
     then runs it."""
-    from edge_inference.edge.tools.convert import convert
+    from edge_inference.edge.tools.conversion.convert import convert
 
     done = convert(
         model,
@@ -337,6 +344,7 @@ def convert_model(
         counts=(frames, frames),
         progress=not no_progress,
         platform=platform,
+        split_head=split_head,
     )
     table = done.record["table"]
     click.echo(f"{'':<8}{'size MiB':>10}{'CPU ms/frame':>14}{'fps':>8}")

@@ -11,14 +11,14 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
 
-from edge_inference.backends import Backend, BackendError, BackendOptions, TensorInfo, get_engine, open_backend
+from edge_inference.backends import Backend, BackendError, BackendOptions, get_engine, open_backend
 from edge_inference.edge.config import ConfigError, load_config
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.detector_pool import DetectorPool, describe_engine
@@ -285,34 +285,38 @@ def test_an_rk3588_model_gets_a_context_on_each_npu_core_for_its_lanes(vendor, t
         handle.close()
 
 
-@dataclass
-class ZooLayout(Backend):
-    """yolov8n's real outputs (1, 84, 8400) in rknn_model_zoo's split layout, as its RKNN export would give them."""
-
-    source: Backend | None = None
-
-    def run(self, tensor: np.ndarray) -> list[np.ndarray]:
-        assert self.source is not None
-        (pred,) = self.source.run(tensor)
-        xywh, scores = pred[0, :4], pred[0, 4:]
-        xyxy = np.concatenate([xywh[:2] - xywh[2:] / 2, xywh[:2] + xywh[2:] / 2])
-        return zoo_outputs(xyxy, scores)
-
-
 @pytest.mark.parametrize("photo", ["astronaut", "chelsea", "coffee"])
-def test_zoo_split_head_gives_the_onnx_decoders_boxes_on_a_real_model(photo):
-    reference = load_detector(DetectorConfig(str(YOLOV8N), backend="onnx", threads=1))
-    backend = reference.backend
-    outputs = [TensorInfo(f"output{i}", (), np.dtype(np.float32)) for i in range(9)]
-    split = ZooLayout("rknn", "", "", "", backend.inputs, outputs, source=backend)
-    detector = Detector(split, replace(reference.spec, decoder="yolov8-rknn"))
+def test_the_rknn_engine_reads_a_real_split_yolov8_heads_outputs(vendor, photo):
+    """A stock YOLOv8n export split into rknn_model_zoo's nine outputs (what `edge models convert --to rknn` builds),
+    its real outputs on a photo handed back by RKNNLite's stand-in: the RKNN engine, with the sidecar the conversion
+    writes, finds what the export itself finds on ONNX Runtime. The simulator's own outputs of the converted file are
+    judged in test_convert.py."""
+    import onnx
+    import onnxruntime as ort
+    import rknnlite.api as rknn
+    import yaml
+
+    from edge_inference.edge.tools.conversion.split_head import split_yolov8_head
+    from tests.float_yolov8n import float_yolov8n
+
+    exported = float_yolov8n(YOLOV8N, vendor / "yolov8n.onnx")
+    split = vendor / "yolov8n-split.onnx"
+    onnx.save(split_yolov8_head(onnx.load(str(exported))), str(split))
+    reference = load_detector(DetectorConfig(str(exported), backend="onnx", threads=1))
     image = skimage_photo(photo)
-    expected = reference.detect(image).detections
-    got = detector.detect(image).detections
+    tensor = reference.prepare(image).tensor
+    outputs = ort.InferenceSession(str(split), providers=["CPUExecutionProvider"]).run(None, {"images": tensor})
+    fake_devices.rk3588(vendor / "root")
+    model = rknn.write_rknn(vendor / "yolov8n.rknn", (1, 640, 640, 3), outputs)
+    sidecar = {"decoder": "yolov8-rknn", "width": 640, "height": 640, "pad_value": 114}
+    model.with_name(model.name + ".yaml").write_text(yaml.safe_dump(sidecar))
+    detector = load_detector(DetectorConfig(str(model), backend="rknn"), Settings(model_cache=vendor / "cache"))
+    expected, got = reference.detect(image).detections, detector.detect(image).detections
     assert expected and [d.label for d in got] == [d.label for d in expected]
     for a, b in zip(got, expected, strict=True):
         assert a.box.iou(b.box) >= 0.99 and a.score == pytest.approx(b.score, abs=1e-4)
     reference.close()
+    detector.close()
 
 
 # --- TensorRT / CUDA / OpenVINO EP ---------------------------------------------------------------------------------

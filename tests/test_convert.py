@@ -5,6 +5,11 @@ was not calibrated on, and the result is found by name afterwards. No timing is 
 from __future__ import annotations
 
 import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,10 +20,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_inference.edge.tools.calibration import Read, spread_over_motion
-from edge_inference.edge.tools.quantize import STEM_CONVS
+from edge_inference.edge.tools.conversion.calibration import Read, spread_over_motion
+from edge_inference.edge.tools.conversion.quantize import STEM_CONVS
 from edge_inference.models.download import sha256_of
 from tests.conftest import MEDIA, MODELS, VTEST
+from tests.float_yolov8n import float_yolov8n
 from tests.helpers import run_edge, write_clip
 from tests.mounts import tmpfs
 from tests.test_cli_detect import assert_one_clear_error
@@ -137,7 +143,7 @@ def test_a_target_whose_library_is_not_installed_is_said_before_any_footage_is_r
 
     from edge_inference.edge.errors import EdgeError
     from edge_inference.edge.settings import Settings
-    from edge_inference.edge.tools import convert as converting
+    from edge_inference.edge.tools.conversion import convert as converting
 
     found = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else found(name, *a))
@@ -220,7 +226,7 @@ def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     on Rockchip's simulator; the float model's decoder reads its outputs. Where that environment has not been made
     (several GB with torch; `edge models convert MODEL --to rknn` makes it once), the test says so and skips."""
     from edge_inference.edge.settings import Settings
-    from edge_inference.edge.tools.toolchains import RKNN_TOOLKIT, toolchain_ready
+    from edge_inference.edge.tools.conversion.toolchains import RKNN_TOOLKIT, toolchain_ready
 
     if not toolchain_ready(RKNN_TOOLKIT, Settings()):
         pytest.skip("rknn-toolkit2's environment is not made here (`edge models convert yolox-nano --to rknn`)")
@@ -241,12 +247,69 @@ def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     assert "time it on the board" in proc.stdout
 
 
+def test_rknn_split_head_is_decoded_from_the_simulators_outputs(env, clip, tmp_path):
+    """`--to rknn` on a stock Ultralytics YOLOv8n export splits its head: rknn_model_zoo's nine outputs, quantised and
+    run on Rockchip's simulator, read by the `yolov8-rknn` decoder the board's engine uses, agree with the float
+    export read by its own decoder on ONNX Runtime; the sidecar names that decoder and Ultralytics' grey letterbox."""
+    from edge_inference.edge.settings import Settings
+    from edge_inference.edge.tools.conversion.toolchains import RKNN_TOOLKIT, toolchain_ready
+
+    if not toolchain_ready(RKNN_TOOLKIT, Settings()):
+        pytest.skip("rknn-toolkit2's environment is not made here (`edge models convert yolox-nano --to rknn`)")
+    model = float_yolov8n(MODELS / "onnx" / "yolov8n_int8.onnx", tmp_path / "yolov8n.onnx")
+    # its single head: rknn-toolkit2 2.5.0's graph optimizer fails in DFL; the line says what converts it
+    proc = run_edge("models", "convert", str(model), "--to", "rknn", "--no-split-head", "--calibrate", str(clip),
+                    "--frames", "4", "--no-progress", env=env, timeout=600)  # fmt: skip
+    assert_one_clear_error(proc, "rknn-toolkit2 failed", "converts split: leave out --no-split-head")
+    # split by default where the model has a YOLOv8/YOLO11 head
+    proc = run_edge("models", "convert", str(model), "--to", "rknn", "--calibrate", str(clip), "--frames", "12",
+                    "--no-progress", env=env, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    made = Path(env["EDGE_MODEL_CACHE"]) / "converted" / "yolov8n-rk3588.rknn"
+    sidecar = yaml.safe_load(made.with_name(made.name + ".yaml").read_text())
+    assert sidecar == {"decoder": "yolov8-rknn", "width": 640, "height": 640, "pad_value": 114}
+    record = json.loads(made.with_name(made.name + ".json").read_text())
+    assert "rknn_model_zoo" in record["head"]
+    ends = {last for _, last in record["kept_in_float16"][1:]}  # the head in float16 up to each of the nine outputs
+    assert {"class8", "class_sum8", "class16", "class_sum16", "class32", "class_sum32"} <= ends and len(ends) == 9
+    assert record["table"]["agreement_map50"] >= 0.85, record["table"]
+
+
+def convert_within(data_bytes: int, model: Path, clip: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`edge models convert MODEL --to onnx-int8` of 20 frames in a child whose data (heap, anonymous mappings) the
+    kernel caps at `data_bytes`, as on a small machine."""
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (data_bytes, data_bytes))
+
+    command = [sys.executable, "-m", "edge_inference", "models", "convert", str(model), "--to", "onnx-int8",
+               "--calibrate", str(clip), "--frames", "20", "--no-progress"]  # fmt: skip
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, **env}, preexec_fn=capped, check=False
+    )
+
+
+def test_calibrating_a_640_model_holds_a_few_frames_at_a_time(env, clip, tmp_path):
+    """ONNX Runtime's calibrator kept every intermediate tensor of every calibration frame at once: a stock YOLOv8n at
+    640 took over 16 GB for 100 frames and the kernel killed the conversion; 20 frames needed more than 4 GiB. Given
+    to it a few frames at a time, 20 convert within 4 GiB; with too little memory the line says what to do."""
+    model = float_yolov8n(MODELS / "onnx" / "yolov8n_int8.onnx", tmp_path / "yolov8n.onnx")
+    proc = convert_within(4 << 30, model, clip, env)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((Path(env["EDGE_MODEL_CACHE"]) / "converted" / "yolov8n-int8.onnx.json").read_text())
+    assert record["calibration"]["frames"] == 20 and record["table"]["agreement_map50"] >= 0.90
+    shutil.rmtree(Path(env["EDGE_MODEL_CACHE"]) / "converted")
+    proc = convert_within(1 << 30, model, clip, env)
+    assert_one_clear_error(proc, "ran out of memory with 20 calibration frames: give fewer --frames")
+    assert not any((Path(env["EDGE_MODEL_CACHE"]) / "converted").iterdir())
+
+
 def test_tflite_int8_is_made_by_onnx2tf_and_judged_on_litert(env, clip):
     """`--to tflite-int8`: onnx2tf with TensorFlow in its own environment writes the full-integer model (the Edge TPU
     compiler's input) calibrated on the camera's frames, and LiteRT runs it against onnx2tf's float32 twin; the
     user's cached float model is left as it was (onnx2tf simplifies the file it is given in place)."""
     from edge_inference.edge.settings import Settings
-    from edge_inference.edge.tools.toolchains import ONNX2TF, toolchain_ready
+    from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, toolchain_ready
 
     if not toolchain_ready(ONNX2TF, Settings()):
         pytest.skip("onnx2tf's environment is not made here (`edge models convert yolox-nano --to tflite-int8`)")

@@ -30,14 +30,17 @@ from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
-from edge_inference.edge.tools.calibration import Frames, calibration_frames
-from edge_inference.edge.tools.quantize import CONVERT_EXTRA, DEFAULT_METHOD, onnx_int8, openvino_int8
-from edge_inference.edge.tools.toolchain_convert import rknn_int8, tflite_int8
-from edge_inference.edge.tools.toolchains import ONNX2TF
+from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames
+from edge_inference.edge.tools.conversion.quantize import CONVERT_EXTRA, DEFAULT_METHOD, onnx_int8, openvino_int8
+from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
+from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
+from edge_inference.edge.tools.conversion.toolchains import ONNX2TF
 from edge_inference.models.agreement import agreement
+from edge_inference.models.decoders import get_decoder
 from edge_inference.models.detection import Detection
 from edge_inference.models.download import sha256_of
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
+from edge_inference.models.spec import ModelSpec
 
 # target -> (engine that runs it, file ending, name suffix)
 TARGETS = {
@@ -61,6 +64,7 @@ REFERENCE_CONF = 0.25  # the float model's boxes kept as truth: the service's de
 # the converted file, its partial copy and the toolchains' intermediate files (ONNX Runtime's pre-processed and
 # upgraded graphs): about this many times the float model's size
 ROOM_FACTOR = 6
+OUT_OF_MEMORY = ("bad_alloc", "Failed to allocate memory", "Insufficient memory", "out of memory")
 CLASS_BOXES = 10  # a class is shown on its own once the float model found this many of it
 TIMED_BLOCK = 8  # evaluation frames alternate between the two models in blocks of this many
 
@@ -106,6 +110,12 @@ def _room_for(source: Path, folder: Path) -> None:
             f"converting {source.name} needs about {need / 2**20:.0f} MiB free in {folder} ({free / 2**20:.0f} MiB "
             "free): free some space, or give --output on another disk"
         )
+
+
+def _out_of_memory(failed: BaseException) -> bool:
+    """Python's MemoryError, or an engine's allocation failure as ONNX Runtime and OpenCV word it."""
+    said = str(failed)
+    return isinstance(failed, MemoryError) or any(sign in said for sign in OUT_OF_MEMORY)
 
 
 def _files(path: Path) -> list[Path]:
@@ -191,8 +201,13 @@ def convert(
     counts: tuple[int, int] = (100, 100),
     progress: bool = True,
     platform: str = "rk3588",
+    split_head: bool | None = None,
 ) -> Converted:
     engine, suffix, name_suffix = _known_target(target)
+    if split_head is not None and engine != "rknn":
+        raise EdgeError(
+            f"--split-head and --no-split-head are for --to rknn only (Rockchip's layout), not --to {target}"
+        )
     _installed_for(target, engine)
     name_suffix = name_suffix.replace("PLATFORM", platform)
     onnx_model, reason = model_for_engine(model, "onnx")  # the float ONNX file both vendors' tools start from
@@ -203,13 +218,19 @@ def convert(
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
     target_path.parent.mkdir(parents=True, exist_ok=True)
     _room_for(source, target_path.parent)
+    split_head = engine == "rknn" and splittable(source, split_head)
     frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
     partial = target_path.with_name(f".{target_path.stem}.partial{suffix}")
     try:
-        record = _make(source, partial, engine, frames, (method, platform, settings), progress)
-    except BaseException:
+        record = _make(source, partial, engine, frames, (method, platform, split_head, settings), progress)
+    except BaseException as failed:
         for path in _files(partial):
             path.unlink(missing_ok=True)
+        if _out_of_memory(failed):
+            raise EdgeError(
+                f"converting {source.name} ran out of memory with {len(frames.calibration)} calibration frames: give "
+                "fewer --frames, or convert on a machine with more memory"
+            ) from None
         raise
     for done, final in zip(_files(partial), _files(target_path), strict=True):
         done.replace(final)
@@ -229,7 +250,7 @@ def convert(
         "frames_are": "the second half of the source" if evaluate is None else "another source",
     }
     record["verdict"] = verdict(record["table"])
-    spec = SpecOverrides(decoder=record.pop("decoder"), **record.pop("input_size"))  # a .rknn names no input size
+    spec = SpecOverrides(decoder=record.pop("decoder"), **record.pop("sidecar"))  # a .rknn names no input size
     float_sidecar = sidecar_path(source)
     spec = (load_sidecar(float_sidecar) if float_sidecar else SpecOverrides()).merged(spec)
     Path(f"{target_path}.yaml").write_text(yaml.safe_dump(spec.model_dump(exclude_none=True)), encoding="utf-8")
@@ -238,11 +259,12 @@ def convert(
 
 
 def _make(
-    source: Path, partial: Path, engine: str, frames: Frames, how: tuple[str, str, Settings], progress: bool
+    source: Path, partial: Path, engine: str, frames: Frames, how: tuple[str, str, bool, Settings], progress: bool
 ) -> dict[str, Any]:
     """Converted to `partial` and judged there: the record's toolchain, decoder and table. `how`: the calibration
-    method (onnx-int8), the target platform (rknn) and the settings (where a toolchain lives)."""
-    method, platform, settings = how
+    method (onnx-int8), the target platform and whether the head is split (rknn), and the settings (where a
+    toolchain lives)."""
+    method, platform, split_head, settings = how
     # both decode down to CANDIDATE_CONF, so their CPU per frame is like for like; the float's truth is then cut
     # the float ONNX model, on its own engine where the int8 one runs there; else on ONNX Runtime (an NPU that is not
     # here, a toolchain that judges its own float twin: its spec and pixels)
@@ -252,7 +274,7 @@ def _make(
     try:
         spec = float_detector.spec
         if engine == "rknn":
-            done, found = rknn_int8(float_detector, source, partial, frames, platform, settings)
+            done, found = rknn_int8(float_detector, source, partial, frames, (platform, split_head, settings))
             floating = _timed(float_detector, Frames.decoded(frames.evaluation))
             judged = (floating, Judged(0.0, 0.0, found))
         elif engine == "tflite":
@@ -280,8 +302,20 @@ def _make(
     if engine == "rknn":  # the simulator's time says nothing of the NPU's
         table["int8"].update(cpu_ms_per_frame=None, fps=None)
         table["cpu_ratio"] = None
-    size = {"width": spec.preprocessing.width, "height": spec.preprocessing.height} if engine == "rknn" else {}
-    return {**done, "decoder": spec.decoder, "engine": engine, "table": table, "input_size": size}
+    decoder = SPLIT_DECODER if split_head else spec.decoder
+    return {**done, "decoder": decoder, "engine": engine, "table": table, "sidecar": _sidecar(engine, spec, decoder)}
+
+
+def _sidecar(engine: str, spec: ModelSpec, decoder: str) -> dict[str, Any]:
+    """What the converted file's sidecar says beside its decoder: a .rknn names no input size; another decoder
+    than the float model's (the split head's) gets the float model's pre-processing where its own defaults differ
+    (Ultralytics letterboxes with grey 114, the zoo with black)."""
+    pre = spec.preprocessing
+    said: dict[str, Any] = {"width": pre.width, "height": pre.height} if engine == "rknn" else {}
+    if decoder != spec.decoder:
+        defaults = get_decoder(decoder).preprocessing
+        said |= {key: getattr(pre, key) for key, value in defaults.items() if getattr(pre, key) != value}
+    return said
 
 
 def _loaded(path: Path, engine: str, decoder: str) -> Detector:

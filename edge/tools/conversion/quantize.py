@@ -36,6 +36,10 @@ QDQ_OPSET = 13  # per-channel QuantizeLinear/DequantizeLinear needs opset 13
 # step for. yolox-nano on the shared video, 100 frames each: people's AP against the float model 0.987 with it, 0.895
 # with minmax and with entropy (BENCHMARKS.md, issue 59)
 DEFAULT_METHOD = "percentile"
+# ONNX Runtime's calibrators keep every intermediate tensor of every frame they are given at once, then histogram
+# them: a stock YOLOv8n at 640 took over 16 GB for 100 frames and was killed. Given in passes of this many frames,
+# the histograms are merged pass by pass (quantize_static's `CalibStridedMinMax`, which every calibrator honours)
+CALIBRATION_CHUNK = 8
 STEM_CONVS = 4  # convolutions kept in float after the input, with what comes before and between them
 OPENVINO_CONVOLUTIONS = ("Convolution", "GroupConvolution")  # ONNX's Conv is either (depthwise: grouped)
 
@@ -67,7 +71,7 @@ def openvino_stem(model: Any, convs: int = STEM_CONVS) -> list[str]:
 
 def onnx_head(model: Any, outputs: list[str] | None = None) -> list[str]:
     """Names of an ONNX graph's head nodes: from each output (or those named) back to the first Conv on each path,
-    inclusive."""
+    inclusive (DFL's fixed convolution walked through)."""
     producer = {out: node for node in model.graph.node for out in node.output}
     head: dict[str, None] = {}
     stack = list(outputs or [output.name for output in model.graph.output])
@@ -76,9 +80,16 @@ def onnx_head(model: Any, outputs: list[str] | None = None) -> list[str]:
         if node is None or node.name in head:
             continue
         head[node.name] = None
-        if node.op_type != "Conv":
+        if node.op_type != "Conv" or _is_dfl(producer.get(node.input[0])):
             stack.extend(node.input)
     return list(head)
+
+
+def _is_dfl(feeding: Any) -> bool:
+    """A convolution fed by a Softmax is YOLOv8/YOLO11's DFL: the expectation over each side's bins (fixed weights
+    0..15), box arithmetic rather than a learned layer; the head goes on to the box branch's convolutions behind it.
+    Stopping there left YOLOv8's box branches, coordinates and all, in int8."""
+    return feeding is not None and feeding.op_type == "Softmax"
 
 
 def float_subgraphs(model: Any, convs: int = STEM_CONVS) -> list[list[str]]:
@@ -110,23 +121,39 @@ def openvino_head(model: Any) -> list[str]:
         if name in head or node.get_type_name() in ("Parameter", "Constant"):
             continue
         head[name] = None
-        if node.get_type_name() not in OPENVINO_CONVOLUTIONS:
+        feeding = node.input_value(0).get_node() if node.get_input_size() else None
+        softmax = feeding is not None and feeding.get_type_name() in ("Softmax", "SoftMax")
+        if node.get_type_name() not in OPENVINO_CONVOLUTIONS or softmax:  # DFL's convolution: see _is_dfl
             stack.extend(value.get_node() for value in node.input_values())
     return list(head)
 
 
 class _Reader:
-    """ONNX Runtime's CalibrationDataReader: one input feed per calibration tensor."""
+    """ONNX Runtime's CalibrationDataReader: one input feed per calibration tensor, a range of them at a time
+    (`set_range`, which quantize_static calls with its `CalibStridedMinMax` option)."""
 
     def __init__(self, name: str, tensors: list[np.ndarray], step: Callable[[], None]) -> None:
-        self._feeds: Iterator[dict[str, np.ndarray]] = iter({name: t} for t in tensors)
-        self._step = step
+        self._name, self._tensors, self._step = name, tensors, step
+        self.set_range(0, len(tensors))
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        self._feeds: Iterator[int] = iter(range(start_index, min(end_index, len(self._tensors))))
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        feed = next(self._feeds, None)
-        if feed is not None:
-            self._step()
-        return feed
+        index = next(self._feeds, None)
+        if index is None:
+            return None
+        self._step()
+        return {self._name: self._tensors[index]}
+
+
+def calibration_chunk(frames: int) -> int:
+    """Frames per pass of ONNX Runtime's calibrator: the largest divisor of `frames` up to CALIBRATION_CHUNK (its
+    strided option takes only a divisor)."""
+    return max(size for size in range(1, min(frames, CALIBRATION_CHUNK) + 1) if frames % size == 0)
 
 
 def onnx_int8(
@@ -136,10 +163,12 @@ def onnx_int8(
     method: str,
     step: Callable[[], None] = lambda: None,
     stem_convs: int = STEM_CONVS,
+    operators: str = "qdq",
 ) -> dict[str, Any]:
     """`source` quantised to `target` (QDQ, int8 weights per channel, uint8 activations), the stem and the head in
-    float; what was done, for the record. `stem_convs`: the stem's convolutions (0: the head alone in float;
-    `benchmarks/int8_layers.py` weighs what each costs and buys)."""
+    float; what was done, for the record. `stem_convs`: the stem's convolutions (0: the head alone in float);
+    `operators`: qdq or qoperator (ONNX Runtime's QLinear* operators written out; the same kernels run once ONNX
+    Runtime fuses QDQ). `benchmarks/int8_layers.py` weighs what each costs and buys."""
     try:
         import onnx
         import sympy  # noqa: F401 - quant_pre_process's symbolic shape inference needs it, and says so only there
@@ -168,18 +197,19 @@ def onnx_int8(
                 str(prepared),
                 str(target),
                 _Reader(model.graph.input[0].name, tensors, step),
-                quant_format=QuantFormat.QDQ,
+                quant_format=QuantFormat.QOperator if operators == "qoperator" else QuantFormat.QDQ,
                 per_channel=True,
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
                 calibrate_method=methods[method],
                 nodes_to_exclude=kept,
+                extra_options={"CalibStridedMinMax": calibration_chunk(len(tensors))},
             )
     import onnxruntime
 
     return {
         "toolchain": f"onnxruntime {onnxruntime.__version__} quantize_static",
-        "format": "QDQ, int8 weights per channel, uint8 activations",
+        "format": f"{'QOperator' if operators == 'qoperator' else 'QDQ'}, int8 weights per channel, uint8 activations",
         "calibration_method": method,
         "opset": max(opset, QDQ_OPSET),
         "kept_in_float": kept,
