@@ -23,7 +23,9 @@ def float_yolov8n(source: Path, target: Path) -> Path:
     for node in graph.node:
         for name in node.input:
             used_by.setdefault(name, []).append(node)
-    replaced, dropped, weights = {}, set(), []
+    replaced: dict[str, Any] = {}
+    dropped: set[str] = set()
+    weights: list[Any] = []
     for node in (n for n in graph.node if n.op_type == "ConvInteger"):
         x = made_by[node.input[0]].input[0]  # the float tensor DynamicQuantizeLinear quantised
         name = node.input[1].removesuffix("_quantized")
@@ -44,15 +46,11 @@ def float_yolov8n(source: Path, target: Path) -> Path:
             replaced[scaled.name], dropped = conv, dropped | {node.name, cast.name}
         conv.attribute.extend(node.attribute)
     nodes = [replaced.get(node.name, node) for node in graph.node if node.name not in dropped]
-    needed, kept = {output.name for output in graph.output}, []
-    for node in reversed(nodes):
-        if any(out in needed for out in node.output):
-            kept.append(node)
-            needed.update(node.input)
-    initializers = [init for init in [*graph.initializer, *weights] if init.name in needed]
-    del graph.node[:], graph.initializer[:]
-    graph.node.extend(reversed(kept))
-    graph.initializer.extend(initializers)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(target))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(weights)
+    inputs = [i.name for i in graph.input if i.name not in constants]
+    floating = onnx.utils.Extractor(model).extract_model(inputs, [output.name for output in graph.output])
+    onnx.checker.check_model(floating)
+    onnx.save(floating, str(target))
     return target

@@ -40,6 +40,7 @@ DEFAULT_METHOD = "percentile"
 # them: a stock YOLOv8n at 640 took over 16 GB for 100 frames and was killed. Given in passes of this many frames,
 # the histograms are merged pass by pass (quantize_static's `CalibStridedMinMax`, which every calibrator honours)
 CALIBRATION_CHUNK = 8
+FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}  # `operators` -> ONNX Runtime's QuantFormat member
 STEM_CONVS = 4  # convolutions kept in float after the input, with what comes before and between them
 OPENVINO_CONVOLUTIONS = ("Convolution", "GroupConvolution")  # ONNX's Conv is either (depthwise: grouped)
 
@@ -197,7 +198,7 @@ def onnx_int8(
                 str(prepared),
                 str(target),
                 _Reader(model.graph.input[0].name, tensors, step),
-                quant_format=QuantFormat.QOperator if operators == "qoperator" else QuantFormat.QDQ,
+                quant_format=QuantFormat[FORMATS[operators]],
                 per_channel=True,
                 activation_type=QuantType.QUInt8,
                 weight_type=QuantType.QInt8,
@@ -209,7 +210,7 @@ def onnx_int8(
 
     return {
         "toolchain": f"onnxruntime {onnxruntime.__version__} quantize_static",
-        "format": f"{'QOperator' if operators == 'qoperator' else 'QDQ'}, int8 weights per channel, uint8 activations",
+        "format": f"{FORMATS[operators]}, int8 weights per channel, uint8 activations",
         "calibration_method": method,
         "opset": max(opset, QDQ_OPSET),
         "kept_in_float": kept,

@@ -97,7 +97,8 @@ def _stride_outputs(stride: int, box: str, logits: str, opset: int) -> tuple[lis
 
 def split_yolov8_head(model: Any) -> Any:
     """`model` (an Ultralytics YOLOv8/YOLO11 detection export: one output (1, 4 + C, N)) with rknn_model_zoo's nine
-    outputs in its place, what fed only the old output removed. An EdgeError says why a model is not one."""
+    outputs in its place, what fed only the old output removed (a new model; `model` is changed on the way). An
+    EdgeError says why a model is not one."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -123,9 +124,11 @@ def split_yolov8_head(model: Any) -> Any:
         ]
     del graph.output[:]
     graph.output.extend(outputs)
-    _prune(graph)
-    onnx.checker.check_model(model)
-    return model
+    inputs = [i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}]
+    # what no new output needs (DFL, the box arithmetic, the old concatenations) left out by onnx's own extractor
+    split = onnx.utils.Extractor(model).extract_model(inputs, [output.name for output in outputs])
+    onnx.checker.check_model(split)
+    return split
 
 
 def splittable(source: Path, asked: bool | None) -> bool:
@@ -144,18 +147,3 @@ def splittable(source: Path, asked: bool | None) -> bool:
             raise
         return False
     return True
-
-
-def _prune(graph: Any) -> None:
-    """Nodes and initializers no output needs any more (DFL, the box arithmetic, the old concatenations)."""
-    needed = {output.name for output in graph.output}
-    kept = []
-    for node in reversed(list(graph.node)):
-        if any(out in needed for out in node.output):
-            kept.append(node)
-            needed.update(node.input)
-    del graph.node[:]
-    graph.node.extend(reversed(kept))
-    initializers = [init for init in graph.initializer if init.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(initializers)
