@@ -186,6 +186,11 @@ def verdict(table: dict[str, Any]) -> str:
         )
     if ratio is None:  # run on a simulator: its speed is the board's to show
         return f"int8 agrees {agreed:.3f} with the float model: use it, and time it on the board (`edge bench`)"
+    if ratio >= 1:  # agreeing is not enough: on this CPU the engine runs the float model for less
+        return (
+            f"int8 agrees {agreed:.3f} with the float model but takes {ratio:.2f}x its CPU per frame here: keep the "
+            "float model on this machine"
+        )
     return f"int8 agrees {agreed:.3f} with the float model at {ratio:.2f}x its CPU per frame: use it"
 
 
