@@ -31,7 +31,13 @@ from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames
-from edge_inference.edge.tools.conversion.quantize import CONVERT_EXTRA, DEFAULT_METHOD, onnx_int8, openvino_int8
+from edge_inference.edge.tools.conversion.quantize import (
+    CONVERT_EXTRA,
+    DEFAULT_METHOD,
+    onnx_int8,
+    openvino_int8,
+    quantized_ops,
+)
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF
@@ -54,7 +60,8 @@ ELSEWHERE = {
     "there and give it to --backend hailo",
 }
 # what each target's own side needs in the service's environment (the toolchains' environments are made on demand)
-NEEDS = {"onnx": ("onnx", "sympy"), "openvino": ("nncf", "openvino"), "rknn": ("onnx",)}
+# (onnx reads every source first: one already quantised is refused)
+NEEDS = {"onnx": ("onnx", "sympy"), "openvino": ("nncf", "openvino", "onnx"), "rknn": ("onnx",), "tflite": ("onnx",)}
 AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to keep the float one
 # The float model's boxes at its usual threshold are the truth; the int8 model's are scored down to this score, as mAP
 # is computed (ranked, COCO's evaluation goes down to 0.001): a box the float model gives 0.26 and the int8 0.24 is
@@ -223,6 +230,9 @@ def convert(
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
     target_path.parent.mkdir(parents=True, exist_ok=True)
     _room_for(source, target_path.parent)
+    already = quantized_ops(source)
+    if already:
+        raise EdgeError(f"{source.name} is quantised already ({already}): convert the model's float export instead")
     split_head = engine == "rknn" and splittable(source, split_head)
     frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
     partial = target_path.with_name(f".{target_path.stem}.partial{suffix}")

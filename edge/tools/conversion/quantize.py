@@ -22,6 +22,7 @@ import contextlib
 import logging
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ CALIBRATION_CHUNK = 8
 FORMATS = {"qdq": "QDQ", "qoperator": "QOperator"}  # `operators` -> ONNX Runtime's QuantFormat member
 STEM_CONVS = 4  # convolutions kept in float after the input, with what comes before and between them
 OPENVINO_CONVOLUTIONS = ("Convolution", "GroupConvolution")  # ONNX's Conv is either (depthwise: grouped)
+# ONNX's and ONNX Runtime's quantised operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearConv,
+# QGemm... (and ConvInteger, MatMulInteger: "Integer" in the name)
+QUANTISED_OPS = ("Quantize", "Dequantize", "DynamicQuantize", "QLinear", "QGemm")
 
 
 def _stem(ops: Iterable[tuple[str, str]], convolutions: tuple[str, ...], convs: int) -> list[str]:
@@ -151,6 +155,29 @@ class _Reader:
         return {self._name: self._tensors[index]}
 
 
+def quantized_ops(source: Path) -> str:
+    """What in `source` is quantised already ("64 ConvInteger, 59 DynamicQuantizeLinear"), or "". Such a file (the
+    shared yolov8n_int8.onnx, dynamically quantised; an SSD converted from its uint8 TFLite) cannot be calibrated
+    again: ONNX Runtime's calibrator fails on it, and NNCF's IR of it agreed 0.0 with it."""
+    import onnx
+
+    kinds = Counter(node.op_type for node in onnx.load(str(source), load_external_data=False).graph.node)
+    quantised = {kind: count for kind, count in kinds.items() if kind.startswith(QUANTISED_OPS) or "Integer" in kind}
+    return ", ".join(f"{count} {kind}" for kind, count in sorted(quantised.items(), key=lambda kc: -kc[1]))
+
+
+def _weights_not_inputs(model: Any) -> Any:
+    """`model` without the graph inputs that only name its own weights. Old exporters (IR 3-6: NanoDet-m's) list
+    every initializer as an input too, which makes each one overridable: ONNX Runtime's calibrator then cannot tell
+    that Resize's empty `scales` is empty, and fails its shape inference ("Either `sizes` or `scales`")."""
+    weights = {initializer.name for initializer in model.graph.initializer}
+    inputs = [value for value in model.graph.input if value.name not in weights]
+    if len(inputs) < len(model.graph.input):
+        del model.graph.input[:]
+        model.graph.input.extend(inputs)
+    return model
+
+
 def calibration_chunk(frames: int) -> int:
     """Frames per pass of ONNX Runtime's calibrator: the largest divisor of `frames` up to CALIBRATION_CHUNK (its
     strided option takes only a divisor)."""
@@ -178,7 +205,7 @@ def onnx_int8(
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError:
         raise EdgeError(f"onnx-int8 needs onnx and sympy: {CONVERT_EXTRA}") from None
-    model = onnx.load(str(source))
+    model = _weights_not_inputs(onnx.load(str(source)))
     if any(not d.HasField("dim_value") for d in model.graph.input[0].type.tensor_type.shape.dim[1:]):
         raise EdgeError(f"{source.name} has a dynamic input size: export it with a fixed size to convert it")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
