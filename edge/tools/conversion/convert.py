@@ -36,7 +36,7 @@ from edge_inference.edge.tools.conversion.quantize import (
     DEFAULT_METHOD,
     onnx_int8,
     openvino_int8,
-    quantized_ops,
+    quantised_ops,
 )
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
@@ -230,7 +230,7 @@ def convert(
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
     target_path.parent.mkdir(parents=True, exist_ok=True)
     _room_for(source, target_path.parent)
-    already = quantized_ops(source)
+    already = quantised_ops(source)
     if already:
         raise EdgeError(f"{source.name} is quantised already ({already}): convert the model's float export instead")
     split_head = engine == "rknn" and splittable(source, split_head)

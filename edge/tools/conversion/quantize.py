@@ -155,7 +155,7 @@ class _Reader:
         return {self._name: self._tensors[index]}
 
 
-def quantized_ops(source: Path) -> str:
+def quantised_ops(source: Path) -> str:
     """What in `source` is quantised already ("64 ConvInteger, 59 DynamicQuantizeLinear"), or "". Such a file (the
     shared yolov8n_int8.onnx, dynamically quantised; an SSD converted from its uint8 TFLite) cannot be calibrated
     again: ONNX Runtime's calibrator fails on it, and NNCF's IR of it agreed 0.0 with it."""
