@@ -32,7 +32,6 @@ from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames
 from edge_inference.edge.tools.conversion.quantize import (
-    CONVERT_EXTRA,
     DEFAULT_METHOD,
     onnx_int8,
     openvino_int8,
@@ -62,6 +61,7 @@ ELSEWHERE = {
 # what each target's own side needs in the service's environment (the toolchains' environments are made on demand)
 # (onnx reads every source first: one already quantised is refused)
 NEEDS = {"onnx": ("onnx", "sympy"), "openvino": ("nncf", "openvino", "onnx"), "rknn": ("onnx",), "tflite": ("onnx",)}
+EXTRA_OF = {"openvino": "openvino"}  # the extra that installs a module NEEDS names; the rest come with `convert`
 AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to keep the float one
 # The float model's boxes at its usual threshold are the truth; the int8 model's are scored down to this score, as mAP
 # is computed (ranked, COCO's evaluation goes down to 0.001): a box the float model gives 0.26 and the int8 0.24 is
@@ -104,7 +104,10 @@ def _installed_for(target: str, engine: str) -> None:
     """Said before minutes of reading footage, not after."""
     missing = [module for module in NEEDS.get(engine, ()) if importlib.util.find_spec(module) is None]
     if missing:
-        raise EdgeError(f"--to {target} needs {' and '.join(missing)}, not installed here: {CONVERT_EXTRA}")
+        extras = ",".join(dict.fromkeys(EXTRA_OF.get(module, "convert") for module in missing))
+        raise EdgeError(
+            f"--to {target} needs {' and '.join(missing)}, not installed here: pip install 'edge-inference[{extras}]'"
+        )
 
 
 def _room_for(source: Path, folder: Path) -> None:

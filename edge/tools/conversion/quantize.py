@@ -257,7 +257,9 @@ def openvino_int8(
         import nncf
         import openvino as ov
     except ImportError:
-        raise EdgeError(f"openvino-int8 needs NNCF and OpenVINO: {CONVERT_EXTRA}") from None
+        raise EdgeError(
+            "openvino-int8 needs NNCF and OpenVINO: pip install 'edge-inference[convert,openvino]'"
+        ) from None
     nncf.set_log_level(logging.WARNING)  # its INFO lines name each operation it leaves alone: hundreds
     # convert_model, as NNCF's own examples do: its fusions make each SiLU one Swish, which NNCF leaves whole and
     # OpenVINO fuses into the int8 convolution. read_model's raw ONNX graph (x * Sigmoid(x)) had NNCF quantise both
