@@ -86,26 +86,37 @@ def list_models(cache: str | None, as_json: bool) -> None:
     click.echo(f"\ncache: {settings.model_cache}")
 
 
+def conversion_record(record_file: Path) -> dict[str, Any]:
+    """What `edge models convert` recorded beside a file it made; one that cannot be read (cut short by a full disk,
+    edited by hand) is said, not raised: the converted model itself still runs."""
+    try:
+        record = json.loads(record_file.read_text())
+    except (OSError, ValueError) as exc:
+        return {"unreadable": f"{record_file.name}: {exc}; convert the model again to remake it"}
+    return record if isinstance(record, dict) else {"unreadable": f"{record_file.name} holds no record"}
+
+
 def converted_rows(settings: Settings) -> list[dict[str, Any]]:
     """`edge models convert`'s files, each with what its record says it was made from and how it did."""
     rows = []
     for record_file in sorted(converted_folder(settings).glob("*.json")):
-        try:
-            record = json.loads(record_file.read_text())
-        except (OSError, ValueError):
-            continue
+        record = conversion_record(record_file)
         made, table, calibration = (record.get(k, {}) for k in ("made_from", "table", "calibration"))
         ratio = table.get("cpu_ratio")
         speed = f"CPU {ratio}x the float model's" if ratio is not None else "run on a simulator: time it on the board"
+        description = (
+            f"converted here; its record is unreadable ({record['unreadable']})"
+            if "unreadable" in record
+            else f"{record.get('target')} of {made.get('model')}, calibrated on {calibration.get('frames')} frames of "
+            f"{calibration.get('source')}; agreement {table.get('agreement_map50')}, {speed}"
+        )
         rows.append(
             {
                 "name": record_file.name.removesuffix(".json").rsplit(".", 1)[0],
                 "license": "as source",
                 "cached": True,
                 "default": False,
-                "description": f"{record.get('target')} of {made.get('model')}, calibrated on "
-                f"{calibration.get('frames')} frames of {calibration.get('source')}; agreement "
-                f"{table.get('agreement_map50')}, {speed}",
+                "description": description,
                 "upstream": "(converted here)",
                 "record": record,
             }
@@ -192,7 +203,7 @@ def describe(name: str | None, **kwargs: Any) -> None:
     }
     record = Path(f"{backend.model_path}.json")
     if record.parent == converted_folder() and record.is_file():  # what `edge models convert` made it from
-        info["conversion"] = json.loads(record.read_text())
+        info["conversion"] = conversion_record(record)
     click.echo(json.dumps(info, indent=2, default=str))
     detector.close()
 

@@ -216,6 +216,23 @@ def test_an_old_exporters_graph_is_calibrated_like_any_other(env, clip):
     assert record["table"]["agreement_per_class"]["person"] >= 0.7, record["table"]
 
 
+def test_a_conversion_whose_record_cannot_be_read_is_still_listed_and_described(env):
+    """A record cut short (a full disk, an edit by hand) made `edge models describe` end in an unexpected
+    JSONDecodeError and `edge models list` leave the model out, though the model itself still ran. (The float
+    yolox-nano stands in for the converted file here: what is judged is the record beside it.)"""
+    folder = Path(env["EDGE_MODEL_CACHE"]) / "converted"
+    folder.mkdir(parents=True)
+    shutil.copy(MODELS / "onnx" / "yolox_nano.onnx", folder / "yolox-nano-int8.onnx")
+    (folder / "yolox-nano-int8.onnx.yaml").write_text("decoder: yolox\n")
+    (folder / "yolox-nano-int8.onnx.json").write_text('{"target": "onnx-int8", "table": {')  # cut short
+    described = run_edge("models", "describe", "yolox-nano-int8", "--backend", "onnx", env=env)
+    assert described.returncode == 0, described.stderr
+    assert "convert the model again" in json.loads(described.stdout)["conversion"]["unreadable"]
+    listed = json.loads(run_edge("models", "list", "--json", env=env).stdout)
+    row = next(r for r in listed if r["name"] == "yolox-nano-int8")
+    assert "record is unreadable" in row["description"]
+
+
 def test_float_and_its_int8_side_by_side_live_and_in_bench(env, clip, tmp_path):
     """`--compare onnx,onnx@yolox-nano-int8`: the same frames through the float model and its conversion, the
     int8's agreement with the float one live; `edge bench --backends onnx,onnx@yolox-nano-int8` scores it too."""
