@@ -206,6 +206,18 @@ def test_a_model_quantised_already_is_one_line_before_any_footage_is_read(env, t
     assert not folder.exists() or not list(folder.iterdir())
 
 
+@pytest.mark.parametrize(("target", "output"), [("onnx-int8", "street.xml"), ("openvino-int8", "street.onnx")])
+def test_an_output_named_for_another_engine_is_one_line_before_any_footage_is_read(env, tmp_path, target, output):
+    """`--to onnx-int8 --output street.xml` wrote ONNX into street.xml, then ended in an unexpected ValueError and
+    left it there."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    proc = run_edge("models", "convert", "yolox-nano", "--to", target, "--calibrate", str(tmp_path / "no.mp4"),
+                    "--output", str(folder / output), "--no-progress", env=env)  # fmt: skip
+    assert_one_clear_error(proc, f"--output {output}", "give a name ending in")
+    assert not list(folder.iterdir())
+
+
 def test_an_old_exporters_graph_is_calibrated_like_any_other(env, clip):
     """NanoDet-m's ONNX (IR 6) lists its weights among the graph's inputs; ONNX Runtime's calibrator then failed on
     its Resize ("Either `sizes` or `scales`") with an unexpected error. It converts and is judged."""

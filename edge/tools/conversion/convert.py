@@ -223,6 +223,8 @@ def convert(
         raise EdgeError(
             f"--split-head and --no-split-head are for --to rknn only (Rockchip's layout), not --to {target}"
         )
+    if output is not None and output.suffix != suffix:  # the engine finds a model by its ending
+        raise EdgeError(f"--output {output.name}: --to {target} writes a {suffix} file; give a name ending in {suffix}")
     _installed_for(target, engine)
     name_suffix = name_suffix.replace("PLATFORM", platform)
     onnx_model, reason = model_for_engine(model, "onnx")  # the float ONNX file both vendors' tools start from
