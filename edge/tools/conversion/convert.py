@@ -110,6 +110,18 @@ def _installed_for(target: str, engine: str) -> None:
         )
 
 
+def _asked_sensibly(target: str, engine: str, suffix: str, output: Path | None, split_head: bool | None) -> None:
+    """The options that contradict the target, and a library it needs that is missing: said before any footage is
+    read."""
+    if split_head is not None and engine != "rknn":
+        raise EdgeError(
+            f"--split-head and --no-split-head are for --to rknn only (Rockchip's layout), not --to {target}"
+        )
+    if output is not None and output.suffix != suffix:  # the engine finds a model by its ending
+        raise EdgeError(f"--output {output.name}: --to {target} writes a {suffix} file; give a name ending in {suffix}")
+    _installed_for(target, engine)
+
+
 def _room_for(source: Path, folder: Path) -> None:
     """Refuse before minutes of work where the converted file cannot be written: it, its partial copy and the
     toolchains' intermediate files take about ROOM_FACTOR times the float model's size."""
@@ -219,13 +231,7 @@ def convert(
     split_head: bool | None = None,
 ) -> Converted:
     engine, suffix, name_suffix = _known_target(target)
-    if split_head is not None and engine != "rknn":
-        raise EdgeError(
-            f"--split-head and --no-split-head are for --to rknn only (Rockchip's layout), not --to {target}"
-        )
-    if output is not None and output.suffix != suffix:  # the engine finds a model by its ending
-        raise EdgeError(f"--output {output.name}: --to {target} writes a {suffix} file; give a name ending in {suffix}")
-    _installed_for(target, engine)
+    _asked_sensibly(target, engine, suffix, output, split_head)
     name_suffix = name_suffix.replace("PLATFORM", platform)
     onnx_model, reason = model_for_engine(model, "onnx")  # the float ONNX file both vendors' tools start from
     if onnx_model is None:
