@@ -166,12 +166,17 @@ def quantised_ops(source: Path) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in sorted(quantised.items(), key=lambda kc: -kc[1]))
 
 
+def graph_inputs(graph: Any) -> list[Any]:
+    """An ONNX graph's real inputs: old exporters (IR 3-6: NanoDet-m's) list every weight among them too."""
+    weights = {initializer.name for initializer in graph.initializer}
+    return [value for value in graph.input if value.name not in weights]
+
+
 def _weights_not_inputs(model: Any) -> Any:
-    """`model` without the graph inputs that only name its own weights. Old exporters (IR 3-6: NanoDet-m's) list
-    every initializer as an input too, which makes each one overridable: ONNX Runtime's calibrator then cannot tell
-    that Resize's empty `scales` is empty, and fails its shape inference ("Either `sizes` or `scales`")."""
-    weights = {initializer.name for initializer in model.graph.initializer}
-    inputs = [value for value in model.graph.input if value.name not in weights]
+    """`model` without the graph inputs that only name its own weights. Listed as inputs, each is overridable:
+    ONNX Runtime's calibrator then cannot tell that Resize's empty `scales` is empty, and fails its shape inference
+    ("Either `sizes` or `scales`")."""
+    inputs = graph_inputs(model.graph)
     if len(inputs) < len(model.graph.input):
         del model.graph.input[:]
         model.graph.input.extend(inputs)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.tools.conversion.quantize import graph_inputs
 
 STRIDES = (8, 16, 32)
 BOX_CHANNELS = 64  # 4 sides x 16 DFL bins (Ultralytics' reg_max)
@@ -63,7 +64,7 @@ def _branches(model: Any, grids: dict[tuple[int, int], int]) -> dict[int, dict[i
 
 def _export_sizes(graph: Any) -> tuple[int, int, int]:
     """(classes, input height, input width) of an Ultralytics detection export, or an EdgeError saying why not."""
-    inputs = [i for i in graph.input if i.name not in {t.name for t in graph.initializer}]
+    inputs = graph_inputs(graph)
     size = (_dims(inputs[0]) if inputs else None) or ()
     out = _dims(graph.output[0]) if len(graph.output) == 1 else None
     cells = sum((size[2] // s) * (size[3] // s) for s in STRIDES) if len(size) == 4 else 0
@@ -124,7 +125,7 @@ def split_yolov8_head(model: Any) -> Any:
         ]
     del graph.output[:]
     graph.output.extend(outputs)
-    inputs = [i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}]
+    inputs = [value.name for value in graph_inputs(graph)]
     # what no new output needs (DFL, the box arithmetic, the old concatenations) left out by onnx's own extractor
     split = onnx.utils.Extractor(model).extract_model(inputs, [output.name for output in outputs])
     onnx.checker.check_model(split)
