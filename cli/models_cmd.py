@@ -287,7 +287,8 @@ def export_triton(model: str, folder: Path, name: str | None, mirror: str | None
     "--to",
     "target",
     required=True,
-    help="onnx-int8 (ONNX Runtime), openvino-int8 (NNCF) or rknn (Rockchip's rknn-toolkit2, in its own environment).",
+    help="onnx-int8 (ONNX Runtime), openvino-int8 (NNCF), rknn (Rockchip's rknn-toolkit2, in its own environment) "
+    "or tflite-int8 (onnx2tf, full integer: the Edge TPU compiler's input). hailo says where Hailo's compiler is.",
 )
 @click.option(
     "--target-platform",

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_inference.edge.tools.conversion.calibration import Read, spread_over_motion
-from edge_inference.edge.tools.conversion.convert import AGREES, verdict
+from edge_inference.edge.tools.conversion.convert import AGREES, ELSEWHERE, TARGETS, verdict
 from edge_inference.edge.tools.conversion.quantize import STEM_CONVS
 from edge_inference.models.download import sha256_of
 from tests.conftest import MEDIA, MODELS, VTEST
@@ -106,12 +106,18 @@ def convert(env, clip, target):
 def test_a_conversion_on_the_users_footage_is_judged_recorded_and_found_by_name(
     env, clip, later_frame, target, engine, files
 ):
+    folder = Path(env["EDGE_MODEL_CACHE"]) / "converted"
+    # another conversion of the same model in flight (another terminal, another camera): its partial file is its own.
+    # Both used to write one partial name: each overwrote, then renamed away, the other's file
+    folder.mkdir(parents=True)
+    in_flight = folder / f".{files[0].replace('.', '.partial.', 1)}"
+    in_flight.write_bytes(b"another conversion's model, half-written")
     proc = convert(env, clip, target)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    folder = Path(env["EDGE_MODEL_CACHE"]) / "converted"
     model = folder / files[0]
     assert all((folder / name).is_file() for name in files)
-    assert not list(folder.glob(".*partial*")), list(folder.iterdir())
+    assert in_flight.read_bytes() == b"another conversion's model, half-written"
+    assert set(folder.glob(".*partial*")) == {in_flight}, list(folder.iterdir())
     assert yaml.safe_load(Path(f"{model}.yaml").read_text()) == {"decoder": "yolox"}  # the float model's decoder
     record = json.loads(Path(f"{model}.json").read_text())
     float_file = MODELS / "onnx" / "yolox_nano.onnx"  # the registry file, pulled from the mirror
@@ -133,6 +139,9 @@ def test_a_conversion_on_the_users_footage_is_judged_recorded_and_found_by_name(
     detected = run_edge("detect", str(later_frame), "--model", name, "--backend", engine, "--json", env=env)
     assert detected.returncode == 0, detected.stderr
     assert any(d["label"] == "person" for d in json.loads(detected.stdout)["detections"])
+    # mistyped, the converted name is the one suggested (the registry's nearest names were, without it)
+    mistyped = run_edge("detect", str(later_frame), "--model", name[:-1] + "9", "--backend", engine, env=env)
+    assert_one_clear_error(mistyped, f"did you mean {name}, converted here?")
     described = json.loads(run_edge("models", "describe", name, "--backend", engine, env=env).stdout)
     assert described["conversion"]["made_from"]["sha256"] == record["made_from"]["sha256"]
     listed = json.loads(run_edge("models", "list", "--json", env=env).stdout)
@@ -150,6 +159,8 @@ def test_targets_made_elsewhere_and_unknown_ones_are_one_line(env, clip, tmp_pat
     assert not list((tmp_path / "toolchains").glob("*/edge-toolchain-ready"))
     assert_one_clear_error(convert(env, clip, "hailo"), "Dataflow Compiler", "Developer Zone")
     assert_one_clear_error(convert(env, clip, "tensorrt"), "choose one of: onnx-int8, openvino-int8")
+    helped = " ".join(run_edge("models", "convert", "--help", env=env).stdout.split())
+    assert all(target in helped for target in [*TARGETS, *ELSEWHERE]), helped  # tflite-int8 was left out
 
 
 @pytest.mark.parametrize(
@@ -226,6 +237,28 @@ def test_an_old_exporters_graph_is_calibrated_like_any_other(env, clip):
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((Path(env["EDGE_MODEL_CACHE"]) / "converted" / "nanodet-m-int8.onnx.json").read_text())
     assert record["table"]["agreement_per_class"]["person"] >= 0.7, record["table"]
+
+
+def test_an_openvino_ir_is_quantised_by_nncf_as_it_is(env, clip):
+    """A user of OpenVINO may have the IR alone (the shared one: `convert_model` of the ONNX, weights in float16).
+    `--to openvino-int8` refused it ("onnx reads .onnx files"), though NNCF quantises an IR as it is; the result is
+    refused again as int8, and the targets that start from ONNX still say so."""
+    ir = MODELS / "openvino" / "yolox_nano.xml"
+    proc = run_edge("models", "convert", str(ir), "--to", "openvino-int8", "--calibrate", str(clip), "--frames", "8",
+                    "--no-progress", env=env, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    made = Path(env["EDGE_MODEL_CACHE"]) / "converted" / "yolox_nano-openvino-int8.xml"
+    int8 = int8_weights(made, "openvino")
+    assert int8[: STEM_CONVS + 1] == [False] * STEM_CONVS + [True] and sum(int8) > len(int8) // 2, int8
+    assert silu_left_whole(made)
+    record = json.loads(Path(f"{made}.json").read_text())
+    assert record["made_from"]["weights_sha256"] == sha256_of(ir.with_suffix(".bin"))
+    assert record["table"]["agreement_per_class"]["person"] >= 0.7, record["table"]
+    again = run_edge("models", "convert", str(made), "--to", "openvino-int8", "--calibrate", str(clip),
+                     "--no-progress", env=env)  # fmt: skip
+    assert_one_clear_error(again, "quantised already (", "FakeQuantize")
+    onnx_only = run_edge("models", "convert", str(ir), "--to", "onnx-int8", "--calibrate", str(clip), env=env)
+    assert_one_clear_error(onnx_only, "float ONNX model", "openvino-int8 from its IR")
 
 
 def test_a_conversion_whose_record_cannot_be_read_is_still_listed_and_described(env):

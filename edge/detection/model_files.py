@@ -3,6 +3,7 @@ of a registry family, decided once (`resolve_model`) into what the plan holds. N
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,13 @@ def converted_model(name: str, settings: Settings | None = None) -> Path | None:
         return None
     folder = converted_folder(settings)
     return next((p for p in (folder / f"{name}{suffix}" for suffix in CONVERTED_SUFFIXES) if p.is_file()), None)
+
+
+def converted_names(settings: Settings | None = None) -> list[str]:
+    """The names `edge models convert` made, as `--model` takes them."""
+    folder = converted_folder(settings)
+    files = folder.iterdir() if folder.is_dir() else iter(())
+    return sorted(p.stem for p in files if p.suffix in CONVERTED_SUFFIXES and not p.name.startswith("."))
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ def resolve_model(
     given = _given(model, served, local, family)
     found, refused = _engine_files(model, given, asked, served, members, local) if given else ({}, {})
     if given is None:
-        _unknown(model)
+        _unknown(model, settings)
     if strict and refused:
         why = next(iter(refused.values()))
         raise EdgeError(f"{why}; see `edge models list` or `edge backends` for what each engine can run")
@@ -99,9 +107,16 @@ def _given(model: str, served: Engine | None, local: Path | None, family: list[R
     return ModelFile(entry.name, entry.name, entry=entry) if entry is not None else None
 
 
-def _unknown(model: str) -> NoReturn:
-    """The line for a name that is no file, server reference or registry name."""
+def _unknown(model: str, settings: Settings | None) -> NoReturn:
+    """The line for a name that is no file, server reference or registry name: the converted model it may mean
+    (`yolox-nano-int9`), else the nearest registry names."""
     if "://" not in model:
+        near = difflib.get_close_matches(model, converted_names(settings), n=2, cutoff=0.8)
+        if near:
+            raise ModelError(
+                f"no model named {model!r}: did you mean {' or '.join(near)}, converted here? `edge models list` "
+                "shows the names"
+            )
         get_entry(model)  # raises the "unknown registry name" line, with the nearest names
     raise EdgeError(f"{model} is no file here, and no engine here serves it (`edge backends` lists the engines)")
 

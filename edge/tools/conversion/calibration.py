@@ -40,9 +40,7 @@ class Frames:
 
 def spread(items: list[bytes], count: int) -> list[bytes]:
     """`count` items evenly over `items` (all of them where there are fewer)."""
-    if len(items) <= count:
-        return list(items)
-    return [items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)] if count > 1 else items[:1]
+    return [items[i] for i in _spread_indices(list(range(len(items))), count)]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -122,10 +123,17 @@ def _asked_sensibly(target: str, engine: str, suffix: str, output: Path | None, 
     _installed_for(target, engine)
 
 
+def _starts_from(model: str, engine: str) -> str:
+    """The engine whose float file the conversion starts from: ONNX, which every vendor's tool reads; for
+    openvino-int8 an OpenVINO IR given as a file too (NNCF quantises it as it is: a user of OpenVINO may have no
+    ONNX export of it)."""
+    return "openvino" if engine == "openvino" and model.lower().endswith(".xml") else "onnx"
+
+
 def _room_for(source: Path, folder: Path) -> None:
     """Refuse before minutes of work where the converted file cannot be written: it, its partial copy and the
     toolchains' intermediate files take about ROOM_FACTOR times the float model's size."""
-    need = source.stat().st_size * ROOM_FACTOR
+    need = sum(path.stat().st_size for path in _files(source) if path.exists()) * ROOM_FACTOR
     free = shutil.disk_usage(folder).free
     if free < need:
         raise EdgeError(
@@ -233,10 +241,10 @@ def convert(
     engine, suffix, name_suffix = _known_target(target)
     _asked_sensibly(target, engine, suffix, output, split_head)
     name_suffix = name_suffix.replace("PLATFORM", platform)
-    onnx_model, reason = model_for_engine(model, "onnx")  # the float ONNX file both vendors' tools start from
-    if onnx_model is None:
-        raise EdgeError(f"{reason}: conversion starts from the float ONNX model")
-    stem, source = locate_model(onnx_model, settings)
+    float_model, reason = model_for_engine(model, _starts_from(model, engine))
+    if float_model is None:
+        raise EdgeError(f"{reason}: conversion starts from the float ONNX model (openvino-int8 from its IR too)")
+    stem, source = locate_model(float_model, settings)
     name = stem + name_suffix  # a registry name's, or the file's stem
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
     target_path.parent.mkdir(parents=True, exist_ok=True)
@@ -246,11 +254,17 @@ def convert(
         raise EdgeError(f"{source.name} is quantised already ({already}): convert the model's float export instead")
     split_head = engine == "rknn" and splittable(source, split_head)
     frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
-    partial = target_path.with_name(f".{target_path.stem}.partial{suffix}")
+    # its own partial name: a second conversion of the same model in flight (another terminal, another camera) has one
+    partial = target_path.with_name(f".{target_path.stem}.{os.getpid()}.partial{suffix}")
     try:
         record = _make(source, partial, engine, frames, (method, platform, split_head, settings), progress)
+        record = _recorded(record, (model, source, target, target_path), frames, evaluate)
+        spec = SpecOverrides(decoder=record.pop("decoder"), **record.pop("sidecar"))  # a .rknn names no input size
+        float_sidecar = sidecar_path(source)
+        spec = (load_sidecar(float_sidecar) if float_sidecar else SpecOverrides()).merged(spec)
+        _land(partial, target_path, yaml.safe_dump(spec.model_dump(exclude_none=True)), json.dumps(record, indent=2))
     except BaseException as failed:
-        for path in _files(partial):
+        for path in (*_files(partial), Path(f"{partial}.yaml"), Path(f"{partial}.json")):
             path.unlink(missing_ok=True)
         if _out_of_memory(failed):
             raise EdgeError(
@@ -258,11 +272,20 @@ def convert(
                 "fewer --frames, or convert on a machine with more memory"
             ) from None
         raise
-    for done, final in zip(_files(partial), _files(target_path), strict=True):
-        done.replace(final)
-    if engine == "tflite":
+    return Converted(target_path.name.removesuffix(suffix), target_path, record)
+
+
+def _recorded(
+    record: dict[str, Any], made: tuple[str, Path, str, Path], frames: Frames, evaluate: str | None
+) -> dict[str, Any]:
+    """The toolchain's record with what the file was made from and judged on, and the verdict. `made`: the model
+    as asked for, its float file, the target and where the converted file lands."""
+    model, source, target, target_path = made
+    if target == "tflite-int8":
         record["edgetpu"] = edgetpu_command(target_path)
     record.update(made_from={"model": model, "file": source.name, "sha256": sha256_of(source)}, target=target)
+    if source.suffix == ".xml":  # an IR's weights are in its .bin
+        record["made_from"]["weights_sha256"] = sha256_of(source.with_suffix(".bin"))
     record["calibration"] = {
         "source": mask_url(frames.source),
         "frames": len(frames.calibration),
@@ -276,12 +299,18 @@ def convert(
         "frames_are": "the second half of the source" if evaluate is None else "another source",
     }
     record["verdict"] = verdict(record["table"])
-    spec = SpecOverrides(decoder=record.pop("decoder"), **record.pop("sidecar"))  # a .rknn names no input size
-    float_sidecar = sidecar_path(source)
-    spec = (load_sidecar(float_sidecar) if float_sidecar else SpecOverrides()).merged(spec)
-    Path(f"{target_path}.yaml").write_text(yaml.safe_dump(spec.model_dump(exclude_none=True)), encoding="utf-8")
-    Path(f"{target_path}.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
-    return Converted(target_path.name.removesuffix(suffix), target_path, record)
+    return record
+
+
+def _land(partial: Path, target: Path, sidecar: str, record: str) -> None:
+    """The converted files renamed into place, the sidecar and the record first: the model is never there without
+    the decoder its sidecar names (without it, `edge serve --model NAME-int8` would guess one)."""
+    for ending, text in ((".yaml", sidecar), (".json", record)):
+        written = Path(f"{partial}{ending}")
+        written.write_text(text, encoding="utf-8")
+        written.replace(f"{target}{ending}")
+    for done, final in zip(_files(partial), _files(target), strict=True):
+        done.replace(final)
 
 
 def _make(

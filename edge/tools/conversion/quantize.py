@@ -47,6 +47,7 @@ OPENVINO_CONVOLUTIONS = ("Convolution", "GroupConvolution")  # ONNX's Conv is ei
 # ONNX's and ONNX Runtime's quantised operators: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearConv,
 # QGemm... (and ConvInteger, MatMulInteger: "Integer" in the name)
 QUANTISED_OPS = ("Quantize", "Dequantize", "DynamicQuantize", "QLinear", "QGemm")
+OPENVINO_QUANTISED = ("FakeQuantize", "i8 Constant", "u8 Constant", "i4 Constant", "u4 Constant")  # an IR's
 
 
 def _stem(ops: Iterable[tuple[str, str]], convolutions: tuple[str, ...], convs: int) -> list[str]:
@@ -159,11 +160,30 @@ def quantised_ops(source: Path) -> str:
     """What in `source` is quantised already ("64 ConvInteger, 59 DynamicQuantizeLinear"), or "". Such a file (the
     shared yolov8n_int8.onnx, dynamically quantised; an SSD converted from its uint8 TFLite) cannot be calibrated
     again: ONNX Runtime's calibrator fails on it, and NNCF's IR of it agreed 0.0 with it."""
-    import onnx
+    if source.suffix == ".xml":
+        kinds = _openvino_kinds(source)
+    else:
+        import onnx
 
-    kinds = Counter(node.op_type for node in onnx.load(str(source), load_external_data=False).graph.node)
-    quantised = {kind: count for kind, count in kinds.items() if kind.startswith(QUANTISED_OPS) or "Integer" in kind}
+        kinds = Counter(node.op_type for node in onnx.load(str(source), load_external_data=False).graph.node)
+    quantised = {
+        kind: count
+        for kind, count in kinds.items()
+        if kind.startswith(QUANTISED_OPS) or "Integer" in kind or kind in OPENVINO_QUANTISED
+    }
     return ", ".join(f"{count} {kind}" for kind, count in sorted(quantised.items(), key=lambda kc: -kc[1]))
+
+
+def _openvino_kinds(source: Path) -> Counter[str]:
+    """An IR's operations by type, its constants by element type ("i8 Constant"): NNCF's int8 IR has FakeQuantize
+    on activations, or int8 weights alone where only the weights were compressed."""
+    import openvino as ov
+
+    kinds: Counter[str] = Counter()
+    for op in ov.Core().read_model(str(source)).get_ops():
+        kind = op.get_type_name()
+        kinds[f"{op.get_element_type().get_type_name()} {kind}" if kind == "Constant" else kind] += 1
+    return kinds
 
 
 def graph_inputs(graph: Any) -> list[Any]:
