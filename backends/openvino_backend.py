@@ -177,7 +177,7 @@ def _read(core: Any, path: Path) -> Any:
     if path.suffix.lower() == ".xml" and not weights.is_file():  # OpenVINO's own words: "Check 'm_weights_provider'"
         raise BackendError(f"OpenVINO's IR {path.name} needs its weights {weights.name} beside it: copy both files")
     try:
-        return core.read_model(str(path))
+        return _one_at_a_time(core.read_model(str(path)))
     except RuntimeError as exc:
         text = str(exc)
         if "No translator found for" in text:
@@ -191,6 +191,19 @@ def _read(core: Any, path: Path) -> Any:
             f"OpenVINO cannot read {path.name} ({detail[:300] or text[:300]}): the file is damaged, incomplete or not"
             " a model OpenVINO reads (IR .xml with its .bin, ONNX, TFLite); copy, download or export it again"
         ) from None
+
+
+def _one_at_a_time(model: Any) -> Any:
+    """A batch the exporter left open (torch.onnx's `dynamic_axes={"images": {0: "batch"}}`) set to 1, the frames the
+    pipeline feeds: left open, OpenVINO could not tell the outputs' sizes either ([1, -1, 85]), no decoder matched
+    them, and a model ONNX Runtime ran was refused here. An image size left open stays so (the spec names none)."""
+    if len(model.inputs) != 1:
+        return model
+    shape = model.inputs[0].get_partial_shape()
+    if shape.rank.is_static and shape.rank.get_length() == 4 and shape[0].is_dynamic:
+        shape[0] = 1
+        model.reshape({model.inputs[0]: shape})
+    return model
 
 
 def _tensors(compiled: Any, path: Path) -> tuple[list[TensorInfo], list[TensorInfo]]:

@@ -34,13 +34,14 @@ from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames
 from edge_inference.edge.tools.conversion.quantize import (
     DEFAULT_METHOD,
+    input_shape,
     onnx_int8,
     openvino_int8,
     quantised_ops,
 )
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
-from edge_inference.edge.tools.conversion.toolchains import ONNX2TF
+from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_can_be_made
 from edge_inference.models.agreement import agreement
 from edge_inference.models.decoders import get_decoder
 from edge_inference.models.detection import Detection
@@ -62,6 +63,7 @@ ELSEWHERE = {
 # what each target's own side needs in the service's environment (the toolchains' environments are made on demand)
 # (onnx reads every source first: one already quantised is refused)
 NEEDS = {"onnx": ("onnx", "sympy"), "openvino": ("nncf", "openvino", "onnx"), "rknn": ("onnx",), "tflite": ("onnx",)}
+TOOLCHAIN_OF = {"rknn": RKNN_TOOLKIT, "tflite": ONNX2TF}  # the targets made in a toolchain's environment of its own
 EXTRA_OF = {"openvino": "openvino"}  # the extra that installs a module NEEDS names; the rest come with `convert`
 AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to keep the float one
 # The float model's boxes at its usual threshold are the truth; the int8 model's are scored down to this score, as mAP
@@ -139,6 +141,20 @@ def _room_for(source: Path, folder: Path) -> None:
         raise EdgeError(
             f"converting {source.name} needs about {need / 2**20:.0f} MiB free in {folder} ({free / 2**20:.0f} MiB "
             "free): free some space, or give --output on another disk"
+        )
+
+
+def _convertible(source: Path) -> None:
+    """A float model of one size: one int8 already, or one whose image size is left open, is refused before any
+    footage is read (an open batch is set to 1 by each target)."""
+    already = quantised_ops(source)
+    if already:
+        raise EdgeError(f"{source.name} is quantised already ({already}): convert the model's float export instead")
+    shape = input_shape(source)
+    if any(not isinstance(side, int) for side in shape[1:]):
+        raise EdgeError(
+            f"{source.name} has a dynamic input size {shape}: export it with a fixed size to convert it "
+            "(Ultralytics: dynamic=False)"
         )
 
 
@@ -249,9 +265,9 @@ def convert(
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
     target_path.parent.mkdir(parents=True, exist_ok=True)
     _room_for(source, target_path.parent)
-    already = quantised_ops(source)
-    if already:
-        raise EdgeError(f"{source.name} is quantised already ({already}): convert the model's float export instead")
+    _convertible(source)
+    if engine in TOOLCHAIN_OF:  # its environment made where it is not yet: GBs, said before any footage is read
+        toolchain_can_be_made(TOOLCHAIN_OF[engine], settings)
     split_head = engine == "rknn" and splittable(source, split_head)
     frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
     # its own partial name: a second conversion of the same model in flight (another terminal, another camera) has one

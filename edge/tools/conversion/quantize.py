@@ -186,6 +186,32 @@ def _openvino_kinds(source: Path) -> Counter[str]:
     return kinds
 
 
+def input_shape(source: Path) -> list[int | str]:
+    """The model's input shape as its file declares it, a name or "?" where a side is left open (a dynamic
+    export: Ultralytics' `dynamic=True`)."""
+    if source.suffix == ".xml":
+        import openvino as ov
+
+        shape = ov.Core().read_model(str(source)).inputs[0].get_partial_shape()
+        return [dim.get_length() if dim.is_static else "?" for dim in shape]
+    import onnx
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+    dims = graph_inputs(graph)[0].type.tensor_type.shape.dim
+    return [dim.dim_value if dim.HasField("dim_value") else dim.dim_param or "?" for dim in dims]
+
+
+def one_at_a_time(model: Any) -> Any:
+    """An ONNX graph's open batch (torch.onnx's `dynamic_axes={"images": {0: "batch"}}`) set to 1, as the pipeline
+    feeds frames: left open, ONNX Runtime's quantisation pre-processing failed ("Incomplete symbolic shape
+    inference")."""
+    for value in (*graph_inputs(model.graph), *model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            dims[0].dim_value = 1
+    return model
+
+
 def graph_inputs(graph: Any) -> list[Any]:
     """An ONNX graph's real inputs: old exporters (IR 3-6: NanoDet-m's) list every weight among them too."""
     weights = {initializer.name for initializer in graph.initializer}
@@ -230,9 +256,7 @@ def onnx_int8(
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError:
         raise EdgeError(f"onnx-int8 needs onnx and sympy: {CONVERT_EXTRA}") from None
-    model = _weights_not_inputs(onnx.load(str(source)))
-    if any(not d.HasField("dim_value") for d in model.graph.input[0].type.tensor_type.shape.dim[1:]):
-        raise EdgeError(f"{source.name} has a dynamic input size: export it with a fixed size to convert it")
+    model = one_at_a_time(_weights_not_inputs(onnx.load(str(source))))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         upgraded, prepared = Path(work) / "upgraded.onnx", Path(work) / "prepared.onnx"
@@ -290,8 +314,10 @@ def openvino_int8(
     # OpenVINO fuses into the int8 convolution. read_model's raw ONNX graph (x * Sigmoid(x)) had NNCF quantise both
     # factors: 100 unfused SiLUs, 1.22x the float model's CPU per frame on yolox-nano (BENCHMARKS.md)
     model = ov.convert_model(str(source)) if source.suffix == ".onnx" else ov.Core().read_model(str(source))
-    if not model.inputs[0].get_partial_shape().is_static:
-        raise EdgeError(f"{source.name} has a dynamic input size: export it with a fixed size to convert it")
+    shape = model.inputs[0].get_partial_shape()
+    if not shape.is_static:  # a batch left open by the exporter (its size is refused before: input_shape)
+        shape[0] = 1
+        model.reshape({model.inputs[0]: shape})
     kept = list(dict.fromkeys(openvino_stem(model, stem_convs) + openvino_head(model)))
 
     def counted(tensor: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ made once its marker is written, after pip succeeded: an interrupted install is 
 from __future__ import annotations
 
 import platform
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,15 +29,16 @@ class Toolchain:
     version: str
     packages: tuple[str, ...]
     machines: tuple[str, ...]  # platform.machine() values its wheels exist for
+    needs_gib: float  # free space its venv takes once made, with pip's unpacking room (measured: du of the venv)
 
     @property
     def folder_name(self) -> str:
         return f"{self.name}-{self.version}"
 
 
-RKNN_TOOLKIT = Toolchain("rknn-toolkit2", "2.5.0", ("rknn-toolkit2==2.5.0",), ("x86_64", "AMD64"))
-# onnx2tf pins TensorFlow 2.19, numpy 1.26.4, onnx and protobuf: its own venv too (about 2.6 GB)
-ONNX2TF = Toolchain("onnx2tf", "1.29.24", ("onnx2tf==1.29.24",), ("x86_64", "AMD64", "aarch64"))
+RKNN_TOOLKIT = Toolchain("rknn-toolkit2", "2.5.0", ("rknn-toolkit2==2.5.0",), ("x86_64", "AMD64"), 7.0)  # 5.6 GB
+# onnx2tf pins TensorFlow 2.19, numpy 1.26.4, onnx and protobuf: its own venv too (2.6 GB)
+ONNX2TF = Toolchain("onnx2tf", "1.29.24", ("onnx2tf==1.29.24",), ("x86_64", "AMD64", "aarch64"), 3.5)
 
 
 def toolchain_folder(toolchain: Toolchain, settings: Settings) -> Path:
@@ -47,25 +49,47 @@ def toolchain_ready(toolchain: Toolchain, settings: Settings) -> bool:
     return (toolchain_folder(toolchain, settings) / MARKER).is_file()
 
 
-def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[str], None]) -> Path:
-    """The toolchain's own interpreter, its venv made first where it is not yet."""
+def toolchain_can_be_made(toolchain: Toolchain, settings: Settings) -> None:
+    """Said before any footage is read: a machine its wheels are not made for, or a disk without room for its venv
+    (a half-installed torch would fill it, then fail)."""
     if platform.machine() not in toolchain.machines:
         raise EdgeError(
             f"{toolchain.name}'s wheels are for {', '.join(toolchain.machines)}, not {platform.machine()}: convert "
             "on such a PC and copy the file to the device"
         )
+    if toolchain_ready(toolchain, settings):
+        return
+    folder = toolchain_folder(toolchain, settings)
+    existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
+    free = shutil.disk_usage(existing).free / 2**30
+    if free < toolchain.needs_gib:
+        raise EdgeError(
+            f"making {toolchain.name}'s environment needs about {toolchain.needs_gib:.0f} GiB free in {folder} "
+            f"({free:.1f} GiB free): free some space, or set EDGE_TOOLCHAINS to a folder on another disk"
+        )
+
+
+def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[str], None]) -> Path:
+    """The toolchain's own interpreter, its venv made first where it is not yet; a failed install is removed, so
+    nothing half-made is left taking GBs."""
+    toolchain_can_be_made(toolchain, settings)
     folder = toolchain_folder(toolchain, settings)
     python = folder / "bin" / "python"
     if toolchain_ready(toolchain, settings) and python.is_file():
         return python
-    say(f"making {toolchain.name}'s own environment in {folder} (once; several GB with torch)...")
+    say(f"making {toolchain.name}'s own environment in {folder} (once; about {toolchain.needs_gib:.0f} GiB)...")
     install = [str(python), "-m", "pip", "install", "--quiet", *toolchain.packages]
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, capture_output=True)
         done = subprocess.run(install, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
         raise EdgeError(f"cannot make a venv in {folder}: {exc}") from None
+    except BaseException:  # interrupted: the next conversion makes it again
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     if done.returncode != 0:
+        shutil.rmtree(folder, ignore_errors=True)
         last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
         raise EdgeError(f"installing {toolchain.name} failed ({last}); the command was: {' '.join(install)}")
     (folder / MARKER).write_text(" ".join(toolchain.packages) + "\n", encoding="utf-8")
