@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_inference.edge.tools.conversion.calibration import Read, spread_over_motion
-from edge_inference.edge.tools.conversion.convert import AGREES, ELSEWHERE, TARGETS, verdict
+from edge_inference.edge.tools.conversion.convert import AGREES, ELSEWHERE, TARGETS, WORTH, verdict
 from edge_inference.edge.tools.conversion.quantize import STEM_CONVS
 from edge_inference.edge.tools.conversion.toolchains import RKNN_TOOLKIT
 from edge_inference.models.download import sha256_of
@@ -375,10 +375,11 @@ def test_calibration_frames_take_half_from_motion_and_keep_their_order(moving, c
     ratio=st.none() | st.floats(min_value=0.05, max_value=5),
 )
 def test_the_verdict_says_use_it_only_where_int8_agrees_and_costs_less(agreed, ratio):
-    """An int8 model that agrees but takes more CPU than the float one on this machine is not recommended (NNCF's
-    yolox-nano once did: agreement 1.000 at 1.22x, and the verdict said to use it)."""
+    """An int8 model that agrees but takes more CPU than the float one on this machine, or about as much, is not
+    recommended (NNCF's yolox-nano once read agreement 1.000 at 1.22x, and ONNX Runtime's 0.912 at 0.99x on an AVX2
+    CPU without VNNI: the verdict said to use both)."""
     said = verdict({"agreement_map50": agreed, "cpu_ratio": ratio})
-    recommended = agreed is not None and agreed >= AGREES and (ratio is None or ratio < 1)
+    recommended = agreed is not None and agreed >= AGREES and (ratio is None or ratio <= WORTH)
     assert ("use it" in said) == recommended, said
     assert ("keep the float model" in said) == (agreed is not None and not recommended), said
 

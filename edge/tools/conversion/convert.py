@@ -66,6 +66,10 @@ NEEDS = {"onnx": ("onnx", "sympy"), "openvino": ("nncf", "openvino", "onnx"), "r
 TOOLCHAIN_OF = {"rknn": RKNN_TOOLKIT, "tflite": ONNX2TF}  # the targets made in a toolchain's environment of its own
 EXTRA_OF = {"openvino": "openvino"}  # the extra that installs a module NEEDS names; the rest come with `convert`
 AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to keep the float one
+# int8 that saves less than this share of the float model's CPU is not worth its differences; it is also within what
+# one run's alternating blocks can tell apart on a busy machine. On an AVX2 CPU without VNNI (AMD Zen 3) yolox-nano's
+# int8 read 0.99x on ONNX Runtime, and the verdict said "use it" (BENCHMARKS.md)
+WORTH = 0.90
 # The float model's boxes at its usual threshold are the truth; the int8 model's are scored down to this score, as mAP
 # is computed (ranked, COCO's evaluation goes down to 0.001): a box the float model gives 0.26 and the int8 0.24 is
 # then a lower-ranked match, not a missed class
@@ -236,6 +240,12 @@ def verdict(table: dict[str, Any]) -> str:
         return (
             f"int8 agrees {agreed:.3f} with the float model but takes {ratio:.2f}x its CPU per frame here: keep the "
             "float model on this machine"
+        )
+    if ratio > WORTH:
+        return (
+            f"int8 agrees {agreed:.3f} with the float model but saves little CPU here ({ratio:.2f}x its CPU per "
+            "frame): keep the float model on this machine (int8 pays where the CPU has int8 dot-product "
+            "instructions, VNNI or Arm's, or on an NPU)"
         )
     return f"int8 agrees {agreed:.3f} with the float model at {ratio:.2f}x its CPU per frame: use it"
 
