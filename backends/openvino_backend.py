@@ -5,6 +5,7 @@ MYRIAD (Neural Compute Stick 2) left OpenVINO after 2022.3 LTS; it is used only 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +178,7 @@ def _read(core: Any, path: Path) -> Any:
     if path.suffix.lower() == ".xml" and not weights.is_file():  # OpenVINO's own words: "Check 'm_weights_provider'"
         raise BackendError(f"OpenVINO's IR {path.name} needs its weights {weights.name} beside it: copy both files")
     try:
-        return _one_at_a_time(core.read_model(str(path)))
+        model = core.read_model(str(path))
     except RuntimeError as exc:
         text = str(exc)
         if "No translator found for" in text:
@@ -191,18 +192,21 @@ def _read(core: Any, path: Path) -> Any:
             f"OpenVINO cannot read {path.name} ({detail[:300] or text[:300]}): the file is damaged, incomplete or not"
             " a model OpenVINO reads (IR .xml with its .bin, ONNX, TFLite); copy, download or export it again"
         ) from None
+    return batch_of_one(model)
 
 
-def _one_at_a_time(model: Any) -> Any:
+def batch_of_one(model: Any) -> Any:
     """A batch the exporter left open (torch.onnx's `dynamic_axes={"images": {0: "batch"}}`) set to 1, the frames the
     pipeline feeds: left open, OpenVINO could not tell the outputs' sizes either ([1, -1, 85]), no decoder matched
-    them, and a model ONNX Runtime ran was refused here. An image size left open stays so (the spec names none)."""
+    them, and a model ONNX Runtime ran was refused here. An image size left open stays so (the spec names none), and
+    so does a batch the graph cannot be reshaped to."""
     if len(model.inputs) != 1:
         return model
     shape = model.inputs[0].get_partial_shape()
     if shape.rank.is_static and shape.rank.get_length() == 4 and shape[0].is_dynamic:
         shape[0] = 1
-        model.reshape({model.inputs[0]: shape})
+        with contextlib.suppress(RuntimeError):
+            model.reshape({model.inputs[0]: shape})
     return model
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_inference.backends.openvino_backend import batch_of_one
 from edge_inference.edge.errors import EdgeError
 
 CONVERT_EXTRA = "pip install 'edge-inference[convert]'"
@@ -201,7 +202,7 @@ def input_shape(source: Path) -> list[int | str]:
     return [dim.dim_value if dim.HasField("dim_value") else dim.dim_param or "?" for dim in dims]
 
 
-def one_at_a_time(model: Any) -> Any:
+def onnx_batch_of_one(model: Any) -> Any:
     """An ONNX graph's open batch (torch.onnx's `dynamic_axes={"images": {0: "batch"}}`) set to 1, as the pipeline
     feeds frames: left open, ONNX Runtime's quantisation pre-processing failed ("Incomplete symbolic shape
     inference")."""
@@ -256,7 +257,7 @@ def onnx_int8(
         from onnxruntime.quantization.shape_inference import quant_pre_process
     except ImportError:
         raise EdgeError(f"onnx-int8 needs onnx and sympy: {CONVERT_EXTRA}") from None
-    model = one_at_a_time(_weights_not_inputs(onnx.load(str(source))))
+    model = onnx_batch_of_one(_weights_not_inputs(onnx.load(str(source))))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         upgraded, prepared = Path(work) / "upgraded.onnx", Path(work) / "prepared.onnx"
@@ -314,10 +315,7 @@ def openvino_int8(
     # OpenVINO fuses into the int8 convolution. read_model's raw ONNX graph (x * Sigmoid(x)) had NNCF quantise both
     # factors: 100 unfused SiLUs, 1.22x the float model's CPU per frame on yolox-nano (BENCHMARKS.md)
     model = ov.convert_model(str(source)) if source.suffix == ".onnx" else ov.Core().read_model(str(source))
-    shape = model.inputs[0].get_partial_shape()
-    if not shape.is_static:  # a batch left open by the exporter (its size is refused before: input_shape)
-        shape[0] = 1
-        model.reshape({model.inputs[0]: shape})
+    model = batch_of_one(model)  # as the engine runs it (an open image size is refused before: input_shape)
     kept = list(dict.fromkeys(openvino_stem(model, stem_convs) + openvino_head(model)))
 
     def counted(tensor: np.ndarray) -> np.ndarray:

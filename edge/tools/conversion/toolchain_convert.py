@@ -28,7 +28,7 @@ from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.tools.conversion.calibration import Frames
-from edge_inference.edge.tools.conversion.quantize import float_subgraphs, input_shape, one_at_a_time
+from edge_inference.edge.tools.conversion.quantize import float_subgraphs, input_shape, onnx_batch_of_one
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, SPLIT_RECORD, split_yolov8_head, splittable
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_python
 from edge_inference.models.decoders import get_decoder
@@ -120,7 +120,7 @@ def _rknn_input(source: Path, work: Path, split: bool) -> tuple[Path, list[list[
     open_batch = not isinstance(input_shape(source)[0], int)  # rknn-toolkit2 refuses one ("fix the input shape")
     if not split and opset <= RKNN_MAX_OPSET and not open_batch:
         return source, float_subgraphs(model)
-    model = one_at_a_time(model)
+    model = onnx_batch_of_one(model)
     if split:
         model = split_yolov8_head(model)
     if opset > RKNN_MAX_OPSET:  # Ultralytics' recent exports are opset 20
