@@ -44,7 +44,13 @@ def cached_path(entry: RegistryEntry, cache_dir: Path) -> Path:
 
 
 def is_cached(entry: RegistryEntry, cache_dir: Path) -> bool:
-    return all((cache_dir / f.path).is_file() for f in entry.files)
+    try:
+        return all((cache_dir / f.path).is_file() for f in entry.files)
+    except PermissionError as exc:  # another user's home (a unit's User= beside root's cache): not even looked into
+        raise ModelError(
+            f"cannot read the model cache {cache_dir} ({exc.strerror}): set EDGE_MODEL_CACHE to a folder this user "
+            "can read and write, or give --model a model file"
+        ) from None
 
 
 def _source_for(file: RegistryFile, mirror: str | None) -> str:

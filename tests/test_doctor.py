@@ -16,9 +16,12 @@ import cv2
 import pytest
 
 from edge_inference.edge.detection.threads import usable_cores
+from edge_inference.models.download import pull
+from edge_inference.models.registry import get_entry
 from tests import fake_devices
 from tests.conftest import MODELS, REPO, VTEST
 from tests.helpers import run_edge
+from tests.test_cli_detect import assert_one_clear_error
 
 
 def _doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
@@ -192,3 +195,19 @@ def test_a_users_detect_loop_measures_its_threads_and_auto_keeps_its_measurement
         return
     (entry,) = json.loads(cache.read_text()).values()
     assert isinstance(entry["others_busy_cores"], float) and len(entry["results"]) >= 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to be nobody")
+def test_a_model_cache_the_user_may_not_enter_is_one_line(nobodys_place, nobodys_edge):
+    """A unit run as its own user with `EDGE_MODEL_CACHE` left at root's cache (root's home is 0700): every command
+    that looks for a registry model (`detect`, `models convert`, `models list`, a stream of `serve`) ended in
+    "unexpected PermissionError" (Python's `is_file` raises for a folder it may not enter)."""
+    cache = nobodys_place / "roots-cache"
+    pull(get_entry("yolox-nano"), cache / "models", str(MODELS))
+    cache.chmod(0o700)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "EDGE_"))}
+    env |= {"HOME": "/nonexistent", "EDGE_MODEL_CACHE": str(cache / "models"), "EDGE_MODEL_MIRROR": str(MODELS)}
+    photo = str(MODELS.parent / "media" / "kite_and_cold.jpg")
+    for args in (("detect", photo, "-m", "yolox-nano"), ("models", "list")):
+        proc = _as_nobody(nobodys_edge, *args, env=env)
+        assert_one_clear_error(proc, f"cannot read the model cache {cache / 'models'} (", "set EDGE_MODEL_CACHE")
