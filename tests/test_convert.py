@@ -405,6 +405,13 @@ def test_a_disk_too_small_for_the_toolchain_is_one_line_before_any_footage_is_re
                         env=env | {"EDGE_TOOLCHAINS": str(small / "toolchains")})  # fmt: skip
         assert_one_clear_error(proc, "GiB free in", "EDGE_TOOLCHAINS")
         assert not any(small.iterdir())
+    # a folder that cannot be made (a file in its way here; as a service user, another user's home): it read the
+    # footage, then ended in "cannot make a venv in ...: Command [...] returned non-zero exit status 1"
+    blocker = tmp_path / "home"
+    blocker.write_text("a file, not a folder")
+    proc = run_edge("models", "convert", "yolox-nano", "--to", target, "--calibrate", str(tmp_path / "no.mp4"),
+                    env=env | {"EDGE_TOOLCHAINS": str(blocker / "toolchains")})  # fmt: skip
+    assert_one_clear_error(proc, "environment in", "set EDGE_TOOLCHAINS to a folder this user can write")
     assert not (Path(env["EDGE_MODEL_CACHE"]) / "converted").exists() or not any(
         (Path(env["EDGE_MODEL_CACHE"]) / "converted").iterdir()
     )

@@ -9,6 +9,8 @@ made once its marker is written, after pip succeeded: an interrupted install is 
 
 from __future__ import annotations
 
+import errno
+import os
 import platform
 import shutil
 import subprocess
@@ -46,7 +48,10 @@ def toolchain_folder(toolchain: Toolchain, settings: Settings) -> Path:
 
 
 def toolchain_ready(toolchain: Toolchain, settings: Settings) -> bool:
-    return (toolchain_folder(toolchain, settings) / MARKER).is_file()
+    try:
+        return (toolchain_folder(toolchain, settings) / MARKER).is_file()
+    except PermissionError:  # another user's folder (root's 0700 home): not made for this user
+        return False
 
 
 def toolchain_can_be_made(toolchain: Toolchain, settings: Settings) -> None:
@@ -60,13 +65,31 @@ def toolchain_can_be_made(toolchain: Toolchain, settings: Settings) -> None:
     if toolchain_ready(toolchain, settings):
         return
     folder = toolchain_folder(toolchain, settings)
-    existing = next(parent for parent in (folder, *folder.parents) if parent.exists())
-    free = shutil.disk_usage(existing).free / 2**30
-    if free < toolchain.needs_gib:
+    free = _free_gib(folder)
+    if free is not None and free < toolchain.needs_gib:
         raise EdgeError(
             f"making {toolchain.name}'s environment needs about {toolchain.needs_gib:.0f} GiB free in {folder} "
             f"({free:.1f} GiB free): free some space, or set EDGE_TOOLCHAINS to a folder on another disk"
         )
+    try:  # the folder that will hold it (a service user's home may not exist, or be another's)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder.parent, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as exc:
+        raise EdgeError(
+            f"cannot make {toolchain.name}'s environment in {folder.parent} ({exc.strerror}): set EDGE_TOOLCHAINS "
+            "to a folder this user can write"
+        ) from None
+
+
+def _free_gib(folder: Path) -> float | None:
+    """Free space on the disk `folder` will be made on (its nearest folder that exists), or None where this user
+    cannot look (inside another user's home: the folder cannot be made there, which is said next)."""
+    try:
+        existing = next(parent for parent in folder.parents if parent.exists())
+        return shutil.disk_usage(existing).free / 2**30
+    except PermissionError:
+        return None
 
 
 def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[str], None]) -> Path:
@@ -84,7 +107,9 @@ def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[st
         done = subprocess.run(install, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         shutil.rmtree(folder, ignore_errors=True)
-        raise EdgeError(f"cannot make a venv in {folder}: {exc}") from None
+        said = getattr(exc, "stderr", None) or b""
+        last = (said.decode(errors="replace").strip().splitlines() or [str(exc)])[-1]
+        raise EdgeError(f"cannot make a venv in {folder}: {last}") from None
     except BaseException:  # interrupted: the next conversion makes it again
         shutil.rmtree(folder, ignore_errors=True)
         raise
