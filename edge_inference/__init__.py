@@ -22,6 +22,13 @@ os.environ.setdefault("OPENCV_FFMPEG_IS_THREAD_SAFE", "1")
 # card. Quiet by default (-8, AV_LOG_QUIET); our own lines say when a source cannot be opened or stalls. Set it to
 # 16 (errors) or 24 (warnings) to read FFmpeg's own words, printed on stdout with an [OPENCV:FFMPEG:NN] prefix.
 os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+# ONNX Runtime's official wheels since 1.32 send usage telemetry from Linux too (Microsoft's 1DS: process, session
+# and model events) and keep a device id in ~/.cache/Microsoft; where that home cannot be written (a service's own
+# user) every command printed "Failed to persist telemetry device ID". A camera box sends nothing it was not asked
+# to: opted out before any session starts (1.32 reads the first name, later releases the second); set either to 0
+# to opt in.
+for _name in ("ORT_DISABLE_TELEMETRY", "ORT_TELEMETRY_DISABLED"):
+    os.environ.setdefault(_name, "1")
 
 
 def __getattr__(name: str) -> str:

@@ -583,3 +583,18 @@ def test_a_file_with_sound_and_no_picture_is_called_that_not_an_undecodable_vide
     proc = run_edge("detect", str(tmp_path / "moved.mp4"), "-m", "yolox-nano")
     assert errors_of(proc) == [f"error: {tmp_path / 'moved.mp4'}: cannot be opened as a video: it holds sound only "
                                "(aac), no picture: give a file with a video track"]  # fmt: skip
+
+
+def test_onnx_runtime_sends_nothing_and_keeps_no_device_id_in_the_users_home(tmp_path):
+    """ONNX Runtime's wheels since 1.32 upload usage telemetry from Linux (Microsoft's 1DS) and keep a device id in
+    ~/.cache/Microsoft; a service user whose home cannot be written saw "Failed to persist telemetry device ID" on
+    every command. The child decides for itself: none of the opt-outs (ONNX Runtime's own names, a CI flag) is
+    handed down from this process."""
+    ci_flags = ("CI", "TF_BUILD", "GITHUB_ACTIONS", "GITLAB_CI", "JENKINS_URL", "BUILDKITE", "TEAMCITY_VERSION")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ORT_") and key not in ci_flags}
+    env["HOME"] = str(tmp_path)
+    command = [sys.executable, "-m", "edge_inference", "detect", CAT, "-m", "yolox-nano", "-b", "onnx", "--json"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (tmp_path / ".cache" / "Microsoft").exists(), list(tmp_path.rglob("*"))
+    assert "telemetry" not in proc.stderr
