@@ -101,10 +101,10 @@ def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[st
     if toolchain_ready(toolchain, settings) and python.is_file():
         return python
     say(f"making {toolchain.name}'s own environment in {folder} (once; about {toolchain.needs_gib:.0f} GiB)...")
-    install = [str(python), "-m", "pip", "install", "--quiet", *toolchain.packages]
+    install = [str(python), "-m", "pip", "install", "--progress-bar", "off", *toolchain.packages]
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True, capture_output=True)
-        done = subprocess.run(install, capture_output=True, text=True)
+        done = _installed(install, say)
     except (OSError, subprocess.CalledProcessError) as exc:
         shutil.rmtree(folder, ignore_errors=True)
         said = getattr(exc, "stderr", None) or b""
@@ -115,7 +115,23 @@ def toolchain_python(toolchain: Toolchain, settings: Settings, say: Callable[[st
         raise
     if done.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
-        last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+        last = (done.stdout.strip().splitlines() or ["pip failed"])[-1]
         raise EdgeError(f"installing {toolchain.name} failed ({last}); the command was: {' '.join(install)}")
     (folder / MARKER).write_text(" ".join(toolchain.packages) + "\n", encoding="utf-8")
     return python
+
+
+PIP_STEPS = ("Collecting", "Installing collected", "Successfully installed")  # pip's lines that say how far it is
+
+
+def _installed(install: list[str], say: Callable[[str], None]) -> subprocess.CompletedProcess[str]:
+    """pip run with its steps said as they come (minutes, GBs: the long step of a first conversion), the rest kept
+    for the line that says why it failed."""
+    lines: list[str] = []
+    with subprocess.Popen(install, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as pip:
+        assert pip.stdout is not None
+        for line in pip.stdout:
+            lines.append(line)
+            if line.startswith(PIP_STEPS):
+                say(f"  {line.rstrip()[:160]}")
+    return subprocess.CompletedProcess(install, pip.returncode, "".join(lines[-50:]), "")
