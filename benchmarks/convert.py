@@ -64,7 +64,7 @@ def main() -> int:
     parser.add_argument("--model", default="yolox-nano", help="a registry name or a float ONNX file")
     args = parser.parse_args()
     print(f"# {machine()}; {args.frames} calibration and {args.frames} evaluation frames of {VTEST.name}")
-    evaluation = Frames.decoded(calibration_frames(str(VTEST), None, args.frames, args.frames).evaluation)
+    evaluation = list(Frames.decoded(calibration_frames(str(VTEST), None, args.frames, args.frames).evaluation))
     with tempfile.TemporaryDirectory() as cache:
         settings = Settings(model_cache=Path(cache))
         for target in args.only.split(","):

@@ -48,7 +48,7 @@ def main() -> int:
     engine = args.engine
     print(f"# {machine()}; {engine}; {args.frames} calibration and {args.frames} evaluation frames of {VTEST.name}")
     frames = calibration_frames(str(VTEST), None, args.frames, args.frames, progress=False)
-    evaluation = Frames.decoded(frames.evaluation)
+    evaluation = list(Frames.decoded(frames.evaluation))
     floating = _loaded(source, engine, "yolox")
     tensors = [floating.prepare(frame).tensor.copy() for frame in Frames.decoded(frames.calibration)]
     print("stem convolutions in float | operators | nodes in float | agreement | per class")
@@ -59,7 +59,7 @@ def main() -> int:
             target, record = quantized(engine, source, folder, tensors, convs, operators)
             int8 = _loaded(target, engine, "yolox")
             try:
-                table = _table(*_judge(floating, int8, evaluation), (1, 1))
+                table = _table(*_judge(floating, int8, frames.evaluation), (1, 1))
             finally:
                 int8.close()
             print(f"{convs} | {operators} | {len(record['kept_in_float'])} | {table['agreement_map50']} | "

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import cv2
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_inference.edge.tools.conversion.calibration import Read, spread_over_motion
+from edge_inference.edge.tools.conversion.calibration import Read, _Kept, spread_over_motion
 from edge_inference.edge.tools.conversion.convert import AGREES, ELSEWHERE, TARGETS, WORTH, verdict
 from edge_inference.edge.tools.conversion.quantize import STEM_CONVS
 from edge_inference.edge.tools.conversion.toolchains import RKNN_TOOLKIT
@@ -351,6 +352,48 @@ def test_float_and_its_int8_side_by_side_live_and_in_bench(env, clip, tmp_path):
         and rows["main-onnx-auto"]["model"] == "yolox-nano"
     )
     assert rows["main-onnx-yolox-nano-int8"]["agreement"]["map50"] > 0.5
+
+
+@settings(max_examples=100, deadline=None)
+@given(seen=st.integers(min_value=0, max_value=700), keep=st.integers(min_value=2, max_value=64))
+def test_frames_kept_while_reading_stay_few_and_spread_over_all_that_was_read(seen, keep):
+    """A camera read for 2000 frames kept every one as JPEG (4K: ~0.5 MB each, 1 GB): now fewer than `keep`, every
+    `stride`-th frame of all that was read. Which ones were kept is told by their motion flags (frame i moved when
+    i % 3 == 0)."""
+    kept = _Kept(keep)
+    tiny = np.zeros((8, 8, 3), np.uint8)
+    for index in range(seen):
+        kept.offer(tiny, index % 3 == 0)
+    assert len(kept.jpegs) == len(kept.moving) < keep and kept.seen == seen
+    assert kept.stride & (kept.stride - 1) == 0  # a power of two
+    assert kept.moving == [index % 3 == 0 for index in range(0, seen, kept.stride)]
+    assert seen < kept.stride * keep  # no coarser than it needed to be
+
+
+def test_a_4k_camera_is_decoded_a_few_frames_at_a_time(env, tmp_path):
+    """A 4K frame is 25 MB decoded: the calibration and the judge each decoded all their frames at once (20 frames:
+    500 MB; the default 100: 2.5 GB each, beside the model's own memory). numpy's allocations, as tracemalloc counts
+    them, stay under what 16 decoded frames take."""
+    import tracemalloc
+
+    from edge_inference.edge.settings import Settings
+    from edge_inference.edge.tools.conversion.convert import convert as convert_model
+
+    folder = tmp_path / "4k"
+    folder.mkdir()
+    capture = cv2.VideoCapture(str(VTEST))
+    for index in range(48):
+        cv2.imwrite(str(folder / f"{index:03d}.jpg"), cv2.resize(capture.read()[1], (3840, 2160)))
+    capture.release()
+    settings = Settings(model_cache=Path(env["EDGE_MODEL_CACHE"]), model_mirror=env["EDGE_MODEL_MIRROR"])
+    tracemalloc.start()
+    try:
+        done = convert_model("yolox-nano", "openvino-int8", str(folder), settings, counts=(20, 20), progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert done.record["calibration"]["frames"] == 20 and done.record["evaluation"]["frames"] == 20
+    assert peak < 16 * 3840 * 2160 * 3, f"{peak / 2**20:.0f} MiB"
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,6 +1,9 @@
 """Frames of the user's own camera for converting a model: calibration frames drawn spread over the first half of
 what the source gives, evaluation frames spread over the second half, so the conversion is judged on frames it was
-not calibrated on. Kept as JPEG in memory (a 768x576 frame: ~60 KB against 1.3 MB decoded) while the source is read.
+not calibrated on. Kept as JPEG in memory (a 768x576 frame: ~60 KB against 1.3 MB decoded) while the source is read,
+and no more of them than twice what is drawn: past that, every other one kept is let go and only every second frame
+after it is kept, so what is kept stays spread over all that was read (a 4K camera's frames are ~0.5 MB each even as
+JPEG: 2000 of them took 1 GB). They are decoded one block at a time where they are used.
 
 A camera mostly sees a still scene: frames spread over time alone can hold no person at all, and the activations of
 what the user wants detected are then left to chance. The service's own motion gate (`edge/stream/motion.py`, its
@@ -10,6 +13,7 @@ those (all over time where nothing moved).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
@@ -34,8 +38,9 @@ class Frames:
     moving: int = 0  # calibration frames where something moved (the motion gate's verdict)
 
     @staticmethod
-    def decoded(encoded: list[bytes]) -> list[np.ndarray]:
-        return [np.asarray(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)) for jpeg in encoded]
+    def decoded(encoded: list[bytes]) -> Iterator[np.ndarray]:
+        """Each frame decoded as it is asked for (a 4K frame is 25 MB decoded: a hundred at once took 2.5 GB)."""
+        return (np.asarray(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)) for jpeg in encoded)
 
 
 def spread(items: list[bytes], count: int) -> list[bytes]:
@@ -47,6 +52,7 @@ def spread(items: list[bytes], count: int) -> list[bytes]:
 class Read:
     jpegs: list[bytes]
     moving: list[bool]  # per frame: something moved since the frames before
+    seen: int = 0  # frames the source gave; those kept are spread evenly over them
 
 
 def spread_over_motion(read: Read, count: int) -> tuple[list[bytes], int]:
@@ -71,42 +77,58 @@ def _spread_indices(indices: list[int], count: int) -> list[int]:
     return [indices[round(i * (len(indices) - 1) / (count - 1))] for i in range(count)]
 
 
-def _read(source: str, limit: int, progress: bool) -> Read:
+def _read(source: str, keep: int, progress: bool) -> Read:
+    """Up to READ_AT_MOST frames of `source`, at most `keep` of them kept, spread evenly over all it gave."""
     try:
         frames = open_source(source)
         frames.open()
     except (SourceError, OSError) as exc:
         raise EdgeError(f"cannot read {source} for calibration: {exc}") from None
-    encoded: list[bytes] = []
-    moving: list[bool] = []
+    kept = _Kept(keep)
     gate = MotionGate(MotionConfig())
-    bar = tqdm(total=limit, desc="reading frames", unit="frame", disable=not progress, leave=False)
+    bar = tqdm(total=READ_AT_MOST, desc="reading frames", unit="frame", disable=not progress, leave=False)
     try:
-        while len(encoded) < limit:
+        while kept.seen < READ_AT_MOST:
             image = frames.read()
             if image is None:
                 break
-            ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
-            if ok:
-                encoded.append(jpeg.tobytes())
-                moving.append(gate.check(image, float(len(encoded))).moving >= gate.config.threshold)
+            kept.offer(image, gate.check(image, float(kept.seen + 1)).moving >= gate.config.threshold)
             bar.update()
     except SourceError as exc:
-        if not encoded:
+        if not kept.jpegs:
             raise EdgeError(f"cannot read {source} for calibration: {exc}") from None
     finally:
         bar.close()
         frames.close()
-    if moving:
-        moving[0] = False  # the gate's first frame has no background to differ from
-    return Read(encoded, moving)
+    if kept.moving:
+        kept.moving[0] = False  # the gate's first frame has no background to differ from
+    return Read(kept.jpegs, kept.moving, kept.seen)
+
+
+class _Kept:
+    """Frames as JPEG, every `stride`-th one seen; at `keep` of them every other is let go and the stride doubles."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep, self.stride, self.seen = max(keep, 2), 1, 0
+        self.jpegs: list[bytes] = []
+        self.moving: list[bool] = []
+
+    def offer(self, image: np.ndarray, moving: bool) -> None:
+        if self.seen % self.stride == 0:
+            ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
+            if ok:
+                self.jpegs.append(jpeg.tobytes())
+                self.moving.append(moving)
+            if len(self.jpegs) >= self.keep:
+                self.jpegs, self.moving, self.stride = self.jpegs[::2], self.moving[::2], self.stride * 2
+        self.seen += 1
 
 
 def calibration_frames(
     calibrate: str, evaluate: str | None, calibration: int, evaluation: int, progress: bool = False
 ) -> Frames:
     """Frames to calibrate on and frames to judge on: halves of one source, or two sources."""
-    first = _read(calibrate, READ_AT_MOST, progress)
+    first = _read(calibrate, 2 * (calibration + (evaluation if evaluate is None else 0)), progress)
     if evaluate is None:
         if len(first.jpegs) < 4:
             raise EdgeError(
@@ -116,9 +138,9 @@ def calibration_frames(
         half = len(first.jpegs) // 2
         early = Read(first.jpegs[:half], first.moving[:half])
         chosen, moved = spread_over_motion(early, calibration)
-        return Frames(calibrate, len(first.jpegs), chosen, spread(first.jpegs[half:], evaluation), moved)
-    second = _read(evaluate, READ_AT_MOST, progress)
+        return Frames(calibrate, first.seen, chosen, spread(first.jpegs[half:], evaluation), moved)
+    second = _read(evaluate, 2 * evaluation, progress)
     if not first.jpegs or not second.jpegs:
         raise EdgeError(f"{calibrate if not first.jpegs else evaluate} gave no frames")
     chosen, moved = spread_over_motion(first, calibration)
-    return Frames(calibrate, len(first.jpegs), chosen, spread(second.jpegs, evaluation), moved)
+    return Frames(calibrate, first.seen, chosen, spread(second.jpegs, evaluation), moved)
