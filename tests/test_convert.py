@@ -32,6 +32,10 @@ from tests.helpers import run_edge, write_clip
 from tests.mounts import tmpfs
 from tests.test_cli_detect import assert_one_clear_error
 
+# a toolchain's conversion (TensorFlow's, rknn-toolkit2's) takes minutes on a slow machine with both cores busy: the
+# suite's 300 s per test ended the worker under stress-ng (the conversion itself is given 600 s)
+TOOLCHAIN_TIMEOUT = pytest.mark.timeout(1200)
+
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory) -> Path:
@@ -460,6 +464,7 @@ def test_a_disk_too_small_for_the_toolchain_is_one_line_before_any_footage_is_re
     )
 
 
+@TOOLCHAIN_TIMEOUT
 def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     """`--to rknn`: rknn-toolkit2 in its own environment quantises on the camera's frames and runs the very `.rknn`
     on Rockchip's simulator; the float model's decoder reads its outputs. Where that environment has not been made
@@ -486,6 +491,7 @@ def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     assert "time it on the board" in proc.stdout
 
 
+@TOOLCHAIN_TIMEOUT
 def test_rknn_split_head_is_decoded_from_the_simulators_outputs(env, clip, tmp_path):
     """`--to rknn` on a stock Ultralytics YOLOv8n export splits its head: rknn_model_zoo's nine outputs, quantised and
     run on Rockchip's simulator, read by the `yolov8-rknn` decoder the board's engine uses, agree with the float
@@ -543,6 +549,7 @@ def test_calibrating_a_640_model_holds_a_few_frames_at_a_time(env, clip, tmp_pat
     assert not any((Path(env["EDGE_MODEL_CACHE"]) / "converted").iterdir())
 
 
+@TOOLCHAIN_TIMEOUT
 def test_tflite_int8_is_made_by_onnx2tf_and_judged_on_litert(env, clip):
     """`--to tflite-int8`: onnx2tf with TensorFlow in its own environment writes the full-integer model (the Edge TPU
     compiler's input) calibrated on the camera's frames, and LiteRT runs it against onnx2tf's float32 twin; the
