@@ -19,7 +19,7 @@ import pytest
 
 from edge_inference.backends.hardware import intel_accelerators
 from edge_inference.edge.detection.auto import choice as chooser
-from edge_inference.edge.detection.auto import figures, store, timing, worker
+from edge_inference.edge.detection.auto import figures, store, timing, watch, worker
 from edge_inference.edge.detection.auto.candidates import candidates
 from edge_inference.edge.detection.auto.choice import AutoChoice, live_check
 from edge_inference.edge.detection.auto.decide import auto_choice
@@ -514,7 +514,9 @@ def _infer(detector, count: int, burn_s: float = 0.0) -> None:
 def fresh_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> None:
     for bookkeeping in ("_FAILED", "_PICKED", "_PICKED_AT", "_REMEASURED", "_STALE", "_LOOKED"):
         monkeypatch.setattr(chooser, bookkeeping, type(getattr(chooser, bookkeeping))())
-    monkeypatch.setattr(chooser, "LIVE_SAMPLES", 20)  # windows of 20 inferences: the test's CPU burns are short
+    # windows of 20 inferences: the test's CPU burns are short. Set where the window reads it: a copy bound at import
+    # (`from choice import LIVE_SAMPLES`) kept 100 whenever an earlier test had imported the watch first
+    monkeypatch.setattr(watch, "LIVE_SAMPLES", 20)
 
 
 def test_a_pick_is_measured_again_when_the_services_cpu_per_frame_grows_and_never_for_slower_wall_times(

@@ -46,11 +46,6 @@ _STALE: set[str] = set()  # keys whose stored measurement was made on a busy mac
 
 _LOOKED: set[str] = set()  # keys whose stored measurement's load was looked at in this process
 
-# Live inferences in a figure the live check compares. It compares the service's CPU per frame with its own once
-# it has run EDGE_AUTO_SETTLE_S (180 s): seven streams starting, engines warming and auto's own first measurement
-# made a quiet measurement look 5.3x slower in the first 10 s
-LIVE_SAMPLES = 100
-
 SLOWER, LOOSE = 2.0, 1.5  # now / settled CPU per frame that calls for a new measurement: a sure pick, a close one
 
 REMEASURE_EVERY_S = 3600.0  # at most this often per measurement: it costs the streams a few seconds of CPU

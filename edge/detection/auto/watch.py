@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 
 from edge_inference.edge.detection.auto.choice import (
-    LIVE_SAMPLES,
     AutoChoice,
     live_check,
     named_pick,
@@ -18,6 +17,11 @@ from edge_inference.edge.detection.detector import Detector, inferences_done
 from edge_inference.edge.detection.model_files import ModelFiles
 from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.settings import Settings
+
+# Live inferences in a figure the live check compares. It compares the service's CPU per frame with its own once
+# it has run EDGE_AUTO_SETTLE_S (180 s): seven streams starting, engines warming and auto's own first measurement
+# made a quiet measurement look 5.3x slower in the first 10 s
+LIVE_SAMPLES = 100
 
 
 def watch(
