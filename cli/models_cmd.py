@@ -358,7 +358,14 @@ def convert_model(
         platform=platform,
         split_head=split_head,
     )
-    table = done.record["table"]
+    table, calibration, evaluation = done.record["table"], done.record["calibration"], done.record["evaluation"]
+    judged_on = "" if evaluation["source"] == calibration["source"] else f" of {evaluation['source']}"
+    click.echo(
+        f"calibrated on {calibration['frames']} frames of {calibration['source']} ({calibration['frames_with_motion']}"
+        f" where something moved), judged on {evaluation['frames']} others{judged_on}"
+    )
+    for note in done.record["notes"]:
+        click.echo(f"note: {note}", err=True)
     click.echo(f"{'':<8}{'size MiB':>10}{'CPU ms/frame':>14}{'fps':>8}")
     for side in ("float", "int8"):
         row = table[side]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from tests.conftest import MEDIA, MODELS, VTEST
 from tests.float_yolov8n import float_yolov8n
 from tests.helpers import run_edge, write_clip
 from tests.mounts import tmpfs
+from tests.rtsp import rtsp_camera
 from tests.test_cli_detect import assert_one_clear_error
 
 # a toolchain's conversion (TensorFlow's, rknn-toolkit2's) takes minutes on a slow machine with both cores busy: the
@@ -140,6 +143,7 @@ def test_a_conversion_on_the_users_footage_is_judged_recorded_and_found_by_name(
     assert table["agreement_per_class"]["person"] >= 0.7, table  # the people of the clip, found by both
     assert table["int8"]["size_mib"] < table["float"]["size_mib"]
     assert "agreement with the float model" in proc.stdout and record["verdict"] in proc.stdout
+    assert f"calibrated on 12 frames of {clip} (" in proc.stdout and record["notes"] == []  # all it asked for
     name = files[0].rsplit(".", 1)[0]
     # found by its name, on a frame of the same camera (calibrated on a street, it is that street's model)
     detected = run_edge("detect", str(later_frame), "--model", name, "--backend", engine, "--json", env=env)
@@ -207,6 +211,37 @@ def test_footage_that_cannot_be_read_leaves_nothing_behind(env, tmp_path):
     assert_one_clear_error(proc, "no.mp4")
     folder = Path(env["EDGE_MODEL_CACHE"]) / "converted"
     assert not folder.exists() or not list(folder.iterdir())
+
+
+def test_a_camera_that_goes_quiet_while_read_is_said_beside_the_figures_it_left(env, tmp_path):
+    """An RTSP camera frozen a second into the reading: the conversion went on with the few frames read and gave a
+    verdict on them without a word. It still converts, and says where the footage stopped and on how few frames the
+    figures stand, on the terminal and in the record; the camera's password is in neither."""
+    with rtsp_camera(VTEST, login="viewer:s3cret") as camera:
+        url = camera.url.replace("rtsp://", "rtsp://viewer:s3cret@")
+        child = subprocess.Popen(
+            [sys.executable, "-m", "edge_inference", "models", "convert", "yolox-nano", "--to", "onnx-int8",
+             "--calibrate", url, "--output", str(tmp_path / "quiet.onnx")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env},
+        )  # fmt: skip
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(iter(lambda: child.stderr.read(64), "")), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 240
+        while not re.search(r"reading frames: .*\b([6-9]|\d\d+)/2000", "".join(said)):  # a few frames read
+            assert child.poll() is None and time.monotonic() < deadline, "".join(said)[-2000:]
+            time.sleep(0.1)
+        camera.pause()
+        child.wait(timeout=600)  # its few lines of stdout fit the pipe; stderr is the reader's alone
+        reader.join(timeout=10)
+        out = child.stdout.read()
+    err = "".join(said)
+    assert child.returncode == 0, err[-3000:]
+    record = json.loads((tmp_path / "quiet.onnx.json").read_text())
+    stopped, fewer = record["notes"]
+    assert stopped.startswith("the footage stopped after ") and "stopped delivering frames" in stopped, stopped
+    assert "where --frames asked for 100 and 100" in fewer and f"note: {fewer}" in err  # read: a few dozen
+    assert "s3cret" not in err + out + json.dumps(record)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ class Frames:
     calibration: list[bytes]
     evaluation: list[bytes]
     moving: int = 0  # calibration frames where something moved (the motion gate's verdict)
+    stopped: str = ""  # why a source stopped giving frames before its end (a camera gone quiet), when it did
 
     @staticmethod
     def decoded(encoded: list[bytes]) -> Iterator[np.ndarray]:
@@ -53,6 +54,7 @@ class Read:
     jpegs: list[bytes]
     moving: list[bool]  # per frame: something moved since the frames before
     seen: int = 0  # frames the source gave; those kept are spread evenly over them
+    stopped: str = ""  # the source's error that ended the reading early, if one did
 
 
 def spread_over_motion(read: Read, count: int) -> tuple[list[bytes], int]:
@@ -87,6 +89,7 @@ def _read(source: str, keep: int, progress: bool) -> Read:
     kept = _Kept(keep)
     gate = MotionGate(MotionConfig())
     bar = tqdm(total=READ_AT_MOST, desc="reading frames", unit="frame", disable=not progress, leave=False)
+    stopped = ""
     try:
         while kept.seen < READ_AT_MOST:
             image = frames.read()
@@ -97,12 +100,13 @@ def _read(source: str, keep: int, progress: bool) -> Read:
     except SourceError as exc:
         if not kept.jpegs:
             raise EdgeError(f"cannot read {source} for calibration: {exc}") from None
+        stopped = f"after {kept.seen} frames: {exc}"  # a camera gone quiet is said, not hidden in a smaller table
     finally:
         bar.close()
         frames.close()
     if kept.moving:
         kept.moving[0] = False  # the gate's first frame has no background to differ from
-    return Read(kept.jpegs, kept.moving, kept.seen)
+    return Read(kept.jpegs, kept.moving, kept.seen, stopped)
 
 
 class _Kept:
@@ -132,15 +136,29 @@ def calibration_frames(
     if evaluate is None:
         if len(first.jpegs) < 4:
             raise EdgeError(
-                f"{calibrate} gave too few frames to calibrate on and judge by ({len(first.jpegs)}): give a video or "
-                "a folder"
+                f"{calibrate} gave too few frames to calibrate on and judge by ({len(first.jpegs)}): give a longer "
+                "video, or a folder of 4 images or more"
             )
         half = len(first.jpegs) // 2
         early = Read(first.jpegs[:half], first.moving[:half])
         chosen, moved = spread_over_motion(early, calibration)
-        return Frames(calibrate, first.seen, chosen, spread(first.jpegs[half:], evaluation), moved)
+        return Frames(calibrate, first.seen, chosen, spread(first.jpegs[half:], evaluation), moved, first.stopped)
     second = _read(evaluate, 2 * evaluation, progress)
     if not first.jpegs or not second.jpegs:
         raise EdgeError(f"{calibrate if not first.jpegs else evaluate} gave no frames")
     chosen, moved = spread_over_motion(first, calibration)
-    return Frames(calibrate, first.seen, chosen, spread(second.jpegs, evaluation), moved)
+    stopped = "; ".join(read.stopped for read in (first, second) if read.stopped)
+    return Frames(calibrate, first.seen, chosen, spread(second.jpegs, evaluation), moved, stopped)
+
+
+def shortfalls(frames: Frames, asked: tuple[int, int]) -> list[str]:
+    """What the user is told where the footage gave less than asked: the table's figures then stand on fewer frames
+    (a camera that went quiet after a few seconds once gave a verdict on 8 frames without a word)."""
+    notes = [f"the footage stopped {frames.stopped}"] if frames.stopped else []
+    got = (len(frames.calibration), len(frames.evaluation))
+    if got[0] < asked[0] or got[1] < asked[1]:
+        notes.append(
+            f"calibrated on {got[0]} and judged on {got[1]} frames where --frames asked for {asked[0]} and "
+            f"{asked[1]} (the footage gave {frames.read}): the figures are surer on longer footage"
+        )
+    return notes

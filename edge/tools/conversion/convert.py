@@ -31,7 +31,7 @@ from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
-from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames
+from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames, shortfalls
 from edge_inference.edge.tools.conversion.quantize import (
     DEFAULT_METHOD,
     input_shape,
@@ -287,6 +287,7 @@ def convert(
     try:
         record = _make(source, partial, engine, frames, (method, platform, split_head, settings), progress)
         record = _recorded(record, (model, source, target, target_path), frames, evaluate)
+        record["notes"] = shortfalls(frames, counts)
         spec = SpecOverrides(decoder=record.pop("decoder"), **record.pop("sidecar"))  # a .rknn names no input size
         float_sidecar = sidecar_path(source)
         spec = (load_sidecar(float_sidecar) if float_sidecar else SpecOverrides()).merged(spec)
