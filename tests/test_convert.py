@@ -478,6 +478,22 @@ def test_a_conversion_without_room_for_its_files_stops_before_reading_any_frame(
         assert not any(small.iterdir())
 
 
+def test_a_folder_this_user_cannot_write_is_one_line_before_any_footage_is_read(env, tmp_path):
+    """As a unit's own user, `--output` in root's folder calibrated for minutes, then ended in "unexpected
+    PermissionError" (checked as nobody by hand); a read-only disk is the same for root. The footage named here
+    does not exist: it is never read. A folder that cannot be made (a file in its way) is the same line."""
+    with tmpfs(tmp_path / "readonly", 65536, read_only=True) as readonly:
+        for output in (readonly / "yolox-nano-int8.onnx", readonly / "converted" / "yolox-nano-int8.onnx"):
+            proc = run_edge("models", "convert", "yolox-nano", "--to", "onnx-int8", "--calibrate",
+                            str(tmp_path / "no.mp4"), "--output", str(output), env=env)  # fmt: skip
+            assert_one_clear_error(proc, f"cannot write the converted model in {output.parent} (", "--output")
+    shutil.copytree(env["EDGE_MODEL_CACHE"], tmp_path / "cache-with-the-model")  # pulled above: none pulled again
+    (tmp_path / "cache-with-the-model" / "converted").write_text("a file where the converted/ folder should be")
+    proc = run_edge("models", "convert", "yolox-nano", "--to", "onnx-int8", "--calibrate", str(tmp_path / "no.mp4"),
+                    env=env | {"EDGE_MODEL_CACHE": str(tmp_path / "cache-with-the-model")})  # fmt: skip
+    assert_one_clear_error(proc, "cannot write the converted model in ", "set EDGE_MODEL_CACHE")
+
+
 @pytest.mark.parametrize("target", ["rknn", "tflite-int8"])
 def test_a_disk_too_small_for_the_toolchain_is_one_line_before_any_footage_is_read(env, tmp_path, target):
     """The toolchain's environment takes GBs (torch, TensorFlow): on a disk without room, pip filled it, failed, and

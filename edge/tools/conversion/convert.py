@@ -136,6 +136,19 @@ def _starts_from(model: str, engine: str) -> str:
     return "openvino" if engine == "openvino" and model.lower().endswith(".xml") else "onnx"
 
 
+def _writable(folder: Path, asked: bool) -> None:
+    """The converted file's folder, made; refused before any footage is read where this user cannot write there (as
+    a unit's own user, `--output` in a folder of root's ended the calibration in `unexpected PermissionError`)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        reason = "" if os.access(folder, os.W_OK | os.X_OK) else "Permission denied"
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    if reason:
+        where = "give --output a folder" if asked else "set EDGE_MODEL_CACHE to a folder, or give --output one,"
+        raise EdgeError(f"cannot write the converted model in {folder} ({reason}): {where} this user can write")
+
+
 def _room_for(source: Path, folder: Path) -> None:
     """Refuse before minutes of work where the converted file cannot be written: it, its partial copy and the
     toolchains' intermediate files take about ROOM_FACTOR times the float model's size."""
@@ -275,7 +288,7 @@ def convert(
     stem, source = locate_model(float_model, settings)
     name = stem + name_suffix  # a registry name's, or the file's stem
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
-    target_path.parent.mkdir(parents=True, exist_ok=True)
+    _writable(target_path.parent, asked=output is not None)
     _room_for(source, target_path.parent)
     _convertible(source)
     if engine in TOOLCHAIN_OF:  # its environment made where it is not yet: GBs, said before any footage is read
