@@ -23,7 +23,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_inference.edge.tools.conversion.calibration import Read, _Kept, spread_over_motion
+from edge_inference.edge.tools.conversion.calibration import Read, _Kept, other_footage, spread_over_motion
 from edge_inference.edge.tools.conversion.convert import AGREES, ELSEWHERE, TARGETS, WORTH, verdict
 from edge_inference.edge.tools.conversion.quantize import STEM_CONVS
 from edge_inference.edge.tools.conversion.toolchains import RKNN_TOOLKIT
@@ -476,6 +476,19 @@ def test_a_conversion_without_room_for_its_files_stops_before_reading_any_frame(
         assert_one_clear_error(proc, "free")
         assert "MiB free in" in proc.stderr and "--output" in proc.stderr
         assert not any(small.iterdir())
+
+
+def test_eval_naming_the_calibration_footage_judges_on_its_second_half(clip, monkeypatch):
+    """`--calibrate walkway.avi --eval ./walkway.avi` judged the model on the frames it was calibrated on (spread over
+    all of one file both times): the agreement flattered it. The same file or folder however it is spelt is taken as
+    no `--eval`, and said; a camera named twice is kept (what it sends later is other frames)."""
+    monkeypatch.chdir(clip.parent)
+    for calibrate, evaluate in ((str(clip), f"./{clip.name}"), (str(clip.parent), f"{clip.parent}/")):
+        kept, (note,) = other_footage(calibrate, evaluate)
+        assert kept is None and note.startswith("--eval names the footage --calibrate reads: judged on its second")
+    assert other_footage(str(clip), str(VTEST)) == (str(VTEST), [])
+    assert other_footage("rtsp://cam/stream", "rtsp://cam/stream") == ("rtsp://cam/stream", [])
+    assert other_footage(str(clip), None) == (None, [])
 
 
 def test_a_folder_this_user_cannot_write_is_one_line_before_any_footage_is_read(env, tmp_path):

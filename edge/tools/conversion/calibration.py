@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -162,3 +163,14 @@ def shortfalls(frames: Frames, asked: tuple[int, int]) -> list[str]:
             f"{asked[1]} (the footage gave {frames.read}): the figures are surer on longer footage"
         )
     return notes
+
+
+def other_footage(calibrate: str, evaluate: str | None) -> tuple[str | None, list[str]]:
+    """`--eval` as given, or None (the second half of `--calibrate`) where it names the same file or folder: judged
+    on the very frames it was calibrated on, the agreement would flatter it. A camera named twice is kept: its
+    frames read later are others."""
+    if evaluate is None or not Path(evaluate).exists() or not Path(calibrate).exists():
+        return evaluate, []
+    if Path(evaluate).resolve() != Path(calibrate).resolve():
+        return evaluate, []
+    return None, [f"--eval names the footage --calibrate reads: judged on its second half instead ({calibrate})"]

@@ -31,7 +31,7 @@ from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_url
 from edge_inference.edge.settings import Settings
-from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames, shortfalls
+from edge_inference.edge.tools.conversion.calibration import Frames, calibration_frames, other_footage, shortfalls
 from edge_inference.edge.tools.conversion.quantize import (
     DEFAULT_METHOD,
     input_shape,
@@ -294,13 +294,14 @@ def convert(
     if engine in TOOLCHAIN_OF:  # its environment made where it is not yet: GBs, said before any footage is read
         toolchain_can_be_made(TOOLCHAIN_OF[engine], settings)
     split_head = engine == "rknn" and splittable(source, split_head)
+    evaluate, notes = other_footage(calibrate, evaluate)
     frames = calibration_frames(calibrate, evaluate, *counts, progress=progress)
     # its own partial name: a second conversion of the same model in flight (another terminal, another camera) has one
     partial = target_path.with_name(f".{target_path.stem}.{os.getpid()}.partial{suffix}")
     try:
         record = _make(source, partial, engine, frames, (method, platform, split_head, settings), progress)
         record = _recorded(record, (model, source, target, target_path), frames, evaluate)
-        record["notes"] = shortfalls(frames, counts)
+        record["notes"] = notes + shortfalls(frames, counts)
         spec = SpecOverrides(decoder=record.pop("decoder"), **record.pop("sidecar"))  # a .rknn names no input size
         float_sidecar = sidecar_path(source)
         spec = (load_sidecar(float_sidecar) if float_sidecar else SpecOverrides()).merged(spec)
