@@ -376,6 +376,9 @@ def test_float_and_its_int8_side_by_side_live_and_in_bench(env, clip, tmp_path):
     rows = {r["backend"]: r for r in json.loads((tmp_path / "bench" / "bench.json").read_text())["pairs"]}
     assert rows["onnx"]["reference"] and rows["onnx@yolox-nano-int8"]["file"] == "yolox-nano-int8", rows
     assert rows["onnx@yolox-nano-int8"]["map50"] is not None
+    # the table's columns hold such a name: it ran into the device column
+    header, *lines = [line for line in bench.stdout.splitlines() if not line.startswith("#")]
+    assert all(line.index("CPUExecutionProvider") == header.index("Device") for line in lines), bench.stdout
     args = ["--source", str(clip), "--loop", "--model", "yolox-nano", "--compare", "onnx,onnx@yolox-nano-int8"]
     with running_server(args, tmp_path / "edge.log", env=env) as edge:
         edge.wait_until("/health/live")

@@ -12,6 +12,7 @@ from edge_inference.edge.detection.timings import percentile
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_text
 from edge_inference.edge.tools.bench import PairResult
+from edge_inference.models.agreement import ENOUGH_BOXES
 from edge_inference.models.registry import REGISTRY
 
 
@@ -50,25 +51,27 @@ def summary(result: PairResult) -> dict[str, Any]:
 
 
 def table(results: list[PairResult], machine: str) -> str:
+    rows = [summary(result) for result in results]
+    # as wide as the longest name: `onnx@yolox-nano-int8` ran into the device column
+    m, b = (max([width, *(len(str(row[key])) + 1 for row in rows)]) for key, width in (("model", 20), ("backend", 10)))
     header = (
-        f"{'Model':<20}{'Backend':<10}{'Device':<26}{'pre':>6}{'infer p50':>10}{'p95':>7}{'p99':>7}{'post':>6}"
+        f"{'Model':<{m}}{'Backend':<{b}}{'Device':<26}{'pre':>6}{'infer p50':>10}{'p95':>7}{'p99':>7}{'post':>6}"
         f"{'e2e p50':>8}{'p95':>7}{'fps':>7}{'CPU ms':>7}{'CPU%':>6}{'RSS MiB':>8}{'mAP50':>7}"
     )
     lines = [
         f"# {machine}",
         "# times in ms per frame; CPU ms = the process's CPU per frame (all threads), CPU% = of one core;"
-        " mAP50 = agreement with the reference pair (ref)",
+        f" mAP50 = agreement with the reference pair (ref), over the classes it found {ENOUGH_BOXES} times or more",
         header,
     ]
-    for result in results:
-        row = summary(result)
+    for result, row in zip(results, rows, strict=True):
         device = str(row["device"])[:25]
         if not result.ok:
-            lines.append(f"{row['model']:<20}{row['backend']:<10}{device:<26}not run: {row['reason']}")
+            lines.append(f"{row['model']:<{m}}{row['backend']:<{b}}{device:<26}not run: {row['reason']}")
             continue
         agree = "ref" if result.reference else ("-" if row["map50"] is None else f"{row['map50']:.3f}")
         lines.append(
-            f"{row['model']:<20}{row['backend']:<10}{device:<26}{row['preprocess_p50_ms']:>6.2f}"
+            f"{row['model']:<{m}}{row['backend']:<{b}}{device:<26}{row['preprocess_p50_ms']:>6.2f}"
             f"{row['inference_p50_ms']:>10.2f}{row['inference_p95_ms']:>7.2f}{row['inference_p99_ms']:>7.2f}"
             f"{row['postprocess_p50_ms']:>6.2f}{row['end_to_end_p50_ms']:>8.2f}{row['end_to_end_p95_ms']:>7.2f}"
             f"{row['fps']:>7.1f}{row['cpu_ms_per_frame']:>7.1f}{row['cpu_percent']:>6.0f}{row['peak_rss_mib']:>8.0f}{agree:>7}"

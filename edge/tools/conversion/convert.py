@@ -42,7 +42,7 @@ from edge_inference.edge.tools.conversion.quantize import (
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_can_be_made
-from edge_inference.models.agreement import agreement
+from edge_inference.models.agreement import ENOUGH_BOXES, agreement
 from edge_inference.models.decoders import get_decoder
 from edge_inference.models.detection import Detection
 from edge_inference.models.download import sha256_of
@@ -79,7 +79,6 @@ REFERENCE_CONF = 0.25  # the float model's boxes kept as truth: the service's de
 # upgraded graphs): about this many times the float model's size
 ROOM_FACTOR = 6
 OUT_OF_MEMORY = ("bad_alloc", "Failed to allocate memory", "Insufficient memory", "out of memory")
-CLASS_BOXES = 10  # a class is shown on its own once the float model found this many of it
 TIMED_BLOCK = 8  # evaluation frames alternate between the two models in blocks of this many
 
 
@@ -207,15 +206,12 @@ def _judge(float_detector: Detector, int8_detector: Detector, frames: list[bytes
 
 def _table(floating: Judged, int8: Judged, sizes: tuple[int, int]) -> dict[str, Any]:
     """Size, CPU per frame and fps of each; agreement as the project's mAP@0.5 over the classes the float model found
-    CLASS_BOXES times or more (a class seen once or twice, often the float model's own stray box, says little of
+    ENOUGH_BOXES times or more (a class seen once or twice, often the float model's own stray box, says little of
     the conversion and weighs as much as people in a class mean), and over every class it found, for the record."""
     floating.detections = [[d for d in frame if d.score >= REFERENCE_CONF] for frame in floating.detections]
-    counts: dict[str, int] = {}
-    for frame in floating.detections:
-        for detection in frame:
-            counts[detection.label] = counts.get(detection.label, 0) + 1
     agreed = agreement(floating.detections, int8.detections)
-    enough = {label: ap for label, ap in agreed.per_class.items() if counts.get(label, 0) >= CLASS_BOXES}
+    counts = agreed.boxes
+    enough = {label: ap for label, ap in agreed.per_class.items() if counts[label] >= ENOUGH_BOXES}
 
     def side(judged: Judged, size: int) -> dict[str, float]:
         return {
@@ -229,7 +225,7 @@ def _table(floating: Judged, int8: Judged, sizes: tuple[int, int]) -> dict[str, 
         "int8": side(int8, sizes[1]),
         "agreement_map50": round(float(np.mean(list(enough.values()))), 3) if enough else None,
         "agreement_per_class": {label: round(ap, 3) for label, ap in enough.items()},
-        "agreement_map50_every_class": None if agreed.map50 is None else round(agreed.map50, 3),
+        "agreement_map50_every_class": None if (every := agreed.map50_every_class) is None else round(every, 3),
         "agreement_every_class": {
             label: {"ap": round(ap, 3), "boxes": counts.get(label, 0)} for label, ap in agreed.per_class.items()
         },
@@ -241,7 +237,7 @@ def verdict(table: dict[str, Any]) -> str:
     agreed, ratio = table["agreement_map50"], table["cpu_ratio"]
     if agreed is None:
         return (
-            f"the float model found no class {CLASS_BOXES} times on the evaluation frames: nothing to judge the "
+            f"the float model found no class {ENOUGH_BOXES} times on the evaluation frames: nothing to judge the "
             "conversion by; evaluate on other frames (--eval) or more of them (--frames)"
         )
     if agreed < AGREES:
