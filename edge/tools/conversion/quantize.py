@@ -23,7 +23,7 @@ import logging
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,7 @@ class _Reader:
     """ONNX Runtime's CalibrationDataReader: one input feed per calibration tensor, a range of them at a time
     (`set_range`, which quantize_static calls with its `CalibStridedMinMax` option)."""
 
-    def __init__(self, name: str, tensors: list[np.ndarray], step: Callable[[], None]) -> None:
+    def __init__(self, name: str, tensors: Sequence[np.ndarray], step: Callable[[], None]) -> None:
         self._name, self._tensors, self._step = name, tensors, step
         self.set_range(0, len(tensors))
 
@@ -239,7 +239,7 @@ def calibration_chunk(frames: int) -> int:
 def onnx_int8(
     source: Path,
     target: Path,
-    tensors: list[np.ndarray],
+    tensors: Sequence[np.ndarray],
     method: str,
     step: Callable[[], None] = lambda: None,
     stem_convs: int = STEM_CONVS,
@@ -297,7 +297,7 @@ def onnx_int8(
 def openvino_int8(
     source: Path,
     target: Path,
-    tensors: list[np.ndarray],
+    tensors: Sequence[np.ndarray],
     step: Callable[[], None] = lambda: None,
     stem_convs: int = STEM_CONVS,
 ) -> dict[str, Any]:
