@@ -154,7 +154,7 @@ def calibration_frames(
 
 def shortfalls(frames: Frames, asked: tuple[int, int]) -> list[str]:
     """What the user is told where the footage gave less than asked: the table's figures then stand on fewer frames
-    (a camera that went quiet after a few seconds once gave a verdict on 8 frames without a word)."""
+    (a camera that went quiet after a few seconds once gave a verdict on 15 frames without a word)."""
     notes = [f"the footage stopped {frames.stopped}"] if frames.stopped else []
     got = (len(frames.calibration), len(frames.evaluation))
     if got[0] < asked[0] or got[1] < asked[1]:
