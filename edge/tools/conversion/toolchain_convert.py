@@ -65,10 +65,11 @@ def rknn_int8(
         decode = _split_decoding(float_detector) if split else float_detector.decode
         python = toolchain_python(RKNN_TOOLKIT, settings, _say)
         dataset = work / "dataset.txt"
-        calibration = [_pixels(pixels, image)[0] for image in Frames.decoded(frames.calibration)]
-        for index, image in enumerate(calibration):  # the toolkit reads .npy dataset entries in the ONNX input's NCHW
-            np.save(work / f"calibration{index}.npy", np.ascontiguousarray(image.transpose(0, 3, 1, 2)))
-        dataset.write_text("".join(f"{work / f'calibration{i}.npy'}\n" for i in range(len(calibration))))
+        # one frame at a time (the toolkit reads .npy dataset entries, in the ONNX input's NCHW), none held after
+        for index, image in enumerate(Frames.decoded(frames.calibration)):
+            calibration = _pixels(pixels, image)[0]
+            np.save(work / f"calibration{index}.npy", np.ascontiguousarray(calibration.transpose(0, 3, 1, 2)))
+        dataset.write_text("".join(f"{work / f'calibration{i}.npy'}\n" for i in range(len(frames.calibration))))
         evaluation = [_pixels(pixels, image) for image in Frames.decoded(frames.evaluation)]
         named: dict[str, Any] = {f"frame{i}": tensor for i, (tensor, _) in enumerate(evaluation)}
         np.savez(work / "evaluate.npz", **named)
