@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from edge_inference.edge.detection.timings import percentile
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_text
 from edge_inference.edge.tools.bench import PairResult
+from edge_inference.edge.tools.folders import ensure_writable
 from edge_inference.models.agreement import ENOUGH_BOXES
 from edge_inference.models.registry import REGISTRY
 
@@ -100,9 +100,7 @@ def writable_folder(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise EdgeError(f"--out {out} is a file: give it a folder (made if missing) for bench.json, .csv and .png")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
+        ensure_writable(out)
     except OSError as exc:
         raise EdgeError(
             f"cannot write the results to {out} ({exc.strerror or exc}): give --out a folder you can write"

@@ -42,6 +42,7 @@ from edge_inference.edge.tools.conversion.quantize import (
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_can_be_made
+from edge_inference.edge.tools.folders import ensure_writable
 from edge_inference.models.agreement import ENOUGH_BOXES, agreement
 from edge_inference.models.decoders import get_decoder
 from edge_inference.models.detection import Detection
@@ -139,13 +140,13 @@ def _writable(folder: Path, asked: bool) -> None:
     """The converted file's folder, made; refused before any footage is read where this user cannot write there (as
     a unit's own user, `--output` in a folder of root's ended the calibration in `unexpected PermissionError`)."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        reason = "" if os.access(folder, os.W_OK | os.X_OK) else "Permission denied"
+        ensure_writable(folder)
     except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-    if reason:
         where = "give --output a folder" if asked else "set EDGE_MODEL_CACHE to a folder, or give --output one,"
-        raise EdgeError(f"cannot write the converted model in {folder} ({reason}): {where} this user can write")
+        reason = exc.strerror or type(exc).__name__
+        raise EdgeError(
+            f"cannot write the converted model in {folder} ({reason}): {where} this user can write"
+        ) from None
 
 
 def _room_for(source: Path, folder: Path) -> None:

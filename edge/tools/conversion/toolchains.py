@@ -9,8 +9,6 @@ made once its marker is written, after pip succeeded: an interrupted install is 
 
 from __future__ import annotations
 
-import errno
-import os
 import platform
 import shutil
 import subprocess
@@ -21,6 +19,7 @@ from pathlib import Path
 
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
+from edge_inference.edge.tools.folders import ensure_writable
 
 MARKER = "edge-toolchain-ready"
 
@@ -72,9 +71,7 @@ def toolchain_can_be_made(toolchain: Toolchain, settings: Settings) -> None:
             f"({free:.1f} GiB free): free some space, or set EDGE_TOOLCHAINS to a folder on another disk"
         )
     try:  # the folder that will hold it (a service user's home may not exist, or be another's)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(folder.parent, os.W_OK | os.X_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        ensure_writable(folder.parent)
     except OSError as exc:
         raise EdgeError(
             f"cannot make {toolchain.name}'s environment in {folder.parent} ({exc.strerror}): set EDGE_TOOLCHAINS "
