@@ -11,6 +11,7 @@ whoever dies first. This process ends when the service's end of the control sock
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -31,6 +32,9 @@ from edge_inference.backends.base import Backend
 MESSAGE_BYTES = 1 << 16  # a control message's most: shapes, dtypes, figures, an error line
 MAX_FDS = 2
 ALIGN = 64  # each output starts on a cache line in the shared block
+# Where memory runs out, the kernel's OOM killer takes the process with the highest score: an engine's, whose stream
+# comes back by itself, before the service, whose death ends every stream (Chrome raises its renderers likewise).
+ENGINE_OOM_SCORE_ADJ = 500
 
 
 def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
@@ -80,6 +84,14 @@ def die_with_parent() -> None:
         return
     if os.getppid() == 1:  # the service ended before the call above
         os._exit(0)
+
+
+def first_for_the_oom_killer(adjust: Path = Path("/proc/self/oom_score_adj")) -> None:
+    """Linux: raises this process's OOM score to ENGINE_OOM_SCORE_ADJ. Only ever raised: that needs no privilege, and
+    a higher value set for the whole service (systemd's OOMScoreAdjust=) stands."""
+    with contextlib.suppress(OSError, ValueError):
+        if int(adjust.read_text()) < ENGINE_OOM_SCORE_ADJ:
+            adjust.write_text(str(ENGINE_OOM_SCORE_ADJ))
 
 
 class Slot:
@@ -149,6 +161,7 @@ def main(control_fd: int) -> None:
     """Serves load, slot and unload requests until told to close or the service's end is gone. Several models may
     live here: a chip's one owner (a Hailo's VDevice, an Edge TPU) is the process that holds all of its models."""
     die_with_parent()
+    first_for_the_oom_killer()
     control = socket.socket(fileno=control_fd)
     models: dict[int, Any] = {}
     while True:

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,11 +38,26 @@ def _limit(folder: Path, version: str, limit: int) -> None:
             (folder / "memory.swap.max").write_text("0")
 
 
+class MemoryCgroup:
+    """A memory cgroup made for a test: processes are moved in with `add`; `oom_kills` counts the kernel's kills."""
+
+    def __init__(self, folder: Path, version: str) -> None:
+        self.folder, self.version = folder, version
+
+    def add(self, pid: int) -> None:
+        (self.folder / "cgroup.procs").write_text(str(pid))
+
+    def oom_kills(self) -> int:
+        counts = self.folder / ("memory.oom_control" if self.version == "v1" else "memory.events")
+        fields = dict(line.split() for line in counts.read_text().splitlines() if line.count(" ") == 1)
+        return int(fields.get("oom_kill", 0))
+
+
 @contextlib.contextmanager
-def memory_limited(limit: int) -> Iterator[Callable[[int], None]]:
-    """A new memory cgroup of `limit` bytes; yields a function that moves a process (and its later children) into
-    it. Processes left in it are killed at the end. Skips where cgroups cannot be made here (not root, no memory
-    controller delegated)."""
+def memory_limited(limit: int) -> Iterator[MemoryCgroup]:
+    """A new memory cgroup of `limit` bytes, into which processes (and their later children) are moved. Processes
+    left in it are killed at the end. Skips where cgroups cannot be made here (not root, no memory controller
+    delegated)."""
     own = _own_memory_cgroup()
     if own is None or os.geteuid() != 0:
         pytest.skip("a memory cgroup of its own needs root and the memory controller")
@@ -53,12 +68,8 @@ def memory_limited(limit: int) -> Iterator[Callable[[int], None]]:
         _limit(folder, version, limit)
     except OSError as exc:
         pytest.skip(f"cannot make a memory cgroup under {parent}: {exc}")
-
-    def add(pid: int) -> None:
-        (folder / "cgroup.procs").write_text(str(pid))
-
     try:
-        yield add
+        yield MemoryCgroup(folder, version)
     finally:
         for pid in (folder / "cgroup.procs").read_text().split():
             with contextlib.suppress(ProcessLookupError):

@@ -91,6 +91,19 @@ def test_the_systemd_unit_has_its_user_and_working_directory():
     assert "useradd --system --home-dir /var/lib/edge --create-home --groups video edge" in unit
 
 
+def test_the_systemd_unit_keeps_the_service_when_the_kernel_kills_an_engine_for_memory():
+    """With MemoryMax=, the kernel's OOM killer ends an engine's process inside the unit; systemd's default OOMPolicy
+    (stop) would then stop the whole service, every stream with it, where the service starts that engine again."""
+    unit = (REPO / "deploy/edge.service").read_text().splitlines()
+    assert "MemoryMax=1G" in unit and "OOMPolicy=continue" in unit
+    if shutil.which("systemd-analyze"):  # systemd's own reading of the unit: a key it ignores would be said here
+        checked = subprocess.run(
+            ["systemd-analyze", "verify", str(REPO / "deploy/edge.service")], capture_output=True, text=True
+        )
+        ignored = [line for line in checked.stderr.splitlines() if "ignoring" in line or "Unknown" in line]
+        assert ignored == [], checked.stderr
+
+
 def test_the_systemd_unit_starts_the_edge_the_readme_installs_for_it():
     """The unit started /usr/local/bin/edge while the README's Pi install put it in ~/edge/bin/edge (a home folder
     the service's user cannot read): the unit's program is the one its install line makes, in the Pi's docs too."""

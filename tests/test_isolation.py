@@ -7,15 +7,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 from edge_inference.backends import BackendOptions, engines
 from edge_inference.backends.isolated import EngineCrashed, load_isolated
+from edge_inference.backends.isolated_worker import ENGINE_OOM_SCORE_ADJ, first_for_the_oom_killer
 from edge_inference.backends.isolation import runs_isolated
 from tests.cgroups import memory_limited
 from tests.conftest import MODELS, VTEST
@@ -133,19 +136,73 @@ def test_an_engine_that_hangs_is_killed_and_started_again(tmp_path, crashy_site)
         assert watch.longest_gap < 10, f"the steady stream stopped for {watch.longest_gap:.1f} s"
 
 
+# The kernel can kill a second process in a cgroup before the first one's memory is freed: seen here under CPU load,
+# dmesg had the service killed 5 ms after its engine, the dying engine no longer among the candidates and the cgroup
+# still full. Nothing a service does keeps it from that choice (exempting it needs CAP_SYS_RESOURCE, which even root
+# lacks in a container); systemd's Restart= starts it again. Such a run is told by two OOM kills and the service
+# ended by SIGKILL, and run again: what is tested is what the service does with its engine's death.
+OOM_TRIES = 3
+
+
 def test_an_engine_the_oom_killer_ends_is_said_to_be_out_of_memory(tmp_path, crashy_site):
+    kernel_took_the_service_too = []
+    for attempt in range(OOM_TRIES):
+        folder = tmp_path / f"try{attempt}"
+        folder.mkdir()
+        outcome = _engine_killed_for_memory(folder, crashy_site)
+        if outcome is None:
+            return
+        kernel_took_the_service_too.append(outcome)
+    pytest.fail(f"each of {OOM_TRIES} runs lost the service to a second OOM kill: {kernel_took_the_service_too}")
+
+
+def _engine_killed_for_memory(tmp_path: Path, crashy_site: Path) -> str | None:
+    """The crashy engine takes memory until the OOM killer ends it in the service's memory cgroup: the death is said
+    to be out of memory and the stream comes back, the service up throughout. None when so; where the kernel killed
+    the service as well, what it did."""
     config = _service_config(tmp_path, "oom", after=10)
     env = _importing(crashy_site)
     with (
-        memory_limited(900 << 20) as confine,
+        memory_limited(900 << 20) as cgroup,
         running_server(["--config", str(config)], tmp_path / "log", env=env) as server,
     ):
-        confine(server.process.pid)  # before it loads any engine: the children start inside too
+        cgroup.add(server.process.pid)  # before it loads any engine: the children start inside too
         server.wait_until("/health/live")
         death = "died: killed: out of memory"
         watch = Watch(server, death, f"edge.detectors: the crashy engine (yolox_nano.onnx on crashy0) {death}")
-        wait_for(lambda: watch.came_back(1), "an OOM kill said as such, and frames again", timeout=180)
-        assert server.process.poll() is None, server.log
+
+        def back_or_ended() -> bool:
+            if server.process.poll() is not None:
+                return True
+            with contextlib.suppress(httpx.HTTPError):  # the service killed during a request: poll() says so next
+                return watch.came_back(1)
+            return False
+
+        wait_for(back_or_ended, "an OOM kill said as such, and frames again", timeout=180)
+        ended = server.process.poll()
+        if ended == -signal.SIGKILL and cgroup.oom_kills() >= 2:
+            return f"{cgroup.oom_kills()} OOM kills, the service's among them"
+        assert ended is None, f"the service ended ({ended}): {server.log[-3000:]}"
+    return None
+
+
+def test_an_engines_process_is_the_oom_killers_first_choice_not_the_service(crashy_site, tmp_path):
+    """The OOM killer takes the process with the highest score: an engine's process raises its own, so that memory
+    running out ends one stream's engine, which comes back by itself, rather than the service with every stream.
+    Only ever raised (no privilege needed): a higher value given to the whole service stands."""
+    options = BackendOptions(device="cpu", threads=1, engine_options={"how": "none"})
+    backend = load_isolated("crashy", YOLOX, options)
+    try:
+        assert backend.child is not None
+        engine = int(Path(f"/proc/{backend.child.host.process.pid}/oom_score_adj").read_text())
+    finally:
+        backend.close()
+    assert engine == ENGINE_OOM_SCORE_ADJ > int(Path("/proc/self/oom_score_adj").read_text())
+    adjust = tmp_path / "oom_score_adj"
+    for before, after in [("0", ENGINE_OOM_SCORE_ADJ), ("-1000", ENGINE_OOM_SCORE_ADJ), ("800", 800)]:
+        adjust.write_text(before)
+        first_for_the_oom_killer(adjust)
+        assert int(adjust.read_text()) == after, before
 
 
 def _children() -> list[int]:
