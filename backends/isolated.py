@@ -98,13 +98,19 @@ def oom_kills(proc: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs
             counts = root / "memory" / relative / "memory.oom_control"
         else:
             continue
-        try:
-            fields = dict(line.split() for line in counts.read_text().splitlines() if line.count(" ") == 1)
-        except OSError:
-            continue
-        if "oom_kill" in fields:
-            return int(fields["oom_kill"])
+        kills = oom_kills_in(counts)
+        if kills is not None:
+            return kills
     return None
+
+
+def oom_kills_in(counts: Path) -> int | None:
+    """The `oom_kill` count of a memory cgroup's memory.events (v2) or memory.oom_control (v1); None where unread."""
+    try:
+        fields = dict(line.split() for line in counts.read_text().splitlines() if line.count(" ") == 1)
+    except OSError:
+        return None
+    return int(fields["oom_kill"]) if "oom_kill" in fields else None
 
 
 def how_it_died(returncode: int, ooms_before: int | None, ooms_after: int | None) -> str:

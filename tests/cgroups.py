@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from edge_inference.backends.isolated import oom_kills_in
+
 ROOT = Path("/sys/fs/cgroup")
 
 
@@ -48,9 +50,7 @@ class MemoryCgroup:
         (self.folder / "cgroup.procs").write_text(str(pid))
 
     def oom_kills(self) -> int:
-        counts = self.folder / ("memory.oom_control" if self.version == "v1" else "memory.events")
-        fields = dict(line.split() for line in counts.read_text().splitlines() if line.count(" ") == 1)
-        return int(fields.get("oom_kill", 0))
+        return oom_kills_in(self.folder / ("memory.oom_control" if self.version == "v1" else "memory.events")) or 0
 
 
 @contextlib.contextmanager
