@@ -96,6 +96,9 @@ class Watch:
         if ready["status"] == "degraded" and self.death in json.dumps(crashy_health):
             self.degraded.append(json.dumps(crashy_health))
 
+    def summary(self) -> str:
+        return f"deaths seen at the crashy stream's frames {self.deaths_seen_at}, its last {self.crashy_frames[-5:]}"
+
     def came_back(self, deaths: int) -> bool:
         """`deaths` deaths seen, and the crashy stream published a newer frame after the last of them."""
         self.poll()
@@ -178,10 +181,15 @@ def _engine_killed_for_memory(tmp_path: Path, crashy_site: Path) -> str | None:
                 return watch.came_back(1)
             return False
 
-        wait_for(back_or_ended, "an OOM kill said as such, and frames again", timeout=180)
-        ended = server.process.poll()
-        if ended == -signal.SIGKILL and cgroup.oom_kills() >= 2:
-            return f"{cgroup.oom_kills()} OOM kills, the service's among them"
+        wait_for(
+            back_or_ended,
+            "an OOM kill said as such, and frames again",
+            timeout=180,
+            seen=lambda: f"{watch.summary()}; the service's log ends:\n{server.log[-3000:]}",
+        )
+        ended, kills = server.process.poll(), cgroup.oom_kills()
+        if ended == -signal.SIGKILL and kills >= 2:
+            return f"{kills} OOM kills, the service's among them"
         assert ended is None, f"the service ended ({ended}): {server.log[-3000:]}"
     return None
 

@@ -25,13 +25,14 @@ from tests.inprocess import SSD_ONNX
 from tests.server import running_server
 
 
-def wait_for(condition, what: str, timeout: float = 90, every: float = 0.1):
+def wait_for(condition, what: str, timeout: float = 90, every: float = 0.1, seen=None):
+    """`condition()` once it is true; past `timeout`, an assertion naming `what`, and what `seen()` says was seen."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}" + (f": {seen()}" if seen else "")
         time.sleep(every)
 
 
