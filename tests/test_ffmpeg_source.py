@@ -234,7 +234,8 @@ def test_a_camera_that_changes_resolution_is_reopened_at_the_new_size_and_says_s
                 return (320, 240) in sizes
 
             # the model's load and the camera's first session are inside this wait. It ran out at 90 s once, in a
-            # full run beside 2 CPU hogs (the whole test takes 12-29 s beside 4 to 10): the message says what it saw
+            # full run beside `stress-ng --cpu 2`; alone beside 4 to 10 CPU hogs the whole test takes 12-29 s. If it
+            # runs out again, the message says which sizes it saw
             wait_for(
                 new_size_seen,
                 "frames at the camera's new size",
