@@ -24,6 +24,11 @@ VTEST = MEDIA / "vtest.avi"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "minutes: takes minutes on a 2-core machine (a toolchain's conversion, a conversion's memory at 640 or 4K); "
+        "left out of the suite (pyproject's addopts), run by `deploy/platform-check conversions` or `-m minutes`",
+    )
     if not MODELS.is_dir():
         raise pytest.UsageError(f"real models not found at {MODELS}; set EDGE_SHARED_DIR to the shared folder")
     # Registry pulls in tests come from the shared folder used as a mirror, never from the internet.

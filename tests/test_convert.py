@@ -38,6 +38,9 @@ from tests.test_cli_detect import assert_one_clear_error
 # a toolchain's conversion (TensorFlow's, rknn-toolkit2's) takes minutes on a slow machine with both cores busy: the
 # suite's 300 s per test ended the worker under stress-ng (the conversion itself is given 600 s)
 TOOLCHAIN_TIMEOUT = pytest.mark.timeout(1200)
+# a minute or more each on 2 cores (several under stress-ng): the suite leaves these out, as the guide asks of checks
+# that take minutes; `deploy/platform-check conversions` runs them (`pytest -m minutes`)
+MINUTES = pytest.mark.minutes
 
 
 @pytest.fixture(scope="module")
@@ -412,6 +415,7 @@ def test_frames_kept_while_reading_stay_few_and_spread_over_all_that_was_read(se
     assert seen < kept.stride * keep  # no coarser than it needed to be
 
 
+@MINUTES
 def test_a_4k_camera_is_decoded_a_few_frames_at_a_time(env, tmp_path):
     """A 4K frame is 25 MB decoded: the calibration and the judge each decoded all their frames at once (20 frames:
     500 MB; the default 100: 2.5 GB each, beside the model's own memory). numpy's allocations, as tracemalloc counts
@@ -438,6 +442,7 @@ def test_a_4k_camera_is_decoded_a_few_frames_at_a_time(env, tmp_path):
     assert peak < 16 * 3840 * 2160 * 3, f"{peak / 2**20:.0f} MiB"
 
 
+@MINUTES
 def test_a_640_models_calibration_tensors_are_made_as_the_calibrator_asks_for_them(env, tmp_path):
     """Each calibration frame as the model's input tensor is 4.7 MiB at 640: all were made before the calibrator
     started (the default 100 frames: 470 MiB; --frames 1000: 4.6 GiB, beside the calibrator's own memory: a stock
@@ -554,6 +559,7 @@ def test_a_disk_too_small_for_the_toolchain_is_one_line_before_any_footage_is_re
     )
 
 
+@MINUTES
 @TOOLCHAIN_TIMEOUT
 def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     """`--to rknn`: rknn-toolkit2 in its own environment quantises on the camera's frames and runs the very `.rknn`
@@ -581,6 +587,7 @@ def test_rknn_conversion_is_judged_on_rockchips_simulator(env, clip, tmp_path):
     assert "time it on the board" in proc.stdout
 
 
+@MINUTES
 @TOOLCHAIN_TIMEOUT
 def test_rknn_split_head_is_decoded_from_the_simulators_outputs(env, clip, tmp_path):
     """`--to rknn` on a stock Ultralytics YOLOv8n export splits its head: rknn_model_zoo's nine outputs, quantised and
@@ -624,6 +631,7 @@ def convert_within(data_bytes: int, model: Path, clip: Path, env: dict[str, str]
     )
 
 
+@MINUTES
 def test_calibrating_a_640_model_holds_a_few_frames_at_a_time(env, clip, tmp_path):
     """ONNX Runtime's calibrator kept every intermediate tensor of every calibration frame at once: a stock YOLOv8n at
     640 took over 16 GB for 100 frames and the kernel killed the conversion; 20 frames needed more than 4 GiB. Given
@@ -639,6 +647,7 @@ def test_calibrating_a_640_model_holds_a_few_frames_at_a_time(env, clip, tmp_pat
     assert not any((Path(env["EDGE_MODEL_CACHE"]) / "converted").iterdir())
 
 
+@MINUTES
 @TOOLCHAIN_TIMEOUT
 def test_tflite_int8_is_made_by_onnx2tf_and_judged_on_litert(env, clip):
     """`--to tflite-int8`: onnx2tf with TensorFlow in its own environment writes the full-integer model (the Edge TPU
