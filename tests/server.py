@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,7 +40,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+ANNOUNCED = re.compile(r"edge: serving on http://\S+:(\d+) ")  # printed once its socket is bound, not before
+
+
 class Server:
+    """`edge serve ARGS` in a process of its own. Without `port` it listens on a port the kernel picks when it binds
+    (`--port 0`), read from its start-up line: a port found free here and handed over was sometimes taken by another
+    worker's server first, whose answers the test then read as this one's."""
+
     def __init__(
         self,
         args: list[str],
@@ -49,8 +57,7 @@ class Server:
         port: int | None = None,  # a restart on the port of the one before
         log_level: str = "info",
     ) -> None:
-        self.port = port or free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self._port = port
         self.log_path = log_path
         self._log = log_path.open("w")
         self.process = subprocess.Popen(
@@ -61,7 +68,7 @@ class Server:
                 "serve",
                 *args,
                 "--port",
-                str(self.port),
+                str(port or 0),
                 "--log-level",
                 log_level,
             ],
@@ -69,8 +76,34 @@ class Server:
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {}), **({"EDGE_TOKEN": token} if token else {})},
         )
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=self.base, timeout=10, headers=headers)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client: httpx.Client | None = None
+
+    @property
+    def port(self) -> int:
+        """The port it listens on, once it has said so (it binds before it announces)."""
+        deadline = time.monotonic() + 120
+        while self._port is None:
+            found = ANNOUNCED.search(self.log)
+            if found:
+                self._port = int(found.group(1))
+            elif self.process.poll() is not None:
+                raise AssertionError(f"server exited with {self.process.returncode} before listening:\n{self.log}")
+            elif time.monotonic() > deadline:
+                raise AssertionError(f"server said no port within 120 s:\n{self.log}")
+            else:
+                time.sleep(0.05)
+        return self._port
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.base, timeout=10, headers=self._headers)
+        return self._client
 
     @property
     def log(self) -> str:
@@ -98,7 +131,8 @@ class Server:
         raise AssertionError(f"stream {stream} processed fewer than {count} frames:\n{self.log}")
 
     def stop(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
