@@ -7,6 +7,7 @@ lands in site-packages.
 """
 
 import os
+import sys
 
 # OpenCV's decoders refuse images above this many pixels (its own default: 2**30). It is read once, when cv2 is
 # first imported, so it is set here, before any part of the package imports cv2; raise it in the environment for
@@ -29,6 +30,12 @@ os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
 # to opt in.
 for _name in ("ORT_DISABLE_TELEMETRY", "ORT_TELEMETRY_DISABLED"):
     os.environ.setdefault(_name, "1")
+# OpenVINO sends a Google Analytics event at every `import openvino` (its model converter's telemetry, on unless a
+# consent file says no), from a process it forks off a thread, and writes a client id under ~/intel; NNCF does the
+# same. Neither has a switch in the environment: without the `openvino_telemetry` module both fall back to their
+# own no-op stand-ins, so in our processes that module is never imported. OpenVINO's tools run as programs of
+# their own keep the user's choice.
+sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[assignment]
 
 
 def __getattr__(name: str) -> str:

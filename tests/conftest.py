@@ -11,10 +11,13 @@ import cv2
 import numpy as np
 import pytest
 import yaml
+from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from edge_inference.edge.detection.memory import available_memory
 from tests.video_detections import VideoDetections
+
+pytest_plugins = ["tests.tiers"]
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("EDGE_SHARED_DIR", REPO.parent / "shared")).resolve()
@@ -42,9 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Property tests draw their examples from a fixed seed in CI (the same examples on every run, no database carried
-# between runs); elsewhere from a new one each run, so a developer's runs explore further.
-hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-hypothesis_settings.register_profile("dev", print_blob=True)
+# between runs); elsewhere from a new one each run, so a developer's runs explore further. Neither has a deadline per
+# example or the health checks that time input generation: on a busy 2-core machine both failed passing tests.
+_SLOW_MACHINE = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.large_base_example]}
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_SLOW_MACHINE)
+hypothesis_settings.register_profile("dev", print_blob=True, **_SLOW_MACHINE)
 hypothesis_settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 GIB_PER_WORKER = 1.5  # a worker's servers, engines and browser at their peak, with room for the kernel's caches
@@ -89,11 +94,14 @@ def vtest_frames() -> dict[int, np.ndarray]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def auto_measured() -> None:
+def auto_measured(request: pytest.FixtureRequest) -> None:
     """`--backend auto` timed once per run for the models the servers in these tests run on, before any starts: a
     service otherwise serves on the ranking's choice while it measures and moves to the pick mid-test (which
-    test_autoselect checks on its own)."""
-    if os.environ.get("EDGE_AUTO_MEASURE", "1") == "0":
+    test_autoselect checks on its own). Only where the run holds a test of a tier that serves: a plain `pytest` (the
+    in-process tier) times nothing."""
+    from tests.tiers import runs_above_inprocess, session_setup
+
+    if os.environ.get("EDGE_AUTO_MEASURE", "1") == "0" or not runs_above_inprocess(request.session.items):
         return
     from edge_inference.edge.detection.auto.candidates import candidates
     from edge_inference.edge.detection.auto.choice import stored_results
@@ -102,10 +110,11 @@ def auto_measured() -> None:
     from edge_inference.edge.settings import get_settings
 
     settings = get_settings()
-    for model in ("yolox-nano", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx")):
-        found = candidates(every_engine(model, settings), settings)
-        if len(found) > 1:
-            stored_results(cache_key(found), found, model, settings)
+    with session_setup():
+        for model in ("yolox-nano", str(MODELS / "onnx/ssd_mobilenet_v2_coco_quant_postprocess.onnx")):
+            found = candidates(every_engine(model, settings), settings)
+            if len(found) > 1:
+                stored_results(cache_key(found), found, model, settings)
 
 
 @functools.cache

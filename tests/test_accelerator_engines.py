@@ -464,6 +464,7 @@ def test_cuda_finds_what_the_cpu_finds_where_a_gpu_runs_it_and_says_what_to_inst
 # --- Coral ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_edgetpu_uses_one_runtime_and_the_library_edge_libedgetpu_names_even_with_pycoral(monkeypatch, tmp_path):
     """pycoral's loader hard-codes libedgetpu.so.1 and brings tflite_runtime: with a pycoral importable, the engine
     still opens the library EDGE_LIBEDGETPU names, through LiteRT alone."""
@@ -494,6 +495,7 @@ void tflite_plugin_destroy_delegate(void* delegate) {}
 """
 
 
+@pytest.mark.process
 @pytest.mark.skipif(
     not ctypes.util.find_library("c")
     or subprocess.run(["cc", "--version"], capture_output=True, check=False).returncode != 0,
@@ -559,6 +561,7 @@ def test_the_config_holds_typed_engine_options_and_the_engine_receives_them(tmp_
     assert received == [typed] and received[0] is typed
 
 
+@pytest.mark.process
 def test_the_command_line_takes_engine_options_and_lists_them(tmp_path):
     photo = tmp_path / "astronaut.png"
     cv2.imwrite(str(photo), skimage_photo("astronaut"))
@@ -593,6 +596,7 @@ def test_tensorrt_engines_are_kept_per_model_content(monkeypatch, tmp_path):
     assert len({timing for _, timing in folders}) == 1 and all(Path(e).parent == Path(folders[0][1]) for e in engines)
 
 
+@pytest.mark.process
 def test_openvino_keeps_what_it_compiles_for_a_gpu_or_npu(tmp_path):
     """OpenVINO on a GPU or an NPU compiled the model at every start (seconds to a minute): its model cache is set
     under the model cache for them, AUTO included where such a device is there. The CPU keeps nothing on disk."""
@@ -656,6 +660,7 @@ def coral(monkeypatch, tmp_path):
     return library
 
 
+@pytest.mark.process
 def test_the_edge_tpu_engine_runs_frames_on_the_runtime_its_library_is_paired_with(coral, monkeypatch):
     """With tflite_runtime installed (the runtime libedgetpu builds are paired with) the engine loads the delegate
     into it, not into LiteRT, and EdgeTPUBackend.run takes frames to detections; a compiled YOLOv8n that left 26
@@ -680,6 +685,7 @@ def test_the_edge_tpu_engine_runs_frames_on_the_runtime_its_library_is_paired_wi
         open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
 
 
+@pytest.mark.process
 def test_the_edge_tpu_engine_runs_in_a_process_of_its_own(coral):
     """An accelerator's engine is isolated by default (libedgetpu aborts on a failed USB transfer): the stand-in
     runtime is found there as here, and frames come back the same."""
@@ -714,6 +720,7 @@ def test_doctor_knows_which_libedgetpu_and_runtime_pairs_work(package, runtime, 
     assert said is None if problem is None else problem in (said or "")
 
 
+@pytest.mark.process
 def test_doctor_reads_the_installed_libedgetpu_and_runtime(coral, monkeypatch):
     from edge_inference.backends import edgetpu_runtime
     from edge_inference.edge.tools import doctor

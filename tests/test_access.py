@@ -140,6 +140,7 @@ def test_quotes_around_an_environment_value_are_not_part_of_it(monkeypatch, tmp_
     assert filled_from_environment(config, {"PORCH_PASSWORD": '"pa ss"'}) == {"source": "rtsp://admin:pa ss@cam/s1"}
 
 
+@pytest.mark.process
 def test_listening_on_every_address_prints_addresses_another_machine_can_open(tmp_path):
     """`--host 0.0.0.0` printed `http://0.0.0.0:PORT/?token=...`, which no other machine can open. The start-up
     lines name this machine's own addresses instead (each one a socket here can bind: an address of this machine,

@@ -29,6 +29,7 @@ def lint_imports(cwd: Path, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
+@pytest.mark.process
 def test_dependencies_point_one_way_without_cycles():
     """cli -> service -> edge -> backends | models, and inside edge tools | runtime -> events -> stream ->
     detection -> the shared modules, with no exception listed anywhere."""
@@ -60,6 +61,7 @@ WRONG_IMPORTS = {
 }
 
 
+@pytest.mark.process
 def test_a_wrong_import_breaks_the_contracts(tmp_path):
     """The contracts are not vacuous: in a copy of the package, each import against the map is reported."""
     root = _copy_of_the_package(tmp_path)

@@ -45,6 +45,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     return Settings(model_cache=tmp_path / "cache", model_mirror=str(MODELS), auto_cache=tmp_path / "auto.json")
 
 
+@pytest.mark.process
 def test_bench_times_every_engine_that_runs_the_model_and_keeps_the_result(settings: Settings):
     env = {"EDGE_MODEL_CACHE": str(settings.model_cache), "EDGE_AUTO_CACHE": str(settings.auto_cache)}
     result = run_edge("backends", "--bench", "yolox-nano", env=env)
@@ -129,6 +130,7 @@ def _fresh_env(settings: Settings) -> dict[str, str]:
     }
 
 
+@pytest.mark.process
 def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
     """Naming the engine or letting auto pick it from the cache loads the same modules: OpenVINO (+46 MiB) is
     not imported to look for accelerators a machine without Intel GPU or NPU nodes cannot have."""
@@ -144,6 +146,7 @@ def test_auto_on_the_cached_choice_imports_no_other_engine(settings: Settings):
     assert out.stdout.split() == ["onnx", "False", "False"], out.stderr
 
 
+@pytest.mark.process
 def test_auto_on_a_cached_openvino_pick_leaves_onnx_runtime_out_of_memory(settings: Settings, tmp_path: Path):
     """Ranking the engines asked ONNX Runtime whether it had CUDA by importing it (+21 MiB where the pick was
     OpenVINO: auto's memory was not its pick's, issue 62). The CPU package ships no CUDA provider library, and that
@@ -225,6 +228,7 @@ def _measuring_elsewhere(settings: Settings) -> subprocess.Popen[str]:
     return holder
 
 
+@pytest.mark.process
 def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measurement(
     settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ):
@@ -272,6 +276,7 @@ def test_a_process_that_finds_the_engines_being_timed_waits_and_takes_that_measu
     assert "timing the engines that can run yolox-nano" not in said
 
 
+@pytest.mark.process
 def test_a_measurement_held_by_a_stopped_process_is_waited_for_no_longer_than_one_can_take(
     settings: Settings, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ):
@@ -340,6 +345,7 @@ def test_intel_gpu_and_npu_nodes_are_found_without_openvino(tmp_path: Path, monk
     assert intel_accelerators(tmp_path) == ["GPU  Intel graphics at /dev/dri/renderD128", "NPU  /dev/accel/accel0"]
 
 
+@pytest.mark.process
 def test_a_measurement_that_cannot_be_kept_is_one_clear_line_and_detection_goes_on(tmp_path: Path):
     """EDGE_AUTO_CACHE under a file (not a folder): the measurement cannot be stored; auto says so in one line and
     chooses by ranking instead of failing, without timing the engines first (it did, for half a minute at every
@@ -403,6 +409,7 @@ def sluggish_plugin(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.process
 def test_an_engine_that_cannot_finish_within_its_budget_loses_and_the_others_are_still_compared(sluggish_plugin):
     result = run_edge("backends", "--bench", "yolox-nano", env=sluggish_plugin, timeout=600)
     assert result.returncode == 0, result.stderr
@@ -418,6 +425,7 @@ def test_an_engine_that_cannot_finish_within_its_budget_loses_and_the_others_are
     assert len(picked) == 1 and picked[0].startswith(tuple(timed)), result.stdout
 
 
+@pytest.mark.process
 def test_the_service_serves_while_auto_measures_then_moves_to_the_measured_pick(sluggish_plugin, tmp_path: Path):
     cache = Path(sluggish_plugin["EDGE_AUTO_CACHE"])
     args = ["--source", str(MODELS.parent / "media" / "vtest.avi"), "--loop", "--backend", "auto"]
@@ -475,6 +483,7 @@ def _close_race(settings: Settings, infer_ms: float, others_busy: float | None =
     cache_path(settings).write_text(json.dumps({cache_key(found): entry}))
 
 
+@pytest.mark.process
 def test_the_service_never_judges_its_live_inferences_by_the_quiet_measurement(settings: Settings, tmp_path: Path):
     """The service's own inferences (a lane, under the load it makes itself) are unlike the measurement's (one engine
     alone, timed in turns): within 10 s of starting seven streams, auto found its live times 5.3x the quiet figure
@@ -519,6 +528,7 @@ def fresh_bookkeeping(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watch, "LIVE_SAMPLES", 20)
 
 
+@pytest.mark.process
 def test_a_pick_is_measured_again_when_the_services_cpu_per_frame_grows_and_never_for_slower_wall_times(
     settings: Settings, fresh_bookkeeping: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
@@ -569,6 +579,7 @@ def test_the_live_check_asks_again_only_when_the_services_cpu_per_frame_grew_bey
     assert live_check(close, 300.0, 250.0) is None  # like with like: the quiet measurement's figures play no part
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("others_now, measured_again", [(0.1, True), (1.0, False)])
 def test_a_pick_measured_while_the_machine_was_busy_is_measured_again_at_a_start_that_finds_it_quiet(
     settings: Settings, fresh_bookkeeping: None, monkeypatch: pytest.MonkeyPatch, others_now, measured_again
@@ -587,6 +598,7 @@ def test_a_pick_measured_while_the_machine_was_busy_is_measured_again_at_a_start
         assert isinstance(entry["others_busy_cores"], float)  # the new measurement's own load, whatever it was
 
 
+@pytest.mark.process
 def test_a_measurement_keeps_how_busy_other_programs_kept_the_machine(settings: Settings, fresh_bookkeeping: None):
     """Another program (not this process's child: a shell's) spins on a core throughout the measurement."""
     spinner = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'while True: pass' & wait"], start_new_session=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes.util
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,12 +66,14 @@ def test_edgetpu_models_are_recognised_and_match_their_cpu_twins(tpu_file):
     assert specs[0] == specs[1]
 
 
+@pytest.mark.process
 def test_cpu_twin_runs_the_same_pipeline(photos):
     detector = load_detector(DetectorConfig(str(TFLITE / "ssd_mobilenet_v2_coco_quant_postprocess.tflite")))
     assert detector.backend.key == "tflite" and detector.spec.decoder == "ssd"
     assert "cat" in [d.label for d in detector.detect(photos["chelsea"]).detections]
 
 
+@pytest.mark.process
 def test_edgetpu_without_runtime_says_how_to_install(monkeypatch):
     monkeypatch.delenv("EDGE_LIBEDGETPU", raising=False)
     if ctypes.util.find_library("edgetpu"):
@@ -86,6 +90,7 @@ def test_fake_delegate_library_is_named(tmp_path, monkeypatch):
         open_backend("edgetpu", TFLITE / "yolov8n_full_integer_quant_320_edgetpu.tflite", BackendOptions("usb"))
 
 
+@pytest.mark.process
 def test_a_library_that_is_not_a_delegate_is_named(monkeypatch):
     libm = ctypes.util.find_library("m")  # a real shared library that loads, but is no TFLite delegate
     monkeypatch.setenv("EDGE_LIBEDGETPU", libm)
@@ -123,6 +128,7 @@ def test_coral_discovery_by_usb_ids_and_apex_nodes(tmp_path):
     assert coral_usb_devices(absent) == [] and nvidia_gpus(absent) == [] and coral_pcie_devices(absent) == []
 
 
+@pytest.mark.process
 def test_device_names_and_diagnosis(monkeypatch, tmp_path):
     assert [parse_device(d) for d in ("auto", "usb", "usb:1", "pci:0", ":0")] == [None, "usb", "usb:1", "pci:0", ":0"]
     with pytest.raises(BackendError, match="usb, usb:N, pci, pci:N"):
@@ -219,6 +225,7 @@ def test_a_provider_runs_where_it_starts_and_is_refused_or_falls_back_where_not(
 
 
 # -- discovery and auto ------------------------------------------------------------------------------------------
+@pytest.mark.process
 def test_discovery_lists_every_backend_with_its_state():
     statuses = {s.key: s for s in probe_all()}
     assert set(statuses) == {"onnx", "tflite", "edgetpu", "openvino", "hailo", "rknn", "triton"}
@@ -264,3 +271,24 @@ def test_litert_notice_is_hidden_and_nothing_else_written_meanwhile_is_lost(capf
     detector.warmup()
     detector.close()
     assert "XNNPACK" not in capfd.readouterr().err
+
+
+@pytest.mark.process
+def test_openvino_sends_nothing_home_and_writes_nothing_in_the_users_home(tmp_path):
+    """`import openvino` sent a Google Analytics event from a process it forked and wrote a client id under ~/intel
+    (its converter's telemetry, on by default): a camera box sends nothing it was not asked to."""
+    program = (
+        "from edge_inference.backends.openvino_backend import import_openvino; import_openvino(); "
+        "import nncf, openvino.tools.ovc.telemetry_utils as used; print(used.tm.__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env={**os.environ, "HOME": str(tmp_path), "CI": ""},  # OpenVINO sends nothing where CI=true
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "openvino.tools.ovc.telemetry_stub"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []

@@ -1,4 +1,5 @@
-"""Every `edge` command on the README's install (`pip install .`, no extras), in a venv of its own.
+"""Every `edge` command on the README's install (`pip install .`, no extras), in a venv of its own (its dependencies
+from a layer made once per machine, tests/venvs.py).
 
 On that install `edge bench` ended in "unexpected ModuleNotFoundError: No module named 'tqdm'", even with
 --no-progress: the suite only ever ran with every extra. Here each command's common path runs in a fresh venv that
@@ -12,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +23,9 @@ import pytest
 
 from tests.conftest import MEDIA, MODELS, REPO, VTEST
 from tests.server import free_port
+from tests.venvs import basic_install
+
+pytestmark = pytest.mark.system
 
 CAT = str(MEDIA / "cat_720p.jpg")
 
@@ -54,16 +57,9 @@ class BasicInstall:
 def basic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BasicInstall]:
     root = tmp_path_factory.mktemp("basic")
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     source = root / "source"  # the checkout's files as a clone has them: no build folders, caches or egg-info
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"))
-    install = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(source)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    install = basic_install(venv, source)  # the dependencies from a layer made once per machine (tests/venvs.py)
     if install.returncode != 0 and "No matching distribution" in install.stderr + install.stdout:
         pytest.skip(f"the package index cannot be reached here: {install.stderr.strip().splitlines()[-1]}")
     assert install.returncode == 0, install.stderr

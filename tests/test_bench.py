@@ -8,9 +8,12 @@ import os
 
 import cv2
 import numpy as np
+import pytest
 
 from tests.conftest import VTEST
 from tests.helpers import run_edge
+
+pytestmark = pytest.mark.process
 
 
 def test_bench_compares_models_and_backends(tmp_path):

@@ -36,6 +36,7 @@ def assert_one_clear_error(proc, *fragments):
         assert fragment in errors[0], errors[0]
 
 
+@pytest.mark.process
 def test_json_lines_contract(photo_files):
     images = [str(photo_files / f"{n}.png") for n in sorted(PHOTO_OBJECTS)]
     proc = run_edge("detect", *images, "--model", "yolox-nano", "--json")
@@ -56,6 +57,7 @@ def test_json_lines_contract(photo_files):
             assert 0 <= x1 < x2 <= record["width"] and 0 <= y1 < y2 <= record["height"]
 
 
+@pytest.mark.process
 def test_classes_reports_only_those_as_ultralytics_classes_does():
     """There was no way to ask for people only (Ultralytics' `classes=0`, Frigate's `objects: track:`): every kite
     and car came along. --classes keeps the named ones, by label or id, each box as it was (NMS is per class), and a
@@ -73,6 +75,7 @@ def test_classes_reports_only_those_as_ultralytics_classes_does():
     assert_one_clear_error(run_edge("detect", photo, *model, "--classes", "persn"), "'persn' (did you mean 'person'?)")
 
 
+@pytest.mark.process
 def test_table_and_save(photo_files, tmp_path):
     out = tmp_path / "boxes.jpg"
     proc = run_edge("detect", str(photo_files / "chelsea.png"), "-m", "yolox-nano", "--save", str(out))
@@ -83,6 +86,7 @@ def test_table_and_save(photo_files, tmp_path):
     assert cv2.absdiff(drawn, skimage_photo("chelsea")).max() > 100  # boxes were drawn
 
 
+@pytest.mark.process
 def test_a_folder_of_photos_runs_every_image_in_it(photo_files, tmp_path):
     """As Ultralytics' `source=folder/` does; a folder was refused as "not an image"."""
     (tmp_path / "empty").mkdir()
@@ -101,6 +105,7 @@ def test_a_folder_of_photos_runs_every_image_in_it(photo_files, tmp_path):
     assert sorted(p.name for p in saved.iterdir()) == sorted(f"{name}.jpg" for name in PHOTO_OBJECTS)
 
 
+@pytest.mark.process
 def test_a_video_runs_every_frame_as_ultralytics_predict_does(tmp_path):
     """`edge detect clip.mp4` said "this takes one image": Ultralytics' `predict source=clip.mp4` users run every
     frame. Now: one JSON line per frame in order with its time, a summary table, and --save writes the video."""
@@ -142,6 +147,7 @@ def test_a_video_runs_every_frame_as_ultralytics_predict_does(tmp_path):
     assert_one_clear_error(run_edge("detect", str(tmp_path / "notes.mp4"), *model), "notes.mp4: ", "FFmpeg")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "name, muxer",
     [("export", "mp4"), ("clip.MOD", "mpeg"), ("cam1.MTS", "mpegts"), ("dump.raw", "h264"), ("hall.bin", "matroska")],
@@ -163,6 +169,7 @@ def test_a_video_is_known_by_its_bytes_whatever_it_is_called(tmp_path, name, mux
     assert all(any(d["label"] == "person" for d in f["detections"]) for f in frames)
 
 
+@pytest.mark.process
 def test_bad_images_each_get_one_line_and_good_ones_still_run(tmp_path):
     (tmp_path / "text.jpg").write_text("this is not an image\n")
     (tmp_path / "empty.jpg").write_bytes(b"")
@@ -184,6 +191,7 @@ def test_bad_images_each_get_one_line_and_good_ones_still_run(tmp_path):
     assert json.loads(proc.stdout)["source"].endswith("cat_720p.jpg")
 
 
+@pytest.mark.process
 def test_model_file_that_is_not_a_model(tmp_path):
     fake = tmp_path / "model.onnx"
     fake.write_text("not a model")
@@ -192,6 +200,7 @@ def test_model_file_that_is_not_a_model(tmp_path):
     )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("backend", ["tflite", "openvino"])
 def test_a_model_cut_short_by_a_copy_says_to_copy_it_again(tmp_path, backend):
     whole = (MODELS / "tflite/yolox_nano_float16_quantize.tflite").read_bytes()
@@ -201,12 +210,14 @@ def test_a_model_cut_short_by_a_copy_says_to_copy_it_again(tmp_path, backend):
     assert_one_clear_error(proc, "yolox_nano.tflite", "damaged, incomplete", "copy, download or export it again")
 
 
+@pytest.mark.process
 def test_openvino_ir_without_its_weights_names_the_missing_file(tmp_path):
     shutil.copy(MODELS / "openvino/yolox_nano.xml", tmp_path)
     proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(tmp_path / "yolox_nano.xml"))
     assert_one_clear_error(proc, "yolox_nano.xml", "needs its weights yolox_nano.bin beside it")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "name, fragment",
     [
@@ -233,6 +244,7 @@ def test_a_model_in_a_format_no_engine_runs_says_what_to_give_instead(tmp_path, 
     assert_one_clear_error(run_edge("detect", CAT, "-m", str(tmp_path / name)), f"{tmp_path / name} {fragment}")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", ["yolox_nano.onnx", "model.tflite", "model.xml"])
 def test_a_git_lfs_pointer_for_a_model_says_to_pull_it(tmp_path, name):
     """A model repository cloned without git-lfs: each engine's parser error ("Protobuf parsing failed", "not a valid
@@ -244,6 +256,7 @@ def test_a_git_lfs_pointer_for_a_model_says_to_pull_it(tmp_path, name):
     assert "--backend auto" not in proc.stderr  # refused before any engine was timed on it
 
 
+@pytest.mark.process
 def test_missing_model_file_and_unknown_registry_name():
     assert_one_clear_error(run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", "/nowhere/x.onnx"), "does not exist")
     assert_one_clear_error(
@@ -275,12 +288,14 @@ def test_a_model_named_as_users_name_it_is_answered_with_the_registry_name_it_me
     assert fragment in str(refused.value)
 
 
+@pytest.mark.process
 def test_unknown_output_layout_lists_outputs_and_decoder_option(tmp_path):
     model = write_onnx_model(tmp_path / "classifier.onnx", [1, 3, 224, 224], [1, 1000])
     proc = run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model))
     assert_one_clear_error(proc, "output [1, 1000]", "--decoder")
 
 
+@pytest.mark.process
 def test_forced_decoder_is_checked_and_sidecar_settings_apply(tmp_path):
     # A decoder that cannot read these outputs is refused with the layout it expected...
     model = tmp_path / "renamed.onnx"
@@ -295,6 +310,7 @@ def test_forced_decoder_is_checked_and_sidecar_settings_apply(tmp_path):
     assert json.loads(proc.stdout)["detections"][0]["label"] == "thing15"  # COCO class 15 is cat
 
 
+@pytest.mark.process
 def test_label_files_saved_by_windows_editors_read_as_written(tmp_path):
     """Notepad's UTF-8 starts with a byte-order mark, which became part of the first label ("\\ufeffperson", matched
     by nothing in a config); its "Unicode" is UTF-16, which was refused with a codec's words."""
@@ -315,6 +331,7 @@ def test_label_files_saved_by_windows_editors_read_as_written(tmp_path):
     assert_one_clear_error(proc, "latin.txt is not UTF-8 text", "save it as UTF-8")
 
 
+@pytest.mark.process
 def test_invalid_sidecar_is_explained(tmp_path):
     model = tmp_path / "m.onnx"
     shutil.copy(MODELS / "onnx/yolox_nano.onnx", model)
@@ -322,6 +339,7 @@ def test_invalid_sidecar_is_explained(tmp_path):
     assert_one_clear_error(run_edge("detect", str(MEDIA / "cat_720p.jpg"), "-m", str(model)), "m.yaml", "colour")
 
 
+@pytest.mark.process
 def test_cuda_runs_where_it_starts_and_fails_unless_fallback_is_asked_where_not():
     image = str(MEDIA / "cat_720p.jpg")
     if provider_starts_here("CUDAExecutionProvider", MODELS / "onnx/yolox_nano.onnx"):  # a GPU machine
@@ -346,6 +364,7 @@ def test_cuda_runs_where_it_starts_and_fails_unless_fallback_is_asked_where_not(
     assert_one_clear_error(run_edge("detect", image, "-m", "yolox-nano", "-d", "tpu"), "no device 'tpu'")
 
 
+@pytest.mark.process
 def test_a_registry_name_runs_the_engines_own_file_and_the_default_model_needs_no_flag():
     image = str(MEDIA / "cat_720p.jpg")
     proc = run_edge("detect", image, "--backend", "tflite", "--json")  # yolox-nano, the default, as TFLite
@@ -358,6 +377,7 @@ def test_a_registry_name_runs_the_engines_own_file_and_the_default_model_needs_n
     )
 
 
+@pytest.mark.process
 def test_inputs_are_checked_before_anything_is_loaded(tmp_path):
     empty = tmp_path / "empty-mirror"
     empty.mkdir()
@@ -367,6 +387,7 @@ def test_inputs_are_checked_before_anything_is_loaded(tmp_path):
     assert "note:" not in proc.stderr and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.process
 def test_a_reader_that_has_what_it_wanted_ends_the_run_without_a_word():
     """`edge detect clip.mp4 --json | head -1` printed "error: unexpected BrokenPipeError ... report it"."""
     import sys
@@ -419,6 +440,7 @@ def _on_a_terminal(*args: str) -> tuple[int, str, str]:
     return proc.returncode, shown.decode(errors="replace"), out
 
 
+@pytest.mark.process
 def test_a_video_shows_its_progress_on_a_terminal_and_nowhere_else(tmp_path):
     """`edge detect clip.avi` ran 795 frames for 30 s with nothing on the terminal. A progress bar is drawn there,
     on stderr, counting the video's frames; `--json`'s lines on stdout and a log (no terminal) stay clean."""

@@ -14,6 +14,7 @@ from tests.server import running_server
 from tests.test_watchdogs import wait_for
 
 
+@pytest.mark.process
 def test_compare_api_and_its_event_stream(tmp_path):
     config = tmp_path / "compare.yaml"
     config.write_text(
@@ -54,6 +55,7 @@ def test_compare_api_and_its_event_stream(tmp_path):
         assert first[0]["group"] == second[0]["group"] == "yard"
 
 
+@pytest.mark.process
 def test_a_pair_that_cannot_run_is_refused_at_start(tmp_path):
     proc = run_edge(
         "serve", "--source", str(VTEST), "--model", "nanodet-m", "--compare", "onnx,tflite", "--port", "0", timeout=60
@@ -82,6 +84,7 @@ def test_pipeline_ids_never_collide():
             ServiceConfig.model_validate({"streams": streams})
 
 
+@pytest.mark.process
 def test_an_unknown_compare_backend_is_one_clear_line():
     model = str(MODELS / "onnx" / "yolox_nano.onnx")
     proc = run_edge("serve", "--source", str(VTEST), "--model", model, "--compare", "onnx,bogus", "--port", "0")

@@ -108,6 +108,7 @@ def convert(env, clip, target):
                     "--no-progress", env=env, timeout=600)  # fmt: skip
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("target", "engine", "files"),
     [
@@ -162,6 +163,7 @@ def test_a_conversion_on_the_users_footage_is_judged_recorded_and_found_by_name(
     assert row["record"]["target"] == target and "calibrated on 12 frames" in row["description"]
 
 
+@pytest.mark.process
 def test_targets_made_elsewhere_and_unknown_ones_are_one_line(env, clip, tmp_path):
     # rknn-toolkit2's environment where pip finds no such package (no index, an empty mirror folder): one line with
     # the command that failed, and no half-made environment taken for a made one next time
@@ -208,6 +210,7 @@ def test_a_target_whose_library_is_not_installed_is_said_before_any_footage_is_r
     assert read == []
 
 
+@pytest.mark.process
 def test_footage_that_cannot_be_read_leaves_nothing_behind(env, tmp_path):
     proc = run_edge("models", "convert", "yolox-nano", "--to", "onnx-int8", "--calibrate", str(tmp_path / "no.mp4"),
                     "--no-progress", env=env)  # fmt: skip
@@ -216,6 +219,7 @@ def test_footage_that_cannot_be_read_leaves_nothing_behind(env, tmp_path):
     assert not folder.exists() or not list(folder.iterdir())
 
 
+@pytest.mark.process
 def test_a_camera_that_goes_quiet_while_read_is_said_beside_the_figures_it_left(env, tmp_path):
     """An RTSP camera frozen a second into the reading: the conversion went on with the few frames read and gave a
     verdict on them without a word. It still converts, and says where the footage stopped and on how few frames the
@@ -247,6 +251,7 @@ def test_a_camera_that_goes_quiet_while_read_is_said_beside_the_figures_it_left(
     assert "s3cret" not in err + out + json.dumps(record)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("model", "target"),
     [("yolov8n_int8.onnx", "onnx-int8"), ("yolov8n_int8.onnx", "openvino-int8"), ("ssd-mobilenet-v2", "rknn")],
@@ -263,6 +268,7 @@ def test_a_model_quantised_already_is_one_line_before_any_footage_is_read(env, t
     assert not folder.exists() or not list(folder.iterdir())
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("target", "output"), [("onnx-int8", "street.xml"), ("openvino-int8", "street.onnx")])
 def test_an_output_named_for_another_engine_is_one_line_before_any_footage_is_read(env, tmp_path, target, output):
     """`--to onnx-int8 --output street.xml` wrote ONNX into street.xml, then ended in an unexpected ValueError and
@@ -275,6 +281,7 @@ def test_an_output_named_for_another_engine_is_one_line_before_any_footage_is_re
     assert not list(folder.iterdir())
 
 
+@pytest.mark.process
 def test_an_old_exporters_graph_is_calibrated_like_any_other(env, clip):
     """NanoDet-m's ONNX (IR 6) lists its weights among the graph's inputs; ONNX Runtime's calibrator then failed on
     its Resize ("Either `sizes` or `scales`") with an unexpected error. It converts and is judged."""
@@ -285,6 +292,7 @@ def test_an_old_exporters_graph_is_calibrated_like_any_other(env, clip):
     assert record["table"]["agreement_per_class"]["person"] >= 0.7, record["table"]
 
 
+@pytest.mark.process
 def test_an_openvino_ir_is_quantised_by_nncf_as_it_is(env, clip):
     """A user of OpenVINO may have the IR alone (the shared one: `convert_model` of the ONNX, weights in float16).
     `--to openvino-int8` refused it ("onnx reads .onnx files"), though NNCF quantises an IR as it is; the result is
@@ -322,6 +330,7 @@ def left_open(path: Path, sides: tuple[int, ...]) -> Path:
     return path
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("target", ["onnx-int8", "openvino-int8", "rknn", "tflite-int8"])
 def test_a_model_of_no_one_size_is_one_line_before_any_footage_is_read(env, tmp_path, target):
     """A dynamic image size ended, after the footage was read, in "unrecognised output layout for a 640x640
@@ -331,6 +340,7 @@ def test_a_model_of_no_one_size_is_one_line_before_any_footage_is_read(env, tmp_
     assert_one_clear_error(proc, "dynamic input size", "export it with a fixed size")
 
 
+@pytest.mark.process
 def test_a_model_whose_batch_is_left_open_runs_on_openvino_and_converts(env, clip, tmp_path):
     """torch.onnx leaves the batch open with `dynamic_axes`: ONNX Runtime ran such a file, OpenVINO refused it
     ("unrecognised output layout ... [1, -1, 85]"), and its conversion ended in ONNX Runtime's "Incomplete symbolic
@@ -350,6 +360,7 @@ def test_a_model_whose_batch_is_left_open_runs_on_openvino_and_converts(env, cli
     assert record["table"]["agreement_per_class"]["person"] >= 0.7, record["table"]
 
 
+@pytest.mark.process
 def test_a_conversion_whose_record_cannot_be_read_is_still_listed_and_described(env):
     """A record cut short (a full disk, an edit by hand) made `edge models describe` end in an unexpected
     JSONDecodeError and `edge models list` leave the model out, though the model itself still ran. (The float
@@ -367,6 +378,7 @@ def test_a_conversion_whose_record_cannot_be_read_is_still_listed_and_described(
     assert "record is unreadable" in row["description"]
 
 
+@pytest.mark.process
 def test_float_and_its_int8_side_by_side_live_and_in_bench(env, clip, tmp_path):
     """`--compare onnx,onnx@yolox-nano-int8`: the same frames through the float model and its conversion, the
     int8's agreement with the float one live; `edge bench --backends onnx,onnx@yolox-nano-int8` scores it too."""
@@ -497,6 +509,7 @@ def test_the_verdict_says_use_it_only_where_int8_agrees_and_costs_less(agreed, r
     assert ("keep the float model" in said) == (agreed is not None and not recommended), said
 
 
+@pytest.mark.process
 def test_a_conversion_without_room_for_its_files_stops_before_reading_any_frame(env, tmp_path):
     """A full SD card: the conversion would read the camera and quantise for minutes, then fail to write."""
     with tmpfs(tmp_path / "small", 1024) as small:
@@ -509,6 +522,7 @@ def test_a_conversion_without_room_for_its_files_stops_before_reading_any_frame(
         assert not any(small.iterdir())
 
 
+@pytest.mark.process
 def test_eval_naming_the_calibration_footage_judges_on_its_second_half(clip, monkeypatch):
     """`--calibrate walkway.avi --eval ./walkway.avi` judged the model on the frames it was calibrated on (spread over
     all of one file both times): the agreement flattered it. The same file or folder however it is spelt is taken as
@@ -522,6 +536,7 @@ def test_eval_naming_the_calibration_footage_judges_on_its_second_half(clip, mon
     assert other_footage(str(clip), None) == (None, [])
 
 
+@pytest.mark.process
 def test_a_folder_this_user_cannot_write_is_one_line_before_any_footage_is_read(env, tmp_path):
     """As a unit's own user, `--output` in root's folder calibrated for minutes, then ended in "unexpected
     PermissionError" (checked as nobody by hand); a read-only disk is the same for root. The footage named here
@@ -538,6 +553,7 @@ def test_a_folder_this_user_cannot_write_is_one_line_before_any_footage_is_read(
     assert_one_clear_error(proc, "cannot write the converted model in ", "set EDGE_MODEL_CACHE")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("target", ["rknn", "tflite-int8"])
 def test_a_disk_too_small_for_the_toolchain_is_one_line_before_any_footage_is_read(env, tmp_path, target):
     """The toolchain's environment takes GBs (torch, TensorFlow): on a disk without room, pip filled it, failed, and

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from edge_inference.edge.runtime.cpu import WINDOW_S, CpuPerFrame, process_cpu_seconds
 
 
@@ -23,6 +25,7 @@ def test_cpu_per_frame_is_taken_over_the_last_window_of_samples():
     assert later.window_s <= clock_then - 10.0 and later.cpu_ms_per_frame == 20.0
 
 
+@pytest.mark.process
 def test_a_running_childs_cpu_is_counted_before_it_ends():
     own = sum(os.times()[:2])
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"])

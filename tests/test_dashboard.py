@@ -16,6 +16,8 @@ from tests.conftest import MEDIA, REPO, VTEST
 from tests.inprocess import SSD_ONNX
 from tests.server import Server, running_server
 
+pytestmark = pytest.mark.system
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = REPO / "test-artifacts"
 # Without these, Chromium keeps trying to reach Google's services, which this network refuses.

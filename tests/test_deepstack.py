@@ -14,6 +14,8 @@ from tests.conftest import MEDIA, VTEST
 from tests.inprocess import SSD_ONNX
 from tests.server import running_server
 
+pytestmark = pytest.mark.process
+
 TOKEN = "deepstack-token-1234"
 PHOTO = MEDIA / "kite_and_cold.jpg"
 

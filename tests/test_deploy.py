@@ -17,6 +17,7 @@ from edge_inference.edge.config import load_config
 from tests.conftest import REPO
 
 
+@pytest.mark.process
 def test_dockerfile_passes_hadolint():
     # beside the interpreter running the tests (the venv's bin, where the test extra put it), then on PATH
     hadolint = shutil.which("hadolint", path=sysconfig.get_path("scripts")) or shutil.which("hadolint")
@@ -91,6 +92,7 @@ def test_the_systemd_unit_has_its_user_and_working_directory():
     assert "useradd --system --home-dir /var/lib/edge --create-home --groups video edge" in unit
 
 
+@pytest.mark.process
 def test_the_systemd_unit_keeps_the_service_when_the_kernel_kills_an_engine_for_memory():
     """With MemoryMax=, the kernel's OOM killer ends an engine's process inside the unit; systemd's default OOMPolicy
     (stop) would then stop the whole service, every stream with it, where the service starts that engine again."""
@@ -116,6 +118,7 @@ def test_the_systemd_unit_starts_the_edge_the_readme_installs_for_it():
     assert f"{program} serve --config /etc/edge/streams.yaml --check" in unit  # the try-it line runs the same one
 
 
+@pytest.mark.process
 def test_the_images_first_run_without_a_config_says_which_file_to_mount(tmp_path):
     """`docker run IMAGE` with nothing mounted: the entrypoint and command the Dockerfile gives, in the environment it
     sets, run here. It said "there is no folder /etc/edge" (the path hint won over the mount hint); it must name the

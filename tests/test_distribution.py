@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import REPO, skimage_photo
 
+pytestmark = pytest.mark.system
+
 DECOY = "raise ImportError('the user folder {name}/ was imported instead of edge_inference.{name}')\n"
 
 

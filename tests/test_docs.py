@@ -26,6 +26,7 @@ MANUAL = [README, *sorted((REPO / "docs").rglob("*.md"))]
 COMMAND = re.compile(r"(?:^|(?<=[\s(]))(?:[~\w./-]*/)?edge\s+(?=[a-z])")
 
 
+@pytest.mark.process
 def test_the_site_builds_with_no_warning_and_documents_every_config_key(tmp_path):
     site = tmp_path / "site"
     done = subprocess.run(

@@ -34,6 +34,7 @@ def _by_subject(report: dict) -> dict[str, dict]:
     return {f["subject"]: f for f in report["findings"]}
 
 
+@pytest.mark.process
 def test_doctor_on_this_machine():
     code, report = _doctor()
     findings = _by_subject(report)
@@ -44,6 +45,7 @@ def test_doctor_on_this_machine():
     assert text.returncode == 0 and "nothing blocks serving" in text.stdout and "engines" in text.stdout
 
 
+@pytest.mark.process
 @pytest.mark.skipif("nobody" not in {p.pw_name for p in pwd.getpwall()}, reason="needs the 'nobody' account")
 def test_a_raspberry_pi_with_a_slow_coral_a_closed_hailo_node_and_a_throttled_cpu(tmp_path):
     root = tmp_path / "pi"
@@ -79,6 +81,7 @@ def test_a_raspberry_pi_with_a_slow_coral_a_closed_hailo_node_and_a_throttled_cp
     assert text.count("fix:") >= 4 and "WARN  /dev/hailo0" in text
 
 
+@pytest.mark.process
 def test_a_model_cache_that_cannot_be_written_blocks_serving(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     code, report = _doctor(env={"EDGE_MODEL_CACHE": str(tmp_path / "file" / "models")})
@@ -87,6 +90,7 @@ def test_a_model_cache_that_cannot_be_written_blocks_serving(tmp_path):
     assert run_edge("doctor", "--user", "no-such-user-here").stderr.startswith("error: no user named")
 
 
+@pytest.mark.process
 def test_doctor_lists_the_hardware_decoders_ffmpeg_and_the_board_offer(tmp_path):
     """On a fake Raspberry Pi 4 with its V4L2 decoder node, and an Intel render node: those presets are usable;
     the others say what is missing (FFmpeg's own lists, the device node)."""
@@ -140,6 +144,7 @@ def _as_nobody(python: str, *args: str, env: dict[str, str]) -> subprocess.Compl
     return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=180, check=False, cwd="/")
 
 
+@pytest.mark.system
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to be nobody")
 def test_an_rk3588_board_is_looked_at_by_a_user_who_may_not_read_debugfs(nobodys_place, nobodys_edge):
     """The suite runs as root, so it never saw this: as the service's own user, `Path('/sys/kernel/debug/rknpu')
@@ -163,6 +168,7 @@ def test_an_rk3588_board_is_looked_at_by_a_user_who_may_not_read_debugfs(nobodys
     assert told and "/sys/kernel/debug" in told[0]["detail"], findings
 
 
+@pytest.mark.system
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to be nobody")
 def test_a_users_detect_loop_measures_its_threads_and_auto_keeps_its_measurement_in_that_users_cache(
     nobodys_place, nobodys_edge
@@ -197,6 +203,7 @@ def test_a_users_detect_loop_measures_its_threads_and_auto_keeps_its_measurement
     assert isinstance(entry["others_busy_cores"], float) and len(entry["results"]) >= 2
 
 
+@pytest.mark.system
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to be nobody")
 def test_a_model_cache_the_user_may_not_enter_is_one_line(nobodys_place, nobodys_edge):
     """A unit run as its own user with `EDGE_MODEL_CACHE` left at root's cache (root's home is 0700): every command

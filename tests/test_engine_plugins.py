@@ -72,6 +72,7 @@ def test_a_plugin_engine_appears_in_discovery_auto_the_registry_and_the_loader(t
     assert set(StreamManager(config).pipelines) == {"cam-onnx", "cam-toy"}
 
 
+@pytest.mark.process
 def test_the_command_line_runs_a_plugin_engine(toy_plugin):
     # auto by the engines' own ranking (not by measurement, where ONNX Runtime under the toy may win)
     env = {"PYTHONPATH": os.pathsep.join([str(toy_plugin), os.environ.get("PYTHONPATH", "")]), "EDGE_AUTO_MEASURE": "0"}

@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from edge_inference.edge.config import StorageConfig
 from edge_inference.edge.events.builder import Event
@@ -71,6 +72,7 @@ def wait_for(condition, what: str, server: Server, timeout: float = 240) -> None
         time.sleep(0.2)
 
 
+@pytest.mark.process
 def test_a_client_that_was_away_across_a_restart_is_told_every_start_and_end_it_missed(tmp_path):
     config = ["--config", events_config(tmp_path)]
     first = Server(config, tmp_path / "first.log")

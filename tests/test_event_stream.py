@@ -17,6 +17,8 @@ from starlette.routing import Route
 
 from edge_inference.service.streaming import EventStream
 
+pytestmark = pytest.mark.process
+
 
 class Feed:
     """What the test's stream sends: chunks put from the test's thread, read on the server's loop."""

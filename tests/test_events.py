@@ -170,6 +170,7 @@ def test_the_store_keeps_events_and_messages_together_and_pages_newest_first(tmp
     assert mode == "wal"
 
 
+@pytest.mark.process
 def test_what_a_killed_process_committed_is_there_after_a_restart(tmp_path):
     """A child stores events and is SIGKILLed without closing anything; every recorded event survives."""
     script = f"""
@@ -271,6 +272,7 @@ def _until(condition, hook: Webhook) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.process
 def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
     with _webhook_delivery(tmp_path, refuse=2) as (store, hook, recorder):
         recorder.submit([_event_change("start", "a"), _event_change("update", "a"), _event_change("start", "b")])
@@ -281,6 +283,7 @@ def test_webhooks_get_every_change_in_order_and_retry_until_accepted(tmp_path):
     assert store.snapshot_path("a") is not None and store.snapshot_path("a").read_bytes()[:2] == b"\xff\xd8"
 
 
+@pytest.mark.process
 def test_a_webhook_that_refuses_an_event_for_good_does_not_block_the_ones_after_it(tmp_path):
     """A 4xx (but 408/429) is counted as rejected and skipped; 429 is retried; every later event still arrives."""
     with _webhook_delivery(tmp_path, reject=frozenset({"bad"}), too_many=2) as (store, hook, recorder):
@@ -290,6 +293,7 @@ def test_a_webhook_that_refuses_an_event_for_good_does_not_block_the_ones_after_
     assert hook.rejected == 1  # counted once, and the 429s were retried, not rejected
 
 
+@pytest.mark.process
 def test_a_webhook_that_cannot_take_events_is_said_in_health_until_it_can(tmp_path):
     """A receiver that is down (Home Assistant restarting) or answers 5xx was one log line in urllib's words
     ("<urlopen error [Errno 111] Connection refused>"), `/stats` `last_error: null` and health ok while the outbox

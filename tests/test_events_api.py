@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import cv2
 import numpy as np
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,6 +31,7 @@ def events_config(tmp_path) -> str:
     return str(path)
 
 
+@pytest.mark.process
 def test_events_are_listed_filtered_paged_and_shown_with_their_snapshots(tmp_path):
     kolkata = {"TZ": "Asia/Kolkata"}  # the service's local time, +05:30: a time with no zone is read in it
     with running_server(["--config", events_config(tmp_path)], tmp_path / "serve.log", env=kolkata) as server:

@@ -22,6 +22,8 @@ from tests.rtsp import require_ffmpeg, rtsp_camera
 from tests.server import running_server
 from tests.test_watchdogs import wait_for
 
+pytestmark = pytest.mark.process
+
 # Decoders only in a board vendor's FFmpeg build (jetson-ffmpeg), never in Debian's
 VENDOR_BUILD_DECODERS = {"h264_nvmpi", "hevc_nvmpi"}
 

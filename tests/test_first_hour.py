@@ -43,6 +43,7 @@ def errors_of(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
 
 
+@pytest.mark.process
 def test_a_download_that_fails_names_a_way_that_exists_and_leaves_nothing_behind(tmp_path):
     cache = tmp_path / "cache"
     mirror = f"http://127.0.0.1:{free_port()}/"  # nothing listens: refused at once, as a machine offline is
@@ -56,6 +57,7 @@ def test_a_download_that_fails_names_a_way_that_exists_and_leaves_nothing_behind
     assert not [p for p in cache.rglob("*") if p.is_file()]  # no empty lock file or partial download stays
 
 
+@pytest.mark.process
 def test_the_401_answer_says_where_the_token_comes_from():
     with app_client(service_config({"token": "s3cret-token-for-tests"})) as client:
         detail = client.get("/api/v1/streams").json()["detail"]
@@ -64,6 +66,7 @@ def test_the_401_answer_says_where_the_token_comes_from():
         assert place in detail
 
 
+@pytest.mark.process
 def test_bad_yaml_says_the_line_and_column(tmp_path):
     config = tmp_path / "streams.yaml"
     config.write_text("streams:\n  - id: a\n    source: 0\n  - id: b\n   source: 1\n")  # 'source' one space short
@@ -82,6 +85,7 @@ def test_bad_yaml_says_the_line_and_column(tmp_path):
     assert "at line 3, column 12: mapping values are not allowed here (usually a line indented deeper" in line
 
 
+@pytest.mark.process
 def test_a_key_given_twice_is_refused_where_it_is_and_anchors_have_a_place(tmp_path):
     """A second `streams:` pasted below the first (a camera added from a forum post) replaced the first without a
     word: every camera above it was gone. PyYAML takes the last of two keys; the loader now refuses the second with
@@ -114,6 +118,7 @@ def test_a_key_given_twice_is_refused_where_it_is_and_anchors_have_a_place(tmp_p
     assert line.endswith("keys starting with x- are yours (for YAML anchors)") and "defaults: not a setting" in line
 
 
+@pytest.mark.process
 def test_a_short_token_is_counted_in_characters(tmp_path):
     config = tmp_path / "streams.yaml"
     config.write_text(f"server:\n  token: abcde\nstreams:\n  - id: a\n    source: {CAT}\n")
@@ -134,6 +139,7 @@ def test_the_address_from_the_environment_yields_to_the_config_file_and_the_flag
     assert with_environment(from_file, Settings()).server.host == "127.0.0.1"  # nothing set: the defaults
 
 
+@pytest.mark.process
 def test_edge_serve_takes_its_config_and_port_from_the_environment(tmp_path):
     """The README's container and systemd case: no flags, EDGE_CONFIG and EDGE_PORT set."""
     config, port = tmp_path / "streams.yaml", free_port()
@@ -164,6 +170,7 @@ def test_edge_serve_takes_its_config_and_port_from_the_environment(tmp_path):
     assert line.startswith("error: an EDGE_* environment variable is invalid: EDGE_PORT:")
 
 
+@pytest.mark.process
 def test_a_config_reads_its_secrets_from_the_environment_as_compose_writes_them(tmp_path):
     """`rtsp://admin:${CAM_PASSWORD}@...` went to the camera as written, a refused login with no word of why, so a
     camera's password had to sit in a file that gets shared and committed. Now `${NAME}` is read from edge's
@@ -245,6 +252,7 @@ def test_a_stream_reports_only_the_classes_it_names_each_from_its_own_score(tmp_
             load_config(tmp_path / "streams.yaml")
 
 
+@pytest.mark.process
 def test_relative_paths_in_a_config_are_read_from_its_folder_wherever_edge_starts(tmp_path, monkeypatch):
     """A config in ~/cams naming models/door.onnx and clips/door.avi was read from the folder edge started in: it
     worked from ~/cams and nowhere else (a systemd unit starts in /var/lib/edge), and the error named the path as
@@ -301,6 +309,7 @@ def test_relative_paths_in_a_config_are_read_from_its_folder_wherever_edge_start
     )
 
 
+@pytest.mark.process
 def test_a_path_from_the_home_folder_is_read_as_a_shell_reads_it(tmp_path, monkeypatch):
     """`source: ~/clips/door.avi` went to FFmpeg as written (FFmpeg expands no `~`): "cannot be opened", and the
     camera reconnected for good; `data_dir: ~/edge` made a folder named `~` wherever edge started. A path quoted in
@@ -358,6 +367,7 @@ def _serve_missing(cams: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_one_camera_named_by_two_streams_is_refused_at_start_in_one_line(tmp_path):
     """A second stream on a USB camera (to run a second model on it) failed to open forever, with advice about
     other programs and the 'video' group, while the program holding the camera was this one."""
@@ -386,6 +396,7 @@ def test_one_camera_named_by_two_streams_is_refused_at_start_in_one_line(tmp_pat
     assert line.startswith("error: streams porch and porch-night both read the camera /dev/video0")
 
 
+@pytest.mark.process
 def test_models_describe_says_which_engine_and_file_it_describes():
     """The file named, on an engine that reads it, measured by nobody; an engine named takes its own file of a
     family, and the JSON says which."""
@@ -405,6 +416,7 @@ def test_the_bench_chart_names_each_device_once():
     assert plot_label(asked) == "yolox-nano @ onnx\nCPUExecutionProvider"
 
 
+@pytest.mark.process
 def test_an_edge_variable_spelled_nearly_right_is_named_with_the_one_meant():
     """`EDGE_MQTT_URI` in a compose file was read by nothing, and events never reached the broker, without a word.
     A user's own variables for a config's `${...}` are not taken for typos."""
@@ -479,6 +491,7 @@ def test_a_stream_address_typed_slightly_wrong_in_a_config_is_not_read_as_a_file
     assert "secret" not in str(refused.value) and str(tmp_path) not in str(refused.value)
 
 
+@pytest.mark.process
 def test_a_path_typed_slightly_wrong_is_answered_with_the_file_meant(tmp_path):
     """A file named from memory (`cat.jpg` for cat_720p.jpg, `vtst.avi`, `yolox-nano.onnx` for yolox_nano.onnx,
     `streams.yml`, a folder `medai/`) was "no such file" or "does not exist" with nothing more: the user had to `ls`
@@ -514,6 +527,7 @@ def test_a_path_typed_slightly_wrong_is_answered_with_the_file_meant(tmp_path):
     assert str(unrelated.value) == f"model file {media / 'detector.onnx'} does not exist"
 
 
+@pytest.mark.process
 def test_a_file_one_folder_down_and_a_label_file_are_answered_with_the_file_meant(tmp_path):
     """`-m models/yolox_nano.onnx` for models/onnx/yolox_nano.onnx (the layout most model folders have) and
     `/srv/vtest.avi` for /srv/media/vtest.avi were "does not exist" with no hint, and a mistyped `--labels` was
@@ -557,6 +571,7 @@ def test_one_folder_down_names_only_the_same_file_not_any_short_name_spelled_ali
     assert path_meant(tmp_path / "nope.txt") == f"it is one folder down: did you mean {tmp_path / 'c' / 'Nope.txt'}?"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not shutil.which("ffmpeg") or not shutil.which("ffprobe"), reason="needs Debian's ffmpeg")
 def test_a_file_with_sound_and_no_picture_is_called_that_not_an_undecodable_video(tmp_path):
     """A doorbell's audio clip, an .m4a or .mp3 named as a source: "the file is missing or not a video FFmpeg can
@@ -585,6 +600,7 @@ def test_a_file_with_sound_and_no_picture_is_called_that_not_an_undecodable_vide
                                "(aac), no picture: give a file with a video track"]  # fmt: skip
 
 
+@pytest.mark.process
 def test_onnx_runtime_sends_nothing_and_keeps_no_device_id_in_the_users_home(tmp_path):
     """ONNX Runtime's wheels since 1.32 upload usage telemetry from Linux (Microsoft's 1DS) and keep a device id in
     ~/.cache/Microsoft; a service user whose home cannot be written saw "Failed to persist telemetry device ID" on

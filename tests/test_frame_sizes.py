@@ -183,7 +183,9 @@ frame_sizes = st.lists(
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(frames=frame_sizes, lanes=st.integers(1, 3))
 def test_every_published_result_is_edge_detects_on_that_frame(engines, tmp_path_factory, name, frames, lanes):
     """Random sequences of photos at random sizes, played as a folder through a stream on 1-3 lanes of a shared
@@ -215,6 +217,7 @@ def _from_json(record: dict) -> list[tuple[str, float, list[float]]]:
     return [(d["label"], d["score"], d["box"]) for d in record["detections"]]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("engine", ["onnx", "openvino"])
 def test_a_looping_folder_of_photos_of_six_sizes_gives_what_edge_detect_gives(tmp_path: Path, engine: str):
     """The reported case: `edge serve --source FOLDER --loop` on six photos of different sizes, NanoDet, a lane per

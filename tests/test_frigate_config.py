@@ -144,6 +144,7 @@ def test_a_frigate_config_that_cannot_run_here_says_what_to_change(tmp_path, mon
         assert answer in str(caught.value), (change, caught.value)
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not shutil.which("ffmpeg"), reason="needs Debian's ffmpeg")
 def test_edge_serve_runs_a_frigate_camera_on_the_cpu_detector_and_says_what_it_left_out(tmp_path):
     """The file runs, not only reads: `edge serve --config` on Frigate's camera and CPU detector finds people on the
@@ -165,6 +166,7 @@ def test_edge_serve_runs_a_frigate_camera_on_the_cpu_detector_and_says_what_it_l
     assert any(note.startswith("note: left out, not done here: go2rtc, record, snapshots, ") for note in notes)
 
 
+@pytest.mark.process
 def test_a_frigate_model_of_ones_own_runs_with_its_label_map_and_colour_order(tmp_path):
     """Frigate's `model:` for a model of one's own names its label map (`0  person` lines) and colour order, which
     the file does not say; they were dropped with a note, so a custom model's classes came out as COCO's names. They

@@ -91,6 +91,7 @@ def _ffmpeg_made(tmp_path, name: str, *args: str) -> bytes:
     return (tmp_path / name).read_bytes()
 
 
+@pytest.mark.process
 def test_gif_and_avif_photos_run_and_heic_photos_and_videos_are_named_with_what_to_send(tmp_path):
     """GIF and AVIF, which OpenCV decodes here, were refused as "another format"; an iPhone's HEIC photo and a
     video sent as an image got the same words, which did not say what to do."""
@@ -136,6 +137,7 @@ def test_an_extended_webp_claiming_a_huge_canvas_is_refused_from_its_header():
         decode_image(b"RIFF" + (4 + len(vp8x)).to_bytes(4, "little") + b"WEBP" + vp8x, "canvas.webp")
 
 
+@pytest.mark.process
 def test_a_bomb_with_a_damaged_chunk_is_refused_and_the_decoder_holds_a_limit_of_its_own():
     """A wrong CRC in an ancillary chunk makes Pillow give up on the header, and libpng only warns about it: the size
     is read from IHDR itself. Behind that check, OpenCV's own limit (set before cv2 is imported) refuses too."""
@@ -294,6 +296,7 @@ print(f"frames {frames}")
 """
 
 
+@pytest.mark.process
 def test_a_damaged_video_does_not_write_ffmpegs_complaints_into_the_log(tmp_path):
     # vtest.avi cut in the middle of a frame, and an .mp4 that is text: FFmpeg inside OpenCV writes each damaged
     # block and each failed open to stderr itself, unbounded (a lossy camera fills a Pi's journal)
@@ -316,6 +319,7 @@ def test_a_damaged_video_does_not_write_ffmpegs_complaints_into_the_log(tmp_path
     assert "[OPENCV:FFMPEG:16] moov atom not found" in told.stdout and "error while decoding" in told.stdout
 
 
+@pytest.mark.process
 def test_probes_that_use_head_are_answered(tmp_path):
     """Some load balancers probe with HEAD: it was 405, which reads as a service that is down."""
     from tests.conftest import VTEST
@@ -344,6 +348,7 @@ def _laughs() -> str:
     return "\n".join(levels) + "\nstreams: []\n"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "case, text, env, expected",
     [
@@ -377,6 +382,7 @@ def test_every_input_is_bounded_and_refused_in_one_line(tmp_path, case, text, en
     assert time.monotonic() - started < 120  # refused, not worked through
 
 
+@pytest.mark.process
 def test_a_config_that_never_ends_is_refused_unread():
     proc = subprocess.run(
         [sys.executable, "-m", "edge_inference", "serve", "--config", "/dev/zero", "--port", "0"],

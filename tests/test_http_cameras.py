@@ -134,6 +134,7 @@ def _states(client, timeout: float = 120) -> dict[str, dict]:
         time.sleep(0.1)
 
 
+@pytest.mark.process
 def test_a_snapshot_url_is_polled_and_an_mjpeg_camera_streams(camera):
     """A snapshot URL gave one frame, then "stopped delivering frames" and a reconnect: two log lines a frame and an
     "unstable" camera. Now each request is a frame, at the stream's fps, with the password sent once the camera
@@ -168,6 +169,7 @@ def test_a_snapshot_url_is_polled_and_an_mjpeg_camera_streams(camera):
     assert not any(in_clear for path, in_clear in handler.asked if path == "/digest")  # digest answered, never Basic
 
 
+@pytest.mark.process
 def test_edge_detect_takes_a_snapshot_url_and_runs_a_stream_url_frame_by_frame(camera):
     """As Ultralytics' `predict source=URL`: `edge detect http://...` was "no such file" (and the URL, its password
     included, was printed back). An image URL is one image; a stream runs every frame until it ends (or Ctrl-C)."""

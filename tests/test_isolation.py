@@ -105,6 +105,7 @@ class Watch:
         return len(self.deaths_seen_at) >= deaths and self.crashy_frames[-1] > self.deaths_seen_at[deaths - 1] + 3
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(("how", "death"), [("abort", "died: SIGABRT"), ("segfault", "died: SIGSEGV")])
 def test_an_engine_that_crashes_ends_its_process_not_the_service(tmp_path, crashy_site, how, death):
     config = _service_config(tmp_path, how, after=40)
@@ -126,6 +127,7 @@ def test_an_engine_that_crashes_ends_its_process_not_the_service(tmp_path, crash
         assert any(line in incident for incident in crashy["incidents"]), crashy
 
 
+@pytest.mark.process
 def test_an_engine_that_hangs_is_killed_and_started_again(tmp_path, crashy_site):
     config = _service_config(tmp_path, "hang", after=20, inference_timeout_s=2)
     env = _importing(crashy_site)
@@ -151,6 +153,7 @@ OOM_TRIES = 3
 OOM_INFERENCE_TIMEOUT_S = 150
 
 
+@pytest.mark.process
 def test_an_engine_the_oom_killer_ends_is_said_to_be_out_of_memory(tmp_path, crashy_site):
     kernel_took_the_service_too = []
     for attempt in range(OOM_TRIES):
@@ -198,6 +201,7 @@ def _engine_killed_for_memory(tmp_path: Path, crashy_site: Path) -> str | None:
     return None
 
 
+@pytest.mark.process
 def test_an_engines_process_is_the_oom_killers_first_choice_not_the_service(crashy_site, tmp_path):
     """The OOM killer takes the process with the highest score: an engine's process raises its own, so that memory
     running out ends one stream's engine, which comes back by itself, rather than the service with every stream.
@@ -231,6 +235,7 @@ def _children() -> list[int]:
     return found
 
 
+@pytest.mark.process
 def test_twenty_crashes_in_a_row_leave_no_process_memory_block_or_descriptor(crashy_site):
     tensor = np.zeros((1, 3, 416, 416), np.float32)
     options = BackendOptions(device="cpu", threads=1, engine_options={"how": "abort", "after": 2})
@@ -282,6 +287,7 @@ def test_accelerators_and_plugins_run_isolated_cpu_engines_as_measured(crashy_si
     assert not runs_isolated("crashy", BackendOptions(device="cpu", isolation="thread"))
 
 
+@pytest.mark.process
 def test_streams_on_one_isolated_engine_share_its_one_process(tmp_path, crashy_site):
     """The split must not cost memory per stream: three streams on one model and engine, one engine process."""
     import psutil
@@ -306,6 +312,7 @@ def test_streams_on_one_isolated_engine_share_its_one_process(tmp_path, crashy_s
         assert len(workers) == 1, [w.cmdline() for w in workers]
 
 
+@pytest.mark.process
 def test_a_coral_pulled_out_mid_stream_aborts_its_engine_and_comes_back_when_plugged_in(tmp_path):
     """The issue's case end to end: libedgetpu answers a transfer to a stick that is gone with LOG(FATAL) and an
     abort (usb_driver.cc). With the Edge TPU engine in its own process (the default), the Coral stream says so, its
@@ -351,6 +358,7 @@ def test_a_coral_pulled_out_mid_stream_aborts_its_engine_and_comes_back_when_plu
         assert any("died: SIGABRT" in incident for incident in edgetpu["incidents"]), edgetpu["incidents"]
 
 
+@pytest.mark.process
 def test_an_engine_whose_inferences_keep_failing_is_started_anew(tmp_path, crashy_site):
     """A device error that sticks to the process (a CUDA context after an illegal address) raises on every
     inference and never kills anything: after five in a row the engine's process is ended and started again."""
@@ -363,6 +371,7 @@ def test_an_engine_whose_inferences_keep_failing_is_started_anew(tmp_path, crash
         wait_for(lambda: watch.came_back(1), "a restart after failures in a row, and frames again", timeout=180)
 
 
+@pytest.mark.process
 def test_isolation_is_set_per_engine_in_the_config_and_per_stream(crashy_site):
     """`detectors: {isolation: {onnx: process}}` puts every ONNX Runtime stream's engine in a process of its own; a
     stream's own `isolation: thread` keeps its engine here."""

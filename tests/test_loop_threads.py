@@ -121,6 +121,7 @@ def test_calls_from_several_threads_at_once_run_on_the_engine_in_place_untimed()
     judge.close()
 
 
+@pytest.mark.process
 @two_cores
 def test_edge_detect_says_its_engine_threads_in_each_json_record_once_chosen(tmp_path):
     """Frames before the choice run on one thread and say nothing of it (a photo's record is POST /detect's); from

@@ -22,6 +22,8 @@ from tests.conftest import REPO, VTEST
 from tests.mosquitto import Broker, Subscriber, require_mosquitto
 from tests.server import Server
 
+pytestmark = pytest.mark.process
+
 DEVICE = "test-device"
 BASE = f"edge-inference/{DEVICE}"
 

@@ -58,6 +58,7 @@ def test_hailo_discovery_on_a_raspberry_pi_5_tree(sysroot):
         assert not status.available and "hailo_platform" in (status.problem or "")
 
 
+@pytest.mark.process
 @pytest.mark.skipif(HAILO_RUNTIME, reason="HailoRT is installed here: the missing-runtime message cannot happen")
 def test_a_hef_without_hailort_says_how_to_install_it(sysroot, tmp_path):
     fake_devices.hailo(sysroot)

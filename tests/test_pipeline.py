@@ -65,6 +65,7 @@ def test_file_mode_processes_every_frame_in_order(frame_folder):
     assert pipeline.latest is not None and any(d.label == "person" for d in pipeline.latest.detections)
 
 
+@pytest.mark.process
 def test_a_folder_of_videos_plays_each_in_name_order_as_edge_detect_runs_it(tmp_path):
     """`edge serve --source clips/` on a folder of NVR clips answered "no images found" and reconnected for good,
     where `edge detect clips/` (and Ultralytics' source=folder/) ran every frame. Now every frame of each video runs,
@@ -189,6 +190,7 @@ def test_source_errors_say_what_to_do(tmp_path):
     assert url.live and url.description == "rtsp://admin:***@127.0.0.1:9/stream"
 
 
+@pytest.mark.process
 def test_a_camera_named_by_its_udev_id_is_a_camera_even_while_unplugged():
     """/dev/v4l/by-id/... keeps its name when a replug renumbers the device (video0 back as video2); it was taken
     for a file: refused at start while the camera was unplugged (the name is gone then), read as a video otherwise,
@@ -204,6 +206,7 @@ def test_a_camera_named_by_its_udev_id_is_a_camera_even_while_unplugged():
         decoded.open()
 
 
+@pytest.mark.process
 def test_a_stream_that_does_not_open_says_whether_anything_answered():
     # FFmpeg's own words stay out of the log (OPENCV_FFMPEG_LOGLEVEL): the message tells the cases apart itself
     closed = free_port()
@@ -372,6 +375,7 @@ def test_a_file_frame_read_while_the_detector_reloads_waits_for_it(frame_folder)
         pipeline.stop()
 
 
+@pytest.mark.process
 def test_a_password_with_characters_that_end_the_address_is_refused_with_how_to_write_it():
     password = "p#ss/w?rd@1"  # as the camera knows it
     with rtsp_camera(VTEST, login=f"viewer:{password}") as camera:

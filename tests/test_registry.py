@@ -34,6 +34,7 @@ def test_every_entry_matches_the_shared_mirror():
             assert sha256_of(MODELS / file.path) == file.sha256, file.path
 
 
+@pytest.mark.process
 def test_defaults_are_never_agpl():
     assert not get_entry(DEFAULT_MODEL).agpl
     assert {"yolox-nano", "ssd-mobilenet-v2", "nanodet-m"} <= set(REGISTRY)
@@ -43,6 +44,7 @@ def test_defaults_are_never_agpl():
     assert all(r["license"] == "AGPL-3.0" for r in rows if r["name"].startswith("yolov8n"))
 
 
+@pytest.mark.process
 def test_pull_from_mirror_folder_then_verify_then_tamper(tmp_path):
     cache = tmp_path / "cache"
     proc = run_edge(
@@ -57,11 +59,13 @@ def test_pull_from_mirror_folder_then_verify_then_tamper(tmp_path):
     assert proc.returncode == 1 and "sha256 differs" in proc.stdout and "Traceback" not in proc.stderr
 
 
+@pytest.mark.process
 def test_pull_over_http_mirror(tmp_path, http_mirror):
     path = pull(get_entry("nanodet-m"), tmp_path, http_mirror)
     assert path == tmp_path / "onnx/nanodet_m.onnx" and sha256_of(path) == get_entry("nanodet-m").model_file.sha256
 
 
+@pytest.mark.process
 def test_checksum_mismatch_is_refused_and_leaves_nothing(tmp_path):
     mirror = tmp_path / "mirror"
     (mirror / "onnx").mkdir(parents=True)
@@ -77,6 +81,7 @@ def test_checksum_mismatch_is_refused_and_leaves_nothing(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.process
 def test_a_mirror_cloned_without_git_lfs_is_named_as_such(tmp_path):
     """A mirror made with `git clone` and no git-lfs holds 130-byte pointers: that was "checksum mismatch ... check
     the mirror's copy", which sent users to compare hashes. Now it says what the file is and the command."""
@@ -95,6 +100,7 @@ def test_a_mirror_cloned_without_git_lfs_is_named_as_such(tmp_path):
     assert "git lfs pull" in proc.stderr and not any(p.is_file() for p in cache.rglob("*"))
 
 
+@pytest.mark.process
 def test_unreachable_mirror_and_converted_models_say_what_to_do(tmp_path):
     proc = run_edge("models", "pull", "yolox-nano", "--cache", str(tmp_path), "--mirror", "http://127.0.0.1:9/")
     assert proc.returncode == 1 and "cannot download" in proc.stderr and "EDGE_MODEL_MIRROR" in proc.stderr
@@ -102,6 +108,7 @@ def test_unreachable_mirror_and_converted_models_say_what_to_do(tmp_path):
     assert proc.returncode == 1 and "no public download location" in proc.stderr
 
 
+@pytest.mark.process
 def test_detect_pulls_a_registry_model_on_first_use(tmp_path):
     cache = tmp_path / "cache"
     proc = run_edge(
@@ -117,6 +124,7 @@ def test_detect_pulls_a_registry_model_on_first_use(tmp_path):
     assert "cat" in [d["label"] for d in json.loads(proc.stdout)["detections"]]
 
 
+@pytest.mark.process
 def test_a_swapped_cached_model_is_refused_when_loaded(tmp_path):
     cache = tmp_path / "cache"
     env = {"EDGE_MODEL_CACHE": str(cache), "EDGE_MODEL_MIRROR": str(MODELS)}
@@ -145,6 +153,7 @@ def test_partial_files_left_by_a_killed_pull_are_removed(tmp_path):
     assert (folder / "yolox_nano.onnx").is_file()
 
 
+@pytest.mark.process
 def test_a_cache_that_cannot_be_written_says_where_to_put_it(tmp_path):
     """A system user whose home is a file or not theirs, `docker run --read-only`, a full disk: "unexpected OSError:
     [Errno 30] Read-only file system ... report it" before; now what to set. (A file where the folder should be
@@ -162,6 +171,7 @@ def test_a_cache_that_cannot_be_written_says_where_to_put_it(tmp_path):
     assert proc.stderr.startswith(f"error: cannot write the model cache {blocker} ("), proc.stderr
 
 
+@pytest.mark.process
 def test_describe_takes_the_model_as_pull_does_and_describes_that_very_file():
     """`edge models describe yolox-nano` was refused (an extra argument) though `pull yolox-nano` takes the name so;
     `--model yolox-nano` timed the engines and described the fastest one's own file (`yolox-nano-openvino`)."""
@@ -175,6 +185,7 @@ def test_describe_takes_the_model_as_pull_does_and_describes_that_very_file():
     assert (other["model"], other["backend"]) == ("yolox-nano-openvino", "openvino")
 
 
+@pytest.mark.process
 def test_verify_says_what_of_a_compiled_file_runs_on_the_edge_tpu(tmp_path):
     """`edge models verify` reads an Edge TPU file's operations: the compiled segments and what the compiler left on
     the CPU (each frame waits for those); a file compiled for the CPU only says so; a missing one is one line."""

@@ -4,6 +4,7 @@ import contextlib
 import logging
 
 import httpx
+import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -83,6 +84,7 @@ def test_every_log_record_is_masked(caplog):
     assert "rtsp://admin:***@cam/1?token=***" in text and "http://u:***@h/" in text
 
 
+@pytest.mark.process
 def test_the_api_token_never_reaches_the_log_at_any_level(tmp_path):
     """uvicorn logs every WebSocket's path with its query (`?token=`), right or wrong; at debug level headers and
     cookies pass through too. A camera key in the user info alone (`rtsp://KEY@host/`) is a secret as well."""

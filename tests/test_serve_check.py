@@ -6,10 +6,14 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
+
 from tests.conftest import VTEST
 from tests.helpers import run_edge
 from tests.mosquitto import Broker
 from tests.server import free_port, running_server
+
+pytestmark = pytest.mark.process
 
 
 def _config(folder, broker_url: str | None, streams: str) -> str:

@@ -60,6 +60,7 @@ def assert_same_people(event: dict, expected) -> None:
         assert max(box.iou(s) for s in streamed) > 0.95, (event["frame"], box, streamed)
 
 
+@pytest.mark.process
 def test_sse_events_carry_the_models_people_and_timing(server, reference):
     events = sse_data(server.client, "/api/v1/streams/cam/events", "detections", 8)
     frames = [e["frame"] for e in events]
@@ -81,6 +82,7 @@ def test_sse_events_carry_the_models_people_and_timing(server, reference):
         assert_same_people(event, reference(event["frame"]))
 
 
+@pytest.mark.process
 def test_websocket_delivers_the_same_events(server, reference):
     with connect(f"ws://127.0.0.1:{server.port}/api/v1/streams/cam/ws", open_timeout=10) as ws:
         events = [json.loads(ws.recv(timeout=10)) for _ in range(5)]
@@ -89,6 +91,7 @@ def test_websocket_delivers_the_same_events(server, reference):
         assert_same_people(event, reference(event["frame"]))
 
 
+@pytest.mark.process
 def test_mjpeg_parts_decode_as_jpeg(server):
     parts = []
     with server.client.stream("GET", "/api/v1/streams/cam/video.mjpg?fps=20&height=288&quality=60") as response:
@@ -112,6 +115,7 @@ def test_mjpeg_parts_decode_as_jpeg(server):
         assert image is not None and image.shape == (288, 384, 3)
 
 
+@pytest.mark.process
 def test_snapshot_and_latest(server):
     response = server.client.get("/api/v1/streams/cam/snapshot.jpg?boxes=false")
     image = cv2.imdecode(np.frombuffer(response.content, np.uint8), cv2.IMREAD_COLOR)
@@ -121,6 +125,7 @@ def test_snapshot_and_latest(server):
     assert server.client.get("/api/v1/streams/nope/detections/latest").status_code == 404
 
 
+@pytest.mark.process
 def test_streams_stats_and_openapi(server):
     (stream,) = server.client.get("/api/v1/streams").json()
     assert stream["id"] == "cam" and stream["state"] == "running" and stream["model"] == "yolox-nano"
@@ -143,6 +148,7 @@ def test_streams_stats_and_openapi(server):
     assert {"/api/v1/streams", "/api/v1/detect", "/api/v1/stats", "/api/v1/health/ready"} <= set(paths)
 
 
+@pytest.mark.process
 def test_metrics_parse_as_prometheus_text(server):
     text = server.client.get("/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -166,6 +172,7 @@ def process_cpu_from_proc(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.process
 def test_stats_report_the_services_cpu_as_the_kernel_counts_it_and_per_frame(server):
     before = process_cpu_from_proc(server.process.pid)
     cpu = server.client.get("/api/v1/stats").json()["cpu"]
@@ -175,6 +182,7 @@ def test_stats_report_the_services_cpu_as_the_kernel_counts_it_and_per_frame(ser
     assert cpu["cpu_ms_per_frame"] > 0 and cpu["window_s"] > 0 and cpu["cores_busy"] > 0
 
 
+@pytest.mark.process
 def test_post_detect_raw_and_multipart(server):
     data = (MEDIA / "cat_720p.jpg").read_bytes()
     raw = server.client.post("/api/v1/detect", content=data, headers={"content-type": "image/jpeg"})
@@ -187,6 +195,7 @@ def test_post_detect_raw_and_multipart(server):
     assert form.json()["source"] == "cat.jpg"
 
 
+@pytest.mark.process
 def test_post_detect_answers_the_json_edge_detect_prints(server):
     """The README calls them the same JSON: POST /detect added `"track_id": null` to every detection, which
     `edge detect --json` has never printed (an upload is not tracked). The same keys, the same objects."""
@@ -200,6 +209,7 @@ def test_post_detect_answers_the_json_edge_detect_prints(server):
     assert [d["label"] for d in answered["detections"]] == [d["label"] for d in record["detections"]]
 
 
+@pytest.mark.process
 def test_an_upload_is_answered_at_the_thresholds_and_classes_it_asks_for(server):
     """Ultralytics' `conf`, `max_det`, `classes` and Roboflow's `confidence`: honoured, not passed over; the low
     threshold's answer is what a detector configured with that threshold finds in the same photo."""
@@ -235,6 +245,7 @@ def test_an_upload_is_answered_at_the_thresholds_and_classes_it_asks_for(server)
         assert response.status_code == 422 and fragment in response.json()["detail"][0]["msg"], response.text
 
 
+@pytest.mark.process
 def test_post_detect_rejects_bad_bodies_clearly(server):
     data = (MEDIA / "cat_720p.jpg").read_bytes()
     cases = {

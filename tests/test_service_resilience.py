@@ -63,6 +63,7 @@ def http_files():
         server.shutdown()
 
 
+@pytest.mark.process
 def test_readiness_flips_from_503_to_200_once_the_model_is_loaded(tmp_path, http_files):
     release = threading.Event()
     address, _ = http_files(MODELS, hold=release)
@@ -80,6 +81,7 @@ def test_readiness_flips_from_503_to_200_once_the_model_is_loaded(tmp_path, http
         assert body["status"] in ("ok", "degraded") and body["streams"]["main"]["error"] is None
 
 
+@pytest.mark.process
 def test_stalled_sse_clients_do_not_hold_up_a_reading_client(tmp_path):
     """Three clients that never read stay connected while a reading client gets a steady flow of events.
 
@@ -114,6 +116,7 @@ def test_stalled_sse_clients_do_not_hold_up_a_reading_client(tmp_path):
     assert frames == sorted(frames) and len(set(frames)) == 60  # in order, no repeats, still flowing
 
 
+@pytest.mark.process
 def test_a_stream_that_drops_is_reopened_and_its_password_never_shown(tmp_path, http_files):
     address, handler = http_files(MEDIA, cut_after=600_000, cuts_left=2)
     url = f"http://viewer:s3cr3tpw@{address}/vtest.avi"
@@ -138,6 +141,7 @@ def test_a_stream_that_drops_is_reopened_and_its_password_never_shown(tmp_path, 
         assert "s3cr3tpw" not in text
 
 
+@pytest.mark.process
 def test_a_missing_camera_is_reported_while_other_streams_serve(tmp_path):
     config = tmp_path / "streams.yaml"
     config.write_text(
@@ -160,6 +164,7 @@ def test_a_missing_camera_is_reported_while_other_streams_serve(tmp_path):
         assert server.client.get("/api/v1/streams/porch/detections/latest").status_code == 503
 
 
+@pytest.mark.process
 def test_bad_configs_and_sources_get_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("streams:\n  - id: a b\n    source: x.mp4\n")
@@ -188,6 +193,7 @@ def test_two_zones_or_two_lines_of_one_name_are_refused():
         StreamConfig.model_validate({"id": "a", "source": str(VTEST), "lines": [line, line]})
 
 
+@pytest.mark.process
 def test_a_config_saved_in_another_encoding_is_read_or_refused_with_where_and_what_to_do(tmp_path):
     """Windows Notepad's "Unicode" (UTF-16) and its UTF-8 with a byte-order mark are read; a file saved as Latin-1
     with an accent, or with a control character pasted in, gets where and what to do (was a UnicodeDecodeError)."""
@@ -207,6 +213,7 @@ def test_a_config_saved_in_another_encoding_is_read_or_refused_with_where_and_wh
         assert fragment in proc.stderr, proc.stderr
 
 
+@pytest.mark.process
 def test_a_key_the_config_does_not_know_is_answered_with_the_keys_of_its_section(tmp_path):
     # Frigate's `threshold` on a stream and a typo in motion's: each answered with what that section takes
     typo = tmp_path / "typo.yaml"
@@ -274,6 +281,7 @@ def test_a_config_written_as_users_write_it_is_read_or_answered_with_what_to_wri
         assert answer in str(caught.value), caught.value
 
 
+@pytest.mark.process
 def test_a_number_written_as_people_write_it_is_answered_with_the_number_to_write(tmp_path):
     """`conf: 50%`, `iou: 0,45` (a decimal comma, as a German or French user writes it), `recheck_s: 30s`,
     `max_snapshot_mb: 1GB`, `fps: 5 fps`: YAML reads each as text, and each was "Input should be a valid number,

@@ -416,6 +416,7 @@ def test_a_litert_engine_loads_only_the_lanes_its_memory_holds(caplog: pytest.Lo
         assert pool.engines() == []
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("engine", "model"), [("onnx", "onnx/yolox_nano.onnx"), ("openvino", "openvino/yolox_nano.xml")]
 )

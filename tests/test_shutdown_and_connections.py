@@ -25,6 +25,7 @@ def _sse_client(port: int, started: threading.Event, lines: list[bytes]) -> None
             started.set()
 
 
+@pytest.mark.process
 def test_sigterm_with_mjpeg_sse_and_websocket_clients_exits_promptly(tmp_path):
     with running_server(["--source", str(VTEST), "--loop"], tmp_path / "log") as server:
         server.wait_until("/health/ready")
@@ -60,6 +61,7 @@ def test_sigterm_with_mjpeg_sse_and_websocket_clients_exits_promptly(tmp_path):
     assert "cameras and accelerators released" in log and "Traceback" not in log
 
 
+@pytest.mark.process
 def test_an_upload_still_running_when_shutdown_time_is_up_gets_a_503_to_retry_not_a_500(tmp_path):
     config = tmp_path / "serve.yaml"
     config.write_text(f"server: {{shutdown_timeout_s: 1}}\nstreams:\n  - {{id: main, source: {VTEST}, loop: true}}\n")
@@ -81,6 +83,7 @@ def test_an_upload_still_running_when_shutdown_time_is_up_gets_a_503_to_retry_no
     assert "Traceback" not in log and "CancelledError" not in log
 
 
+@pytest.mark.process
 def test_sources_stuck_opening_do_not_hold_up_shutdown(tmp_path):
     """Cameras that accept the connection and never answer: FFmpeg's open cannot be interrupted, so shutdown
     leaves those threads to close their sources whenever the open returns, instead of waiting on each in turn."""
@@ -129,6 +132,7 @@ def _whole_response(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
 def test_clients_cannot_hold_the_service_with_either_http_parser(tmp_path, parser):
     """The clocks live in the protocol, and each parser says in its own way when a request's header is whole."""
@@ -175,6 +179,7 @@ def test_clients_cannot_hold_the_service_with_either_http_parser(tmp_path, parse
         slow.close()
 
 
+@pytest.mark.process
 def test_streaming_clients_are_capped_per_stream(tmp_path):
     config = tmp_path / "streams.yaml"
     config.write_text(
@@ -220,6 +225,7 @@ def test_streaming_clients_are_capped_per_stream(tmp_path):
             assert b"max_clients_per_stream" in answer.body
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
 def test_the_connection_cap_answers_with_retry_after_and_never_to_the_health_probes(tmp_path, parser):
     """Anyone able to open max_connections sockets must not get a healthy service restarted by its probes."""
@@ -260,6 +266,7 @@ def test_an_http_parser_that_is_not_installed_is_one_line(monkeypatch):
         guarded_protocol("httptools")
 
 
+@pytest.mark.process
 def test_accepted_connections_have_nagle_off():
     """The listening socket edge serve makes must say TCP, or asyncio leaves Nagle on and every answer waits ~40 ms."""
     import asyncio

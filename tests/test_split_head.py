@@ -76,6 +76,7 @@ def test_the_split_model_decoded_by_yolov8_rknn_finds_what_the_export_finds(yolo
         parted.close()
 
 
+@pytest.mark.process
 def test_a_model_without_a_yolov8_head_is_refused_in_one_line(tmp_path):
     import onnx
 

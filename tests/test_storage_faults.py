@@ -59,6 +59,7 @@ def readiness(server: Server) -> dict:
     return server.client.get("/health/ready").json()
 
 
+@pytest.mark.process
 def test_a_full_disk_loses_no_live_event_counts_what_it_could_not_store_and_recovers(tmp_path):
     require_mosquitto()
     broker = Broker(tmp_path / "broker")
@@ -107,6 +108,7 @@ def damage(database: Path) -> None:
         file.write(os.urandom(4096))
 
 
+@pytest.mark.process
 def test_a_damaged_database_is_moved_aside_and_the_service_starts_with_a_fresh_one(tmp_path):
     data = tmp_path / "data"
     store = _store(data)
@@ -146,6 +148,7 @@ def read_only_folder(tmp_path: Path):
         folder.chmod(0o755)
 
 
+@pytest.mark.process
 def test_a_data_folder_that_cannot_be_written_leaves_detection_and_live_events_running(tmp_path, read_only_folder):
     config = events_config(tmp_path, read_only_folder)
     server = Server(["--config", str(config)], tmp_path / "serve.log")
@@ -171,6 +174,7 @@ def test_a_data_folder_that_cannot_be_written_leaves_detection_and_live_events_r
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.process
 def test_a_second_edge_on_the_same_data_folder_leaves_the_first_ones_events_alone(tmp_path):
     """A run by hand beside the systemd service, or two containers on one volume, shared events.db: the second
     ended the first one's open events as "left open by a previous run" (an "end" to MQTT while the person was still
@@ -213,6 +217,7 @@ def test_a_second_edge_on_the_same_data_folder_leaves_the_first_ones_events_alon
         third.stop()
 
 
+@pytest.mark.process
 def test_a_disk_running_out_gives_room_from_the_oldest_snapshots_then_pauses_them(tmp_path):
     folder = tmp_path / "small"
     with tmpfs(folder, 8192):
@@ -246,6 +251,7 @@ def test_a_disk_running_out_gives_room_from_the_oldest_snapshots_then_pauses_the
         store.close()
 
 
+@pytest.mark.process
 def test_a_stalled_disk_never_stops_live_events_and_health_says_it_is_stalled(tmp_path):
     """`fsfreeze` on the data folder's file system: detection went on, but SSE and MQTT received no event change for
     the whole stall, `/health/ready` said ok, and `/api/v1/stats` and `/api/v1/events` hung for two minutes behind
@@ -305,6 +311,7 @@ def test_a_stalled_disk_never_stops_live_events_and_health_says_it_is_stalled(tm
     assert log.count("a write has been waiting") == 1 and log.count("storage answers again after a") == 1, log
 
 
+@pytest.mark.process
 def test_an_event_whose_end_the_full_disk_refused_is_ended_once_there_is_room(tmp_path):
     """Events whose end was lost to a full disk stayed `end: null` until a restart, and a failed snapshot left a
     zero-byte `.part` file behind for good. The event's latest row is written once the disk takes rows again, and no
@@ -333,6 +340,7 @@ def test_an_event_whose_end_the_full_disk_refused_is_ended_once_there_is_room(tm
     assert rows and all(row.event.end is not None for row in rows), [r.event.id for r in rows if r.event.end is None]
 
 
+@pytest.mark.process
 def test_a_database_damaged_while_serving_is_moved_aside_as_at_start(tmp_path):
     """Losses were counted and health degraded, but `GET /api/v1/events` answered 500 with a traceback and nothing
     recovered until a restart. Now it is treated as at start: moved aside, a fresh one opened, said; the route
@@ -386,6 +394,7 @@ def test_a_moved_aside_databases_snapshots_count_under_the_cap(tmp_path):
     assert kept == [False, False, True, True]  # 1.6 MB -> under 1 MB: the two oldest went
 
 
+@pytest.mark.process
 def test_the_data_folder_follows_the_rule_host_and_port_follow(tmp_path):
     """`storage.data_dir` in the config and EDGE_DATA_DIR disagreed about precedence with host and port: the
     environment silently won (and the systemd unit and the image set it). One rule: the file, then the environment,

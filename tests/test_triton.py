@@ -60,6 +60,7 @@ def assert_same_detections(remote: list[dict], local: list[dict]) -> None:
             assert a["box"] == pytest.approx(b["box"], abs=0.5)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("memory", ["auto", "off"])
 def test_photos_give_the_local_engines_detections(triton, protocol, memory):
@@ -78,6 +79,7 @@ def test_photos_give_the_local_engines_detections(triton, protocol, memory):
     assert (said in remote.stderr) == (memory == "auto"), remote.stderr
 
 
+@pytest.mark.system
 def test_a_model_served_with_its_own_float_input_gives_the_same_detections(triton):
     """The export's default takes pixels (uint8, a quarter of the float tensor's bytes, cast and normalised on the
     server); a model that keeps its own float input (`--input tensor`, or exported elsewhere) is fed that tensor."""
@@ -93,6 +95,7 @@ def test_a_model_served_with_its_own_float_input_gives_the_same_detections(trito
     assert_same_detections(tensor, pixels)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize(("name", "path"), [("ssd", SSD), ("nanodet", NANODET)])
 def test_other_layouts_find_their_decoders_from_the_servers_metadata(triton, name, path):
     """An SSD (four outputs, a uint8 NHWC input) and NanoDet (one output of its own layout): the decoder comes from
@@ -103,6 +106,7 @@ def test_other_layouts_find_their_decoders_from_the_servers_metadata(triton, nam
     assert_same_detections(remote, local)
 
 
+@pytest.mark.system
 def test_video_frames_give_the_local_engines_detections(triton, tmp_path):
     clip = write_clip(VTEST, tmp_path / "clip.avi", 12)
     remote = records(run_edge("detect", str(clip), "--model", triton.grpc("yolox_nano"), "--json"))
@@ -113,6 +117,7 @@ def test_video_frames_give_the_local_engines_detections(triton, tmp_path):
     assert_same_detections(remote, local)
 
 
+@pytest.mark.system
 def test_the_exported_repository_batches_where_the_model_allows(repository):
     """YOLOX's export fixes its batch at 1 in three reshapes: made dynamic and checked; the SSD's cannot be."""
     from google.protobuf import text_format
@@ -130,6 +135,7 @@ def test_the_exported_repository_batches_where_the_model_allows(repository):
     assert [i.name for i in nanodet.input] == ["input.1_pixels"]  # one input: its pixels
 
 
+@pytest.mark.process
 def test_export_triton_command_says_both_sides(tmp_path):
     proc = run_edge("models", "export-triton", str(SSD), str(tmp_path), "--name", "ssd_cam")
     assert proc.returncode == 0, proc.stderr
@@ -141,16 +147,19 @@ def test_export_triton_command_says_both_sides(tmp_path):
     assert_one_clear_error(bad, "ONNX")
 
 
+@pytest.mark.process
 def test_a_server_that_does_not_answer_is_one_line():
     proc = run_edge("detect", PHOTOS[0], "--model", f"triton+grpc://127.0.0.1:{free_port()}/yolox_nano")
     assert_one_clear_error(proc, "does not answer", "is tritonserver running")
 
 
+@pytest.mark.system
 def test_a_model_the_server_lacks_is_one_line(triton):
     proc = run_edge("detect", PHOTOS[0], "--model", triton.http("yolov9"))
     assert_one_clear_error(proc, "no model 'yolov9' ready")
 
 
+@pytest.mark.system
 def test_an_engine_that_cannot_run_a_server_model_is_one_line(triton):
     proc = run_edge("detect", PHOTOS[0], "--model", triton.http("yolox_nano"), "--backend", "onnx")
     assert_one_clear_error(proc, "backend triton (or auto) runs it")
@@ -182,6 +191,7 @@ def _grpc_connections(pid: int, port: int) -> int:
     )
 
 
+@pytest.mark.system
 def test_two_streams_share_one_connection_and_the_server_batches_them(repository, tmp_path):
     """Two files read as fast as the engine allows (each frame wanted, in lanes), on one model over gRPC: one
     engine, its lanes requests in flight on one TCP connection; Triton's statistics show executions of two
@@ -222,6 +232,7 @@ def test_two_streams_share_one_connection_and_the_server_batches_them(repository
         server.stop()
 
 
+@pytest.mark.system
 def test_a_server_gone_mid_stream_is_said_and_the_stream_resumes_by_itself(repository, tmp_path):
     server = TritonServer(repository, ["yolox_nano"], tmp_path / "triton.log").start()
     try:
@@ -254,6 +265,7 @@ def test_a_server_gone_mid_stream_is_said_and_the_stream_resumes_by_itself(repos
         server.stop()
 
 
+@pytest.mark.system
 def test_serve_check_runs_a_frame_on_the_server(triton, tmp_path):
     proc = run_edge("serve", "--check", "--source", PHOTOS[0], "--model", triton.grpc("yolox_nano"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -268,6 +280,7 @@ def test_path_of_reference_is_not_anchored_to_the_config_folder(tmp_path):
     assert anchored_model("triton+grpc://gpu:8001/yolox_nano", tmp_path) == "triton+grpc://gpu:8001/yolox_nano"
 
 
+@pytest.mark.process
 def test_the_engine_is_listed_with_its_options():
     proc = run_edge("backends", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -276,6 +289,7 @@ def test_the_engine_is_listed_with_its_options():
     assert "triton.shared_memory" in run_edge("backends").stdout
 
 
+@pytest.mark.system
 def test_doctor_tells_a_server_that_answers_from_one_that_does_not(triton):
     gone = f"triton://127.0.0.1:{free_port()}/yolox_nano"
     proc = run_edge("doctor", "--json", "--server", triton.grpc("yolox_nano"), "--server", gone)
@@ -286,6 +300,7 @@ def test_doctor_tells_a_server_that_answers_from_one_that_does_not(triton):
     assert "tritonserver" in findings[gone]["fix"]
 
 
+@pytest.mark.system
 def test_bench_scores_the_server_against_the_local_engine(triton, tmp_path):
     """`--backends onnx,triton+grpc://...`: the server's model runs beside the local one on the same frames."""
     remote = triton.grpc("yolox_nano")
@@ -300,6 +315,7 @@ def test_bench_scores_the_server_against_the_local_engine(triton, tmp_path):
     assert rows[remote]["cpu_ms_per_frame"] < rows["onnx"]["cpu_ms_per_frame"]
 
 
+@pytest.mark.system
 def test_live_comparison_of_the_local_engine_and_the_server(triton, tmp_path):
     remote = triton.grpc("yolox_nano")
     args = ["--source", str(VTEST), "--loop", "--model", str(YOLOX), "--compare", f"onnx,{remote}"]
@@ -324,6 +340,7 @@ def test_auto_never_sends_a_local_file_to_a_server():
     assert model_for_engine(str(YOLOX), "triton")[0] is None  # so auto's measurement never times it either
 
 
+@pytest.mark.system
 def test_a_restricted_server_takes_shared_memory_with_its_token(repository, tmp_path):
     """PyTriton restricts shared memory and statistics to a token by default (Triton's --grpc-restricted-protocol):
     without it, `system` is refused in one line; with the token in `headers`, tensors go through shared memory."""
@@ -350,6 +367,7 @@ def test_a_restricted_server_takes_shared_memory_with_its_token(repository, tmp_
         server.stop()
 
 
+@pytest.mark.system
 def test_a_server_too_slow_for_timeout_s_is_one_line_and_then_answers_again(triton):
     """A server that stops answering mid-stream (stopped by a signal: connected, never replying) is told as slow, not
     as gone; once it answers again, so does the engine."""
@@ -397,6 +415,7 @@ def test_any_reference_reads_back_as_written(protocol, tls, host, port, model, v
     assert parse_reference(str(Path(reference.url))) == reference
 
 
+@pytest.mark.system
 def test_a_server_not_there_at_start_is_waited_for(repository, tmp_path):
     """`edge serve` before the GPU box is up: the stream says so and loads once the server answers."""
     server = TritonServer(repository, ["yolox_nano"], tmp_path / "triton.log")
@@ -415,6 +434,7 @@ def test_a_server_not_there_at_start_is_waited_for(repository, tmp_path):
         server.stop()
 
 
+@pytest.mark.system
 def test_grpc_over_tls_with_the_servers_certificate(repository, tmp_path):
     """`triton+grpcs://` with `ca_file`: a server whose certificate it names is reached; without it, one line."""
     import subprocess

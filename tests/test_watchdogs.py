@@ -44,6 +44,7 @@ def stalling_camera():
     server.shutdown()
 
 
+@pytest.mark.process
 def test_a_camera_that_goes_silent_is_declared_stalled_reopened_and_reported(tmp_path, stalling_camera):
     address, camera = stalling_camera
     config = tmp_path / "streams.yaml"
@@ -88,6 +89,7 @@ def test_a_camera_that_goes_silent_is_declared_stalled_reopened_and_reported(tmp
         assert "s3cr3tpw" not in text
 
 
+@pytest.mark.process
 def test_a_camera_that_flaps_is_degraded_and_no_delivering_stream_is_down(tmp_path):
     """Each reopen of a flapping camera succeeds, so it reads `running` most of the time: the reconnects in the last
     minute make it degraded. A service whose only camera delivers nothing is down (503) though its model is loaded."""
@@ -132,6 +134,7 @@ def test_a_camera_that_flaps_is_degraded_and_no_delivering_stream_is_down(tmp_pa
         http.shutdown()
 
 
+@pytest.mark.process
 def test_a_camera_that_is_switched_off_is_no_flapping_camera_and_health_says_why():
     """A camera that is simply off read "unstable: 5 reconnects in 60 s" (its own open retries counted as a
     camera that keeps dropping), and the service was degraded with `problems` empty. Its retries are the backoff's,
@@ -163,6 +166,7 @@ def test_a_camera_that_is_switched_off_is_no_flapping_camera_and_health_says_why
     assert problem.startswith("stream porch: reconnecting: ") and "127.0.0.1:9" in problem, problem
 
 
+@pytest.mark.process
 def test_a_model_that_cannot_load_is_retried_until_it_can(tmp_path):
     mirror, cache = tmp_path / "mirror", tmp_path / "cache"
     (mirror / "onnx").mkdir(parents=True)  # the mirror is empty: like an accelerator not yet plugged in
@@ -239,6 +243,7 @@ def test_the_same_failure_again_and_again_is_logged_less_and_less_often():
     assert repeats.line("another failure", 10810.0) == "another failure"
 
 
+@pytest.mark.process
 def test_a_source_that_keeps_failing_is_said_once_not_at_every_reopen(caplog, monkeypatch):
     monkeypatch.setattr(QuietRepeats, "FIRST_S", 3600.0)  # however slow the machine, four failures come within it
     detector = functools.partial(load_detector, DetectorConfig(model=SSD_ONNX, backend="onnx"))

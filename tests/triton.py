@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import platform
 import signal
@@ -34,13 +35,22 @@ def environment() -> Path:
     return Path(os.environ.get("EDGE_PYTRITON_VENV", Path.home() / ".cache" / "edge-inference" / "pytriton-venv"))
 
 
+def _held() -> str:
+    """What the environment holds, as it was asked for: a change of either makes it anew."""
+    return json.dumps({"python": str(SYSTEM_PYTHON), "packages": PACKAGES})
+
+
 def _works(python: Path) -> bool:
     check = [str(python), "-c", "import pytriton.triton, onnxruntime, tritonclient.grpc"]
+    held = python.parent.parent / "edge-held.json"
+    if not (held.is_file() and held.read_text() == _held()):
+        return False
     return python.is_file() and subprocess.run(check, capture_output=True).returncode == 0
 
 
 def require_pytriton() -> Path:
-    """The environment's python, made where missing; a skip only where the wheel cannot install (not x86-64 Linux)."""
+    """The environment's python, made where missing or made for other packages; a skip only where the wheel cannot
+    install (not x86-64 Linux)."""
     if sys.platform != "linux" or platform.machine() != "x86_64":
         pytest.skip("nvidia-pytriton's tritonserver is built for x86-64 Linux only")
     folder = environment()
@@ -54,6 +64,7 @@ def require_pytriton() -> Path:
             raise RuntimeError("PyTriton's stub needs Debian's python3.11: apt-get install python3.11-venv")
         subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--clear", str(folder)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *PACKAGES], check=True)
+        (folder / "edge-held.json").write_text(_held())
         if not _works(python):
             raise RuntimeError(f"the PyTriton environment {folder} does not import pytriton after installing it")
     return python
