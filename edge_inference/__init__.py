@@ -35,7 +35,7 @@ for _name in ("ORT_DISABLE_TELEMETRY", "ORT_TELEMETRY_DISABLED"):
 # same. Neither has a switch in the environment: without the `openvino_telemetry` module both fall back to their
 # own no-op stand-ins, so in our processes that module is never imported. OpenVINO's tools run as programs of
 # their own keep the user's choice.
-sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[assignment]
+sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> str:

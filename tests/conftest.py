@@ -47,9 +47,11 @@ def pytest_configure(config: pytest.Config) -> None:
 # Property tests draw their examples from a fixed seed in CI (the same examples on every run, no database carried
 # between runs); elsewhere from a new one each run, so a developer's runs explore further. Neither has a deadline per
 # example or the health checks that time input generation: on a busy 2-core machine both failed passing tests.
-_SLOW_MACHINE = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.large_base_example]}
-hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_SLOW_MACHINE)
-hypothesis_settings.register_profile("dev", print_blob=True, **_SLOW_MACHINE)
+_SLOW_MACHINE = hypothesis_settings(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example]
+)
+hypothesis_settings.register_profile("ci", _SLOW_MACHINE, derandomize=True, database=None, print_blob=True)
+hypothesis_settings.register_profile("dev", _SLOW_MACHINE, print_blob=True)
 hypothesis_settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 GIB_PER_WORKER = 1.5  # a worker's servers, engines and browser at their peak, with room for the kernel's caches
