@@ -9,7 +9,8 @@
 
 The guard reads Python's audit events (PEP 578) while a test is set up, runs and is torn down: a test that starts a
 process or opens a network socket above its tier fails with the line that says which marker it needs. It cannot be
-turned off from inside a test; EDGE_TIER_RECORD=FILE writes what each test started instead (one JSON line each).
+turned off from inside a test; EDGE_TIER_RECORD=FILE writes what each test started instead, with the CPU it took
+(one JSON line each, FILE.<worker>).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import socket
 import sys
 import threading
@@ -68,6 +70,7 @@ class Watch:
 
     nodeid: str | None = None
     seen: list[tuple[str, str]] = field(default_factory=list)
+    cpu_at_start: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, tier: str, what: str) -> None:
@@ -85,15 +88,22 @@ def _command(args: Any) -> str:
     return str(args)
 
 
+PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn"})
+OTHER_PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.system", "pty.spawn"})
+SOCKET_EVENTS = frozenset({"socket.bind", "socket.connect"})
+WATCHED_EVENTS = PROCESS_EVENTS | OTHER_PROCESS_EVENTS | SOCKET_EVENTS
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if WATCH.nodeid is None:
+    # Called for every audited event of the process (each open, import, exec...): the cheap test first.
+    if event not in WATCHED_EVENTS or WATCH.nodeid is None:
         return
-    if event == "subprocess.Popen" or event in ("os.posix_spawn", "os.exec", "os.spawn"):
+    if event in PROCESS_EVENTS:
         command = _command(args[1])
         WATCH.add(tier_of_command(command), f"a process: {command[:160]}")
-    elif event in ("os.fork", "os.forkpty", "os.system", "pty.spawn"):
+    elif event in OTHER_PROCESS_EVENTS:
         WATCH.add("process", f"a process ({event})")
-    elif event in ("socket.bind", "socket.connect"):
+    else:
         sock = args[0]
         if getattr(sock, "family", None) in NETWORK_FAMILIES:
             WATCH.add("process", f"a network socket ({event} {args[1]!r})")
@@ -113,6 +123,11 @@ def session_setup() -> Iterator[None]:
 
 def runs_above_inprocess(items: list[pytest.Item]) -> bool:
     return any(allowed_tier(item) != "inprocess" for item in items)
+
+
+def _cpu_s() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 _installed: list[bool] = []
@@ -141,7 +156,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     with WATCH.lock:
-        WATCH.nodeid, WATCH.seen = item.nodeid, []
+        WATCH.nodeid, WATCH.seen, WATCH.cpu_at_start = item.nodeid, [], _cpu_s()
     try:
         yield
     finally:
@@ -155,7 +170,12 @@ def _record(item: pytest.Item) -> None:
     if not path:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    line = {"test": item.nodeid, "tier": allowed_tier(item), "seen": sorted({f"{t}: {w}" for t, w in WATCH.seen})}
+    line = {
+        "test": item.nodeid,
+        "tier": allowed_tier(item),
+        "cpu_s": round(_cpu_s() - WATCH.cpu_at_start, 2),  # its own and its reaped children's, as the kernel counts
+        "seen": sorted({f"{t}: {w}" for t, w in WATCH.seen}),
+    }
     with Path(f"{path}.{worker}").open("a") as out:
         out.write(json.dumps(line) + "\n")
 
