@@ -22,6 +22,7 @@ from tests import fake_devices
 from tests.conftest import MODELS, REPO, VTEST
 from tests.helpers import run_edge
 from tests.test_cli_detect import assert_one_clear_error
+from tests.venvs import OPEN_CACHE, basic_install
 
 
 def _doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
@@ -129,9 +130,8 @@ def nobodys_edge(nobodys_place: Path) -> str:
     root = nobodys_place
     source = root / "source"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"))
-    subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(root / "venv")], check=True, timeout=300)
-    pip = [str(root / "venv/bin/python"), "-m", "pip", "install", "--quiet", str(source)]
-    installed = subprocess.run(pip, capture_output=True, text=True, timeout=900, check=False)
+    # the dependencies from a layer made once per machine where `nobody` may read it (tests/venvs.py)
+    installed = basic_install(root / "venv", source, python=SYSTEM_PYTHON, cache=OPEN_CACHE)
     if installed.returncode != 0 and "No matching distribution" in installed.stderr:
         pytest.skip("the package index cannot be reached here")
     assert installed.returncode == 0, installed.stderr[-2000:]

@@ -23,6 +23,8 @@ import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("EDGE_TEST_CACHE", Path.home() / ".cache" / "edge-inference")) / "base-venvs"
+# For a venv another user runs (`nobody`): root's home is closed to them, so the layer lives where any user may read.
+OPEN_CACHE = Path(os.environ.get("EDGE_TEST_OPEN_CACHE", "/var/tmp/edge-inference-tests")) / "base-venvs"
 
 
 def base_dependencies() -> list[str]:
@@ -34,14 +36,14 @@ def _site_packages(python: Path) -> str:
     return subprocess.run(ask, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def dependency_layer(python: str = sys.executable) -> Path:
+def dependency_layer(python: str = sys.executable, cache: Path = CACHE) -> Path:
     """The site-packages of a cached venv of `python` holding the base dependencies alone; made where missing."""
     version = subprocess.run([python, "-VV"], capture_output=True, text=True, check=True).stdout.strip()
     held = json.dumps([os.path.realpath(python), version, platform.machine(), sorted(base_dependencies())])
-    folder = CACHE / hashlib.sha256(held.encode()).hexdigest()[:16]
+    folder = cache / hashlib.sha256(held.encode()).hexdigest()[:16]
     layer_python = folder / "bin" / "python"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "make.lock", "w") as lock:
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "make.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one maker at a time: test workers, two runs on one machine
         if not (folder / "complete").exists():
             shutil.rmtree(folder, ignore_errors=True)  # a half-made one, from a run that was killed
@@ -56,9 +58,11 @@ def dependency_layer(python: str = sys.executable) -> Path:
     return Path(_site_packages(layer_python))
 
 
-def basic_install(home: Path, source: Path, python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+def basic_install(
+    home: Path, source: Path, python: str = sys.executable, cache: Path = CACHE
+) -> subprocess.CompletedProcess[str]:
     """A new venv at `home` on the cached dependencies, and `pip install SOURCE` into it (pip's own answer)."""
-    layer = dependency_layer(python)
+    layer = dependency_layer(python, cache)
     subprocess.run([python, "-m", "venv", "--without-pip", str(home)], check=True, timeout=120)
     # A .pth line adds the folder without running the .pth files in it: the layer's own are none of the project's.
     (Path(_site_packages(home / "bin" / "python")) / "edge-base-dependencies.pth").write_text(f"{layer}\n")
