@@ -249,12 +249,24 @@ def describe(name: str | None, **kwargs: Any) -> None:
     show_default=True,
     help="Where the server runs those copies.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Where the model's folder exists: replace its config.pbtxt and 1/model.onnx (nothing else there).",
+)
 @mirror_option
 def export_triton(model: str, folder: Path, name: str | None, mirror: str | None, **kwargs: Any) -> None:
     """Write a Triton model repository for MODEL (a registry name or an ONNX file) into FOLDER: the server side of
     many cameras on one GPU. Run `tritonserver --model-repository FOLDER` there, point the cameras' boxes at it."""
-    from edge_inference.models.triton_repository import ExportOptions, export_repository
+    from edge_inference.models.triton_repository import (
+        ExportOptions,
+        check_model_name,
+        default_model_name,
+        export_repository,
+    )
 
+    if name is not None:
+        check_model_name(name)  # before anything is read or written
     settings = _settings(None, mirror)
     target, reason = model_for_engine(model, "onnx")  # a registry family's ONNX file
     if target is None:
@@ -266,8 +278,9 @@ def export_triton(model: str, folder: Path, name: str | None, mirror: str | None
         kwargs["instances"],
         f"KIND_{kwargs['kind'].upper()}",
         pixels=kwargs["takes"] == "pixels",
+        force=kwargs["force"],
     )
-    name = name or stem.replace(".", "_")
+    name = name or default_model_name(stem)
     exported = export_repository(path, folder, name, options)
     for note in exported.notes:
         click.echo(f"note: {note}", err=True)

@@ -18,7 +18,7 @@ the letterboxed pixels as they are (`models/preprocess.py`).
 
 from __future__ import annotations
 
-import shutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,54 @@ DATA_TYPES = {
 }
 
 
+# A model's name on the server is its folder in the repository and the NAME of every `/v2/models/NAME` URL: letters,
+# digits and `_.-`, from a letter, digit or underscore; never `..` (a name is never a path).
+MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+OWN_FILES = ("config.pbtxt", "1/model.onnx")  # what an export writes in its model's folder, and all it may replace
+
+
+def check_model_name(name: str) -> str:
+    if not MODEL_NAME.fullmatch(name) or ".." in name:
+        raise ModelError(
+            f"{name!r} cannot be a model's name on a Triton server: use letters, digits and _.- from a letter, digit "
+            "or _, at most 128, no '..' (for example --name yolox_nano)"
+        )
+    return name
+
+
+def default_model_name(stem: str) -> str:
+    """A file's stem as a name the server takes: `yolox nano.v2` -> `yolox_nano_v2`."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", stem)[:128] or "model"
+
+
+def _make_room(target: Path, force: bool) -> None:
+    """The model's folder ready for its files; an existing one only with `force`, and then only the files an export
+    writes go (a user's own notes, other versions, stay)."""
+    for path in (target, target / "1", *(target / own for own in OWN_FILES)):
+        if path.is_symlink():
+            raise ModelError(
+                f"{path} is a symbolic link: the export writes its model's folder and files itself; remove the link "
+                "or give another --name"
+            )
+    if target.exists() and not force:
+        raise ModelError(
+            f"{target} exists: --force replaces the model's own files there ({', '.join(OWN_FILES)}) and nothing "
+            "else, or give another --name"
+        )
+    if target.exists() and not target.is_dir():
+        raise ModelError(f"{target} is a file, not a model's folder: move it or give another --name")
+    for own in OWN_FILES:
+        (target / own).unlink(missing_ok=True)
+    (target / "1").mkdir(parents=True, exist_ok=True)
+
+
+def _load(onnx: Any, source: Path) -> Any:
+    try:
+        return onnx.load(str(source))
+    except onnx.checker.ValidationError as exc:  # external data that points outside the model's folder, say
+        raise ModelError(f"{source.name} cannot be read as ONNX: {str(exc).splitlines()[0]}") from None
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     max_batch_size: int = 8
@@ -48,6 +96,7 @@ class ExportOptions:
     instances: int = 1
     kind: str = "KIND_GPU"  # KIND_GPU, KIND_CPU
     pixels: bool = True  # the model takes uint8 pixels; False: its own input, as exported
+    force: bool = False  # replace the model's own files where its folder exists already
 
 
 @dataclass
@@ -256,13 +305,16 @@ def _with_pixels(model: Any, source: Path, notes: list[str]) -> Any:
 
 def export_repository(source: Path, folder: Path, name: str, options: ExportOptions) -> Exported:
     """Write `folder/name/` for `source` (an ONNX model): the model as version 1 and its config."""
+    check_model_name(name)
     onnx, text_format, pb = _imports()
     if source.suffix.lower() != ".onnx":
         raise ModelError(
             f"{source.name} is not an ONNX model: Triton's repository here takes ONNX (its ONNX Runtime backend); "
             "give the model's .onnx (`edge models list` shows the registry's)"
         )
-    model = onnx.load(str(source))
+    if (folder / name).is_symlink() or ((folder / name).exists() and not options.force):
+        _make_room(folder / name, options.force)  # said before the model is read, where it can be
+    model = _load(onnx, source)
     _weights_are_not_inputs(model)
     notes: list[str] = []
     changed = batchable(model) if options.max_batch_size > 0 else None
@@ -295,9 +347,7 @@ def export_repository(source: Path, folder: Path, name: str, options: ExportOpti
     )
     takes = f"takes {kind} {list(first.dims)}"
     target = folder / name
-    if target.exists():
-        shutil.rmtree(target)
-    (target / "1").mkdir(parents=True)
+    _make_room(target, options.force)
     onnx.save(model, str(target / "1" / "model.onnx"))
     (target / "config.pbtxt").write_text(text, encoding="utf-8")
     return Exported(target, text, batching, notes, takes)
