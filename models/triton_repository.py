@@ -82,6 +82,12 @@ def _make_room(target: Path, force: bool) -> None:
     (target / "1").mkdir(parents=True, exist_ok=True)
 
 
+def _refuse_early(target: Path, force: bool) -> None:
+    """What `_make_room` would refuse, said before the model is read: a link there, or a folder without --force."""
+    if target.is_symlink() or (target.exists() and not force):
+        _make_room(target, force)
+
+
 def _load(onnx: Any, source: Path) -> Any:
     try:
         return onnx.load(str(source))
@@ -312,8 +318,7 @@ def export_repository(source: Path, folder: Path, name: str, options: ExportOpti
             f"{source.name} is not an ONNX model: Triton's repository here takes ONNX (its ONNX Runtime backend); "
             "give the model's .onnx (`edge models list` shows the registry's)"
         )
-    if (folder / name).is_symlink() or ((folder / name).exists() and not options.force):
-        _make_room(folder / name, options.force)  # said before the model is read, where it can be
+    _refuse_early(folder / name, options.force)
     model = _load(onnx, source)
     _weights_are_not_inputs(model)
     notes: list[str] = []
