@@ -21,19 +21,35 @@ WHERE_TO_SET = (
 )
 
 
+MAX_FILLED_BYTES = 8 << 20  # what `${NAME}` fills, in all: the same bound as a config's text (config/messages.py)
+
+
 class EnvironmentReferenceError(ValueError):
     """A reference that cannot be filled; its text says where and what to do."""
 
 
 def filled_from_environment(data: Any, environ: Mapping[str, str] | None = None, where: str = "") -> Any:
-    """`data` (a parsed config) with every `${NAME}` in its string values filled from `environ` (os.environ)."""
-    environ = os.environ if environ is None else environ
+    """`data` (a parsed config) with every `${NAME}` in its string values filled from `environ` (os.environ): a new
+    string at each place a reference is met, aliases included, so what is made is counted as it is made."""
+    made = [0]
+    return _fill(data, os.environ if environ is None else environ, where, made)
+
+
+def _fill(data: Any, environ: Mapping[str, str], where: str, made: list[int]) -> Any:
     if isinstance(data, dict):
-        return {key: filled_from_environment(value, environ, _joined(where, key)) for key, value in data.items()}
+        return {key: _fill(value, environ, _joined(where, key), made) for key, value in data.items()}
     if isinstance(data, list):
-        return [filled_from_environment(value, environ, _joined(where, index)) for index, value in enumerate(data)]
+        return [_fill(value, environ, _joined(where, index), made) for index, value in enumerate(data)]
     if isinstance(data, str) and "${" in data:
-        return _REFERENCE.sub(lambda match: _filled(match, environ, where or "file"), data)
+        filled = _REFERENCE.sub(lambda match: _filled(match, environ, where or "file"), data)
+        made[0] += len(filled)
+        if made[0] > MAX_FILLED_BYTES:
+            raise EnvironmentReferenceError(
+                f"{where or 'file'}: the values filled from the environment come to more than "
+                f"{MAX_FILLED_BYTES >> 20} MiB (a reference used through many aliases, or a huge variable): a config "
+                "is a few KB"
+            )
+        return filled
     return data
 
 

@@ -239,6 +239,9 @@ class _UniqueKeysLoader(yaml.SafeLoader):
 MAX_CONFIG_BYTES = 1 << 20  # a config of many cameras is a few KB
 MAX_CONFIG_VALUES = 100_000  # values, once every alias (`*name`) is counted where it is used
 MAX_CONFIG_DEPTH = 64  # levels of nesting: a config needs a handful
+# the text of its values, once every alias is counted where it is used, and once `${NAME}` is filled: one 150 KB
+# string aliased 9^4 times counted as 6,561 values and reached 1.06 GB
+MAX_EXPANDED_BYTES = 8 << 20
 
 
 class ConfigShapeError(ValueError):
@@ -262,6 +265,7 @@ def _check_shape(root: yaml.Node) -> None:
     later): memoised per node, iteratively, so neither a long chain of aliases nor a deep nesting recurses here."""
     sizes: dict[int, int] = {}
     depths: dict[int, int] = {}
+    text: dict[int, int] = {}  # bytes of its scalars' text, aliases expanded
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, children_done = stack.pop()
@@ -274,6 +278,13 @@ def _check_shape(root: yaml.Node) -> None:
             continue
         sizes[id(node)] = min(1 + sum(sizes[id(child)] for child in children), MAX_CONFIG_VALUES + 1)
         depths[id(node)] = 1 + max((depths[id(child)] for child in children), default=0)
+        own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+        text[id(node)] = min(own + sum(text[id(child)] for child in children), MAX_EXPANDED_BYTES + 1)
+        if text[id(node)] > MAX_EXPANDED_BYTES:
+            raise ConfigShapeError(
+                f"expands to more than {MAX_EXPANDED_BYTES >> 20} MiB of text once its aliases (*name) are counted "
+                f"where they are used (line {node.start_mark.line + 1}): a config is a few KB; write the values out"
+            )
         if sizes[id(node)] > MAX_CONFIG_VALUES:
             raise ConfigShapeError(
                 f"expands to more than {MAX_CONFIG_VALUES} values once its aliases (*name) are counted where they are "
