@@ -324,17 +324,18 @@ def test_pipelined_floods_and_huge_headers_are_bounded_on_either_parser(tmp_path
     config.write_text(f"server:\n  http: {parser}\nstreams:\n  - id: main\n    source: {VTEST}\n    loop: true\n")
     with running_server(["--config", str(config)], tmp_path / "log") as server:
         server.wait_until("/health/ready")
+        server.wait_for_frames("main", 30, timeout=240)  # the engine's own memory settled before the baseline
         service = psutil.Process(server.process.pid)
         before = service.memory_info().rss
         pipelined = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n" * 100_000
-        flooders = [threading.Thread(target=_flood, args=(server.port, pipelined)) for _ in range(6)]
+        flooders = [threading.Thread(target=_flood, args=(server.port, pipelined)) for _ in range(10)]
         for flooder in flooders:
             flooder.start()
         assert server.client.get("/health/live", timeout=60).status_code == 200  # served meanwhile
         for flooder in flooders:
             flooder.join(timeout=120)
         grown = service.memory_info().rss - before
-        assert grown < 20 * 2**20, f"the service grew {grown / 2**20:.0f} MiB under 6 pipelining connections"
+        assert grown < 48 * 2**20, f"the service grew {grown / 2**20:.0f} MiB under 10 pipelining connections"
 
         huge = _answer_to(
             server.port, b"GET /health/live HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 2**20 + b"\r\n\r\n"
