@@ -23,6 +23,11 @@ class BackendError(RuntimeError):
     """A failure the user can act on; the message says what to do."""
 
 
+class BackendRefused(BackendError):
+    """A load refused before it started, as what is installed is known not to work (a runtime pair that crashes):
+    trying again cannot help until the installation changes."""
+
+
 BRIEF_LIMIT = 600  # characters: the longest advice we write (the Edge TPU runtime's install) fits whole
 
 

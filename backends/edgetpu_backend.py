@@ -17,18 +17,20 @@ import platform
 import re
 from pathlib import Path
 
-from edge_inference.backends.base import BackendError, BackendOptions
-from edge_inference.backends.edgetpu_runtime import cpu_operations_note
+from edge_inference.backends.base import BackendError, BackendOptions, BackendRefused
+from edge_inference.backends.edgetpu_runtime import (
+    INSTALL_PAIR,
+    cpu_operations_note,
+    installed_package,
+    pair_verdict,
+    runtime_named,
+)
 from edge_inference.backends.engine import BackendStatus, Engine, Offer
 from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices
 from edge_inference.backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
 
 LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
-INSTALL_LIBEDGETPU = (
-    "install the Edge TPU runtime: on Debian / Raspberry Pi OS add Coral's apt repository and "
-    "`sudo apt install libedgetpu1-std` (libedgetpu1-max for full clock speed), or use a community build of "
-    "libedgetpu for newer systems; then unplug and replug the accelerator"
-)
+INSTALL_LIBEDGETPU = f"{INSTALL_PAIR}; then unplug and replug the accelerator"
 NO_DEVICE = (
     "no Edge TPU found. USB Accelerator: plug it straight into a USB 3 port (blue) or a powered hub (on a Raspberry "
     "Pi the board needs a 3 A supply), make sure the udev rule from the libedgetpu package is installed "
@@ -95,6 +97,10 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         )
     library = delegate_library()
     interpreter_cls, load_delegate, engine = import_litert(prefer_tflite_runtime=True)
+    # Before the delegate: a known-bad pair crashes the process on its first inference (google-coral/edgetpu#812)
+    pair = pair_verdict(installed_package(), runtime_named(engine))
+    if pair.kind == "bad":
+        raise BackendRefused(f"cannot use the Edge TPU: {pair.line}")
     try:
         # Checked first: LiteRT's Delegate prints a stray traceback for a missing or foreign library.
         if not hasattr(ctypes.CDLL(library), "tflite_plugin_create_delegate"):
@@ -120,7 +126,7 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         device=f"edgetpu:{device or 'auto'}",
         inputs=inputs,
         outputs=outputs,
-        notes=[on_cpu] if on_cpu else [],
+        notes=[note for note in (pair.line, on_cpu) if note],
         interpreter=interpreter,
     )
 
@@ -156,7 +162,7 @@ def rank(path: Path) -> Offer | None:
 ENGINE = Engine(
     key="edgetpu",
     formats=("_edgetpu.tflite",),
-    install="pip install './edge-inference[tflite]' and the libedgetpu1-std package from Coral's apt repository",
+    install=f"pip install './edge-inference[tflite]' and {INSTALL_PAIR.removeprefix('install ')}",
     probe=probe,
     load=load,
     rank=rank,

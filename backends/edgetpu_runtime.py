@@ -6,10 +6,8 @@ runtimes newer than 2.11 (google-coral/edgetpu#812). The maintained community bu
 Frigate installs) name the TensorFlow they were built against in their version: `16.0tf2.17.1-1.bookworm`, to be
 used with the TFLite runtime of that same version.
 
-Known-good pairs (docs/hardware/coral.md):
-- Raspberry Pi OS bookworm (arm64) and Debian 12 (x86-64): feranick's `libedgetpu1-std 16.0tf2.17.1` with
-  `tflite_runtime 2.17.1` (feranick's wheel; Frigate pins this pair);
-- Debian 11 / Pi OS bullseye with Python 3.9: Coral's `libedgetpu1-std 16.0` with `tflite_runtime 2.5.0.post1`.
+`KNOWN_PAIRS` is the one source of truth: the Coral page's first block, the engine's install line, `edge doctor` and
+the check at load read it.
 """
 
 from __future__ import annotations
@@ -22,22 +20,102 @@ from collections import Counter
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Literal
 
 PACKAGES = ("libedgetpu1-std", "libedgetpu1-max")
-CORAL_APT_TF = (2, 5)  # what Coral's own 16.0 packages were built against
-NEWEST_WITH_CORAL_APT = (2, 11)  # newer runtimes crash with them (google-coral/edgetpu#812)
+NEWEST_WITH_CORAL_APT = (2, 11)  # newer runtimes crash with Coral's own 16.0 (google-coral/edgetpu#812)
 _BUILT_FOR = re.compile(r"tf(\d+)\.(\d+)")
 RUNTIMES = ("tflite-runtime", "ai-edge-litert")
 # Ops the Edge TPU compiler leaves on the CPU by design in Coral's own models: no TPU op exists for them
 CPU_BY_DESIGN = {"TFLite_Detection_PostProcess"}
 EDGETPU_OP = "edgetpu-custom-op"
+CORAL_PAGE = "docs/hardware/coral.md"
 
 
 @dataclass(frozen=True)
-class RuntimePair:
-    package: str | None  # "libedgetpu1-std 16.0tf2.17.1-1.bookworm", as dpkg has it
-    build: str | None  # what the library itself says (edgetpu_version())
-    runtime: str | None  # "tflite-runtime 2.17.1" or "ai-edge-litert 1.2.0"
+class KnownPair:
+    """A libedgetpu and a TFLite runtime known to work together, and the commands that install them beside the
+    service (None where the service cannot run beside that runtime: `why_not` says why)."""
+
+    systems: str
+    libedgetpu: str  # the package's version as dpkg has it, without the packaging suffix: "16.0tf2.17.1"
+    runtime: str  # "tflite-runtime 2.17.1", as pip names it
+    install: tuple[str, ...] | None
+    why_not: str = ""
+
+
+_FERANICK = "https://github.com/feranick"
+BOOKWORM = KnownPair(
+    systems="Raspberry Pi OS bookworm (arm64) and Debian 12 (x86-64)",
+    libedgetpu="16.0tf2.17.1",
+    runtime="tflite-runtime 2.17.1",
+    install=(
+        "sudo apt install -y curl python3-venv",
+        "ARCH=$(dpkg --print-architecture)  # arm64 on a Pi, amd64 on a PC",
+        f"curl -fLO {_FERANICK}/libedgetpu/releases/download/16.0TF2.17.1-1/"
+        "libedgetpu1-std_16.0tf2.17.1-1.bookworm_$ARCH.deb",
+        "sudo apt install ./libedgetpu1-std_16.0tf2.17.1-1.bookworm_$ARCH.deb  # its udev rule too: replug the TPU",
+        "python3 -m venv ~/edge",
+        # the wheels' homes as Frigate's install_deps.sh has them: feranick's for arm64, Frigate's own for x86-64
+        "WHEELS=$([ $ARCH = arm64 ] && echo feranick || echo frigate-nvr)",
+        # tflite_runtime 2.17 is built against NumPy 1.x (TensorFlow supports NumPy 2 from 2.18); Frigate pins 1.26
+        "~/edge/bin/pip install './edge-inference[tflite]' 'numpy<2' https://github.com/$WHEELS/TFlite-builds/"
+        "releases/download/v2.17.1/tflite_runtime-2.17.1-cp311-cp311-linux_$(uname -m).whl",
+    ),
+)
+BULLSEYE = KnownPair(
+    systems="Debian 11 and Raspberry Pi OS bullseye",
+    libedgetpu="16.0",  # Coral's own, from its apt repository
+    runtime="tflite-runtime 2.5.0.post1",
+    install=None,
+    why_not="tflite_runtime 2.5.0.post1 has wheels for Python 3.9 and older, and edge-inference needs 3.10 or newer: "
+    "on bullseye, move to bookworm (Raspberry Pi OS bookworm, Debian 12) and install its pair",
+)
+KNOWN_PAIRS = (BOOKWORM, BULLSEYE)
+INSTALL_PAIR = (
+    f"install a known-good libedgetpu + tflite_runtime pair: on {BOOKWORM.systems}, feranick's libedgetpu1-std "
+    f"{BOOKWORM.libedgetpu} with {BOOKWORM.runtime.replace('-', '_')} (what Frigate installs; the commands are in "
+    f"{CORAL_PAGE})"
+)
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    kind: Literal["good", "bad", "unknown"]
+    line: str | None  # what is wrong (bad) or unchecked (unknown), with the fix
+
+
+def _package_version(package: str) -> str:
+    return package.partition(" ")[2]
+
+
+def is_known_pair(pair: KnownPair, package: str, runtime: str) -> bool:
+    have = _package_version(package)
+    return (have == pair.libedgetpu or have.startswith(pair.libedgetpu + "-")) and runtime == pair.runtime
+
+
+def pair_verdict(package: str | None, runtime: str | None) -> PairVerdict:
+    """A known-good pair, a known-bad one (with doctor's line), or one nobody checked (loaded with a warning)."""
+    if package is not None and runtime is not None:
+        if any(is_known_pair(pair, package, runtime) for pair in KNOWN_PAIRS):
+            return PairVerdict("good", None)
+        problem = pair_problem(package, runtime)
+        if problem and known_to_crash(package, runtime):
+            return PairVerdict("bad", problem)
+        if problem:
+            return PairVerdict("unknown", f"{problem} (a pair not known to work)")
+    library = package or "a libedgetpu that dpkg does not know (built by hand, or EDGE_LIBEDGETPU)"
+    return PairVerdict(
+        "unknown",
+        f"{library} with {runtime or 'an unknown TFLite runtime'} is not a pair known to work: if the Edge TPU "
+        f"engine crashes, {INSTALL_PAIR}",
+    )
+
+
+def runtime_named(engine: str) -> str:
+    """`import_litert`'s engine ("tflite_runtime 2.17.1") as pip names the distribution ("tflite-runtime 2.17.1")."""
+    name, _, number = engine.partition(" ")
+    return f"{name.replace('_', '-')} {number}".strip()
 
 
 def library_build(library: str) -> str | None:
@@ -89,32 +167,44 @@ def pair_problem(package: str | None, runtime: str | None) -> str | None:
     if package is None or runtime is None:
         return None
     name, _, runtime_number = runtime.partition(" ")
-    wanted = _BUILT_FOR.search(package)
     have = _major_minor(runtime_number)
     if have is None:
         return None
-    if name == "ai-edge-litert":
-        built = f"TF {wanted[1]}.{wanted[2]}" if wanted else "TF 2.5 (Coral's own package)"
-        return (
-            f"{package} was built for {built}'s TFLite, and the delegate is loaded into {runtime}, whose TFLite is "
-            f"newer: install the matching tflite_runtime beside it (pip install tflite-runtime=="
-            f"{wanted[1] + '.' + wanted[2] if wanted else '2.5.0.post1'}), which the engine then prefers"
-        )
-    if wanted is not None:
-        built_for = (int(wanted[1]), int(wanted[2]))
-        if built_for != have:
+    built = _BUILT_FOR.search(package)
+    if built is None:
+        if not coral_own(package):
+            return None  # a build whose TF nobody can tell: unchecked
+        if name == "ai-edge-litert" or have > NEWEST_WITH_CORAL_APT:
             return (
-                f"{package} was built for TF {built_for[0]}.{built_for[1]} and the runtime is {runtime}: install "
-                f"tflite_runtime {built_for[0]}.{built_for[1]}.x, or the libedgetpu build for TF {have[0]}.{have[1]}"
+                f"{package} (Coral's own, built for TF 2.5) crashes with TFLite runtimes newer than 2.11 "
+                f"(google-coral/edgetpu#812), and the runtime is {runtime}: {INSTALL_PAIR}"
             )
         return None
-    if have > NEWEST_WITH_CORAL_APT:
+    built_for = f"{built[1]}.{built[2]}"
+    if name == "ai-edge-litert":
         return (
-            f"{package} (Coral's own, built for TF 2.5) crashes with TFLite runtimes newer than 2.11 "
-            f"(google-coral/edgetpu#812), and the runtime is {runtime}: install feranick's libedgetpu "
-            "16.0tf2.17.1 with tflite_runtime 2.17.1, as Frigate does"
+            f"{package} was built for TF {built_for}'s TFLite, and the delegate is loaded into {runtime}, whose TFLite "
+            f"is another: install the matching tflite_runtime ({built_for}.x, feranick's wheel) beside it, which the "
+            "engine then prefers"
+        )
+    if (int(built[1]), int(built[2])) != have:
+        return (
+            f"{package} was built for TF {built_for} and the runtime is {runtime}: install tflite_runtime "
+            f"{built_for}.x, or the libedgetpu build for TF {have[0]}.{have[1]}"
         )
     return None
+
+
+def coral_own(package: str) -> bool:
+    """Coral's own packages are numbered plainly ("16.0", "15.0"); community builds add the TF they were built
+    for ("16.0tf2.17.1-1.bookworm") or another mark."""
+    return re.fullmatch(r"\d+(\.\d+)*", _package_version(package)) is not None
+
+
+def known_to_crash(package: str, runtime: str) -> bool:
+    """Coral's own libedgetpu in a runtime newer than 2.11: the crash google-coral/edgetpu#812 reports. A community
+    build beside another TF's runtime is only unchecked."""
+    return coral_own(package) and pair_problem(package, runtime) is not None
 
 
 def operations(path: Path) -> Counter[str] | None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_inference.backends.base import Backend, BackendError, BackendOptions
+from edge_inference.backends.base import Backend, BackendError, BackendOptions, BackendRefused
 from edge_inference.backends.isolated_worker import mapped, receive, send, shared_block
 
 CLOSE_WAIT_S = 5.0  # for a child to end by itself once told, before it is killed
@@ -408,8 +408,8 @@ class ChildEngine:
 def _rebuilt(reply: dict[str, Any]) -> Exception:
     """The child's exception, raised here as the engine raised it: a BackendError keeps its type and words."""
     kind, message = reply.get("kind", "RuntimeError"), reply["error"]
-    if kind == "BackendError":
-        return BackendError(message)
+    if kind in ("BackendError", "BackendRefused"):
+        return BackendRefused(message) if kind == "BackendRefused" else BackendError(message)
     found = getattr(builtins, kind, None)
     if isinstance(found, type) and issubclass(found, Exception):
         return found(message)

@@ -25,7 +25,7 @@ from edge_inference.backends.base import Backend, BackendError, BackendOptions, 
 from edge_inference.backends.cuda_libraries import cuda_libraries_problem, missing_cuda_libraries
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import nvidia_gpus
-from edge_inference.backends.held_stderr import held_stderr
+from edge_inference.backends.held_stderr import held_stderr, this_threads_stdout
 from edge_inference.backends.options import EngineOptions, parse_options
 
 PROVIDERS = {
@@ -94,12 +94,26 @@ def parse_device(device: str) -> tuple[str, str]:
 
 
 def model_digest(path: Path) -> str:
-    """The model file's content, in 16 hex digits: what its TensorRT engines are kept under."""
+    """The model's content, in 16 hex digits: what its TensorRT engines are kept under. Its external data (weights
+    kept beside the graph, `model.onnx.data`) counts too: new weights under the same graph are a new engine."""
     digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
+    for part in [path, *external_data_files(path)]:
+        digest.update(part.name.encode() + b"\0")
+        with open(part, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()[:16]
+
+
+def external_data_files(path: Path) -> list[Path]:
+    """The files beside an ONNX model that it names as external data. A tensor's `location` is stored in the graph
+    as its plain bytes, so a file of the model's folder whose name the graph holds is read as one, without parsing
+    the graph (onnx is not in the basic install); a false match only makes the key stricter."""
+    graph = path.read_bytes()
+    if b"location" not in graph:  # every external tensor's entry has the key "location"
+        return []
+    found = [p for p in sorted(path.parent.iterdir()) if p != path and p.is_file() and p.name.encode() in graph]
+    return found
 
 
 def tensorrt_options(
@@ -266,7 +280,7 @@ def _gpu_session(ort: Any, path: Path, session_options: Any, providers: list[Any
         try:
             with (
                 contextlib.nullcontext() if building else held_stderr(take_engine_log),
-                contextlib.redirect_stdout(printed),
+                this_threads_stdout(printed),
             ):
                 session = ort.InferenceSession(
                     str(path), sess_options=session_options, providers=attempt, enable_fallback=0

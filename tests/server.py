@@ -35,9 +35,17 @@ def sse_data(client: httpx.Client, path: str, kind: str, count: int, timeout: fl
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different ports: each socket is held until all are bound, as the kernel may hand a port it has just
+    been given back again (a Triton once got one port for HTTP and metrics and refused to start)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 ANNOUNCED = re.compile(r"edge: serving on http://\S+:(\d+) ")  # printed once its socket is bound, not before

@@ -423,6 +423,29 @@ def test_an_onnx_runtime_that_falls_back_by_itself_says_what_failed_and_prints_n
     assert capfd.readouterr().out == ""
 
 
+def test_what_other_threads_print_while_an_engine_builds_still_reaches_stdout(monkeypatch, capfd):
+    """ONNX Runtime's banner is taken off stdout while a session is made, and a TensorRT session is made for minutes
+    (its engine is built then): what the service's other threads print meanwhile goes out, not into that capture."""
+    import threading
+
+    import onnxruntime as ort
+
+    onnxruntime_gpu.install(monkeypatch)
+    recording = ort.InferenceSession
+
+    def building(*args, **kwargs):
+        other = threading.Thread(target=print, args=("a camera's line, printed while TensorRT builds",))
+        other.start()
+        other.join()
+        print("*************** EP Error *************** (the banner, on the loading thread)")
+        return recording(*args, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", building)
+    open_backend("onnx", YOLOX, BackendOptions("tensorrt")).close()
+    out = capfd.readouterr().out
+    assert out == "a camera's line, printed while TensorRT builds\n"
+
+
 def test_device_auto_runs_on_cuda_where_it_starts_and_on_the_cpu_saying_why_where_not(monkeypatch):
     """`--backend onnx` without a device: a GPU machine's ONNX Runtime runs on CUDA, as Ultralytics picks the GPU;
     where CUDA cannot start, the CPU, with the reason in a note, never an error (nobody asked for CUDA)."""
@@ -596,6 +619,26 @@ def test_tensorrt_engines_are_kept_per_model_content(monkeypatch, tmp_path):
     assert len({timing for _, timing in folders}) == 1 and all(Path(e).parent == Path(folders[0][1]) for e in engines)
 
 
+def test_tensorrt_engines_are_kept_per_weights_held_beside_the_graph(monkeypatch, tmp_path):
+    """A model saved with external data (`best.onnx` + `best.onnx.data`, as exports over 2 GB must be): retrained
+    weights leave the graph file byte for byte the same, and must still get an engine of their own."""
+    onnx = pytest.importorskip("onnx")
+    sessions = onnxruntime_gpu.install(monkeypatch)
+    best = tmp_path / "models" / "best.onnx"
+    best.parent.mkdir()
+    onnx.save_model(onnx.load(YOLOX), best, save_as_external_data=True, location="best.onnx.data")
+    graph = best.read_bytes()
+    folders = []
+    for scale in (1.0, 0.5):  # the same graph, its weights retrained (here: scaled)
+        data = np.fromfile(best.with_name("best.onnx.data"), np.uint8)
+        weights = data[: data.size // 4 * 4].view(np.float32) * np.float32(scale)
+        weights.view(np.uint8).tofile(best.with_name("best.onnx.data"))
+        assert best.read_bytes() == graph
+        open_backend("onnx", best, BackendOptions("tensorrt", cache_dir=tmp_path / "cache")).close()
+        folders.append(sessions[-1]["options"]["TensorrtExecutionProvider"]["trt_engine_cache_path"])
+    assert folders[0] != folders[1]
+
+
 @pytest.mark.process
 def test_openvino_keeps_what_it_compiles_for_a_gpu_or_npu(tmp_path):
     """OpenVINO on a GPU or an NPU compiled the model at every start (seconds to a minute): its model cache is set
@@ -625,6 +668,8 @@ static int plugged(void) {
     return tpu && access(tpu, F_OK) == 0;
 }
 void* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (*report)(const char*)) {
+    const char* record = getenv("STUB_TPU_OPENED");  /* the test's record of each delegate made */
+    if (record) { FILE* f = fopen(record, "a"); if (f) { fputs("delegate\n", f); fclose(f); } }
     return plugged() ? malloc(16) : NULL;
 }
 void tflite_plugin_destroy_delegate(void* delegate) { free(delegate); }
@@ -642,6 +687,17 @@ const char* edgetpu_version(void) {
 CORAL_FAKES = Path(__file__).parent / "fakes_coral"
 
 
+def installed_libedgetpu(monkeypatch, admindir: Path, package: str, version: str) -> None:
+    """A dpkg database holding `package` at `version`, which the real dpkg-query reads (DPKG_ADMINDIR)."""
+    (admindir / "info").mkdir(parents=True, exist_ok=True)
+    (admindir / "updates").mkdir(exist_ok=True)
+    (admindir / "status").write_text(
+        f"Package: {package}\nStatus: install ok installed\nPriority: optional\nSection: misc\n"
+        f"Architecture: amd64\nSource: libedgetpu\nVersion: {version}\nDescription: Support library for Edge TPU\n"
+    )
+    monkeypatch.setenv("DPKG_ADMINDIR", str(admindir))
+
+
 @pytest.fixture
 def coral(monkeypatch, tmp_path):
     """tflite_runtime 2.17.1's stand-in on the path and a libedgetpu stand-in built here, its device present."""
@@ -655,6 +711,8 @@ def coral(monkeypatch, tmp_path):
     plugged = tmp_path / "usb-plugged"
     plugged.touch()
     monkeypatch.setenv("STUB_TPU", str(plugged))
+    monkeypatch.setenv("STUB_TPU_OPENED", str(tmp_path / "delegates-made"))
+    installed_libedgetpu(monkeypatch, tmp_path / "dpkg", "libedgetpu1-std", "16.0tf2.17.1-1.bookworm")
     for name in [m for m in sys.modules if m.split(".")[0] == "tflite_runtime"]:
         monkeypatch.delitem(sys.modules, name)
     return library
@@ -733,3 +791,61 @@ def test_doctor_reads_the_installed_libedgetpu_and_runtime(coral, monkeypatch):
     finding = next(doctor.check_edgetpu_runtime())
     assert finding.status == "ok" and "RuntimeVersion(14)" in finding.detail
     assert edgetpu_runtime.library_build(str(coral)).startswith("BuildLabel(")
+
+
+@pytest.mark.process
+def test_a_pair_known_to_crash_is_refused_at_load_with_doctors_line_and_not_retried_as_a_loop(coral, monkeypatch):
+    """Coral's own libedgetpu 16.0 beside tflite_runtime 2.17.1 (google-coral/edgetpu#812): refused before the
+    delegate is made, with the line doctor writes, in this process and in the engine's own; the stream's keeper
+    says so and looks again only at its longest wait, not in the quick retries that read as a crash loop."""
+    import threading
+
+    from edge_inference.backends.base import BackendRefused
+    from edge_inference.backends.edgetpu_runtime import pair_problem
+    from edge_inference.backends.isolation import open_engine
+    from edge_inference.edge.detection.keeper import MAX_LOAD_BACKOFF_S
+    from tests.test_detector_keeper import Recorder, keeper_for
+    from tests.test_watchdogs import wait_for
+
+    installed_libedgetpu(monkeypatch, coral.parent / "dpkg", "libedgetpu1-std", "16.0")
+    doctors = pair_problem("libedgetpu1-std 16.0", "tflite-runtime 2.17.1")
+    assert doctors and "google-coral/edgetpu#812" in doctors
+    with pytest.raises(BackendRefused) as here:
+        open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+    with pytest.raises(BackendRefused) as isolated:
+        open_engine("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+    assert str(here.value) == str(isolated.value) == f"cannot use the Edge TPU: {doctors}"
+    assert not (coral.parent / "delegates-made").exists()
+    stop, recorder = threading.Event(), Recorder()
+    keeper = keeper_for(
+        lambda: load_detector(DetectorConfig(str(EDGETPU_MODEL), "edgetpu", "usb")), stop, recorder,
+        first_backoff_s=0.05,
+    )  # fmt: skip
+    loading = threading.Thread(target=keeper.load, daemon=True)
+    loading.start()
+    failures = lambda: [error for state, error in recorder.states if state == "failed"]  # noqa: E731
+    error = wait_for(failures, "the refusal", seen=lambda: recorder.states)[0]
+    assert error and doctors in error and f"looked at again in {MAX_LOAD_BACKOFF_S:g} s" in error
+    stop.wait(1.0)  # twenty quick retries' time
+    assert recorder.load_failures == 1, recorder.states
+    stop.set()
+    loading.join(30)
+
+
+@pytest.mark.process
+def test_a_pair_nobody_checked_loads_with_a_warning(coral, monkeypatch):
+    from edge_inference.backends.edgetpu_runtime import INSTALL_PAIR
+
+    installed_libedgetpu(monkeypatch, coral.parent / "dpkg", "libedgetpu1-std", "16.0tf2.16.1-1.bookworm")
+    backend = open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb"))
+    assert backend.notes == [
+        "libedgetpu1-std 16.0tf2.16.1-1.bookworm was built for TF 2.16 and the runtime is tflite-runtime 2.17.1: "
+        "install tflite_runtime 2.16.x, or the libedgetpu build for TF 2.17 (a pair not known to work)"
+    ]
+    installed_libedgetpu(monkeypatch, coral.parent / "dpkg", "libedgetpu1-std", "16.0+self-built")
+    said = open_backend("edgetpu", EDGETPU_MODEL, BackendOptions("usb")).notes
+    assert said == [
+        f"libedgetpu1-std 16.0+self-built with tflite-runtime 2.17.1 is not a pair known to work: if the Edge TPU "
+        f"engine crashes, {INSTALL_PAIR}"
+    ]
+    assert (coral.parent / "delegates-made").read_text() == "delegate\n" * 2

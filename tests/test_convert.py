@@ -507,6 +507,11 @@ def test_the_verdict_says_use_it_only_where_int8_agrees_and_costs_less(agreed, r
     recommended = agreed is not None and agreed >= AGREES and (ratio is None or ratio <= WORTH)
     assert ("use it" in said) == recommended, said
     assert ("keep the float model" in said) == (agreed is not None and not recommended), said
+    vnni, avx2 = "Intel Xeon (avx512_vnni)", "AMD EPYC (no int8 dot-product instructions)"
+    for where in (vnni, avx2):
+        placed = verdict({"agreement_map50": agreed, "cpu_ratio": ratio}, where)
+        assert placed.startswith(said) and (where in placed) == (ratio is not None), placed
+        assert ("may saturate" in placed) == (recommended and ratio is not None and where == vnni), placed
 
 
 @pytest.mark.process

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.server import free_port
+from tests.server import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_SCRIPT = ROOT / "deploy" / "triton" / "pytriton_server.py"
@@ -83,7 +83,7 @@ class TritonServer:
     ) -> None:
         self.repository, self.models, self.log = repository, models, log
         self.access_token, self.grpc_tls = access_token, grpc_tls
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.process: subprocess.Popen[bytes] | None = None
 
     def http(self, model: str) -> str:

@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+from edge_inference.backends.base import BackendRefused
 from edge_inference.backends.isolated import EngineCrashed
 from edge_inference.edge.detection.detector import Detector
 
@@ -133,9 +134,13 @@ class DetectorKeeper:
                 if detector is not None:
                     detector.close()
                 self._on_load_failure()
+                # A refusal (a runtime pair known to crash) stands until the installation changes: looked at again
+                # at the longest backoff, never as a quick retry that would read as a crash loop
+                wait = MAX_LOAD_BACKOFF_S if isinstance(exc, BackendRefused) else backoff
+                again = "looked at again" if isinstance(exc, BackendRefused) else "retrying"
                 with self._lock:
-                    self._set_state("failed", f"cannot load the model: {exc} (retrying in {backoff:g} s)")
-                self._stop.wait(backoff)
+                    self._set_state("failed", f"cannot load the model: {exc} ({again} in {wait:g} s)")
+                self._stop.wait(wait)
                 backoff = min(backoff * 2, MAX_LOAD_BACKOFF_S)
                 continue
             if self._stop.is_set():

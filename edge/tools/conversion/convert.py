@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
+from edge_inference.edge.detection.machine import cpu_model_and_flags
 from edge_inference.edge.detection.model_files import converted_folder, locate_model, model_for_engine
 from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
@@ -234,7 +235,30 @@ def _table(floating: Judged, int8: Judged, sizes: tuple[int, int]) -> dict[str, 
     }
 
 
-def verdict(table: dict[str, Any]) -> str:
+INT8_INSTRUCTIONS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")  # int8 dot products, per core
+VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def judged_on() -> str:
+    """The CPU a verdict was measured on, and its int8 instructions: the same file costs otherwise on another."""
+    cpu, flags = cpu_model_and_flags()
+    int8 = [flag for flag in flags if flag in INT8_INSTRUCTIONS]
+    return f"{cpu} ({' '.join(int8) if int8 else 'no int8 dot-product instructions'})"
+
+
+def verdict(table: dict[str, Any], where: str | None = None) -> str:
+    """What to do with the int8 file; `where` (judged_on()) is said beside a figure measured on this CPU, with the
+    warning ONNX Runtime's quantisation docs give: an int8 file judged with VNNI may saturate on an AVX2-only CPU."""
+    said = _verdict(table)
+    if where is None or table["cpu_ratio"] is None:
+        return said
+    caveat = ""
+    if "use it" in said and any(flag in where for flag in VNNI):
+        caveat = "; on a CPU without VNNI its activations may saturate: convert and judge it there"
+    return f"{said} (judged on {where}{caveat})"
+
+
+def _verdict(table: dict[str, Any]) -> str:
     agreed, ratio = table["agreement_map50"], table["cpu_ratio"]
     if agreed is None:
         return (
@@ -338,7 +362,8 @@ def _recorded(
         "frames": len(frames.evaluation),
         "frames_are": "the second half of the source" if evaluate is None else "another source",
     }
-    record["verdict"] = verdict(record["table"])
+    record["judged_on"] = judged_on()
+    record["verdict"] = verdict(record["table"], record["judged_on"])
     return record
 
 
