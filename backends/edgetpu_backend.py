@@ -97,10 +97,6 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
         )
     library = delegate_library()
     interpreter_cls, load_delegate, engine = import_litert(prefer_tflite_runtime=True)
-    # Before the delegate: a known-bad pair crashes the process on its first inference (google-coral/edgetpu#812)
-    pair = pair_verdict(installed_package(), runtime_named(engine))
-    if pair.kind == "bad":
-        raise BackendRefused(f"cannot use the Edge TPU: {pair.line}")
     try:
         # Checked first: LiteRT's Delegate prints a stray traceback for a missing or foreign library.
         if not hasattr(ctypes.CDLL(library), "tflite_plugin_create_delegate"):
@@ -108,6 +104,10 @@ def load(path: Path, options: BackendOptions) -> TFLiteBackend:
                 f"cannot use the Edge TPU: {library} is not a TFLite delegate library (it has no "
                 f"tflite_plugin_create_delegate); point EDGE_LIBEDGETPU at libedgetpu.so.1, or unset it"
             )
+        # Before the delegate: a known-bad pair crashes the process on its first inference (google-coral/edgetpu#812)
+        pair = pair_verdict(installed_package(), runtime_named(engine))
+        if pair.kind == "bad":
+            raise BackendRefused(f"cannot use the Edge TPU: {pair.line}")
         delegate = load_delegate(library, {"device": device} if device else {})
         interpreter = interpreter_cls(
             model_path=str(path), experimental_delegates=[delegate], num_threads=options.threads

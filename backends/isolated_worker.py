@@ -29,8 +29,9 @@ import numpy as np
 
 from edge_inference.backends.base import Backend
 
-MESSAGE_BYTES = 1 << 16  # a control message's most: shapes, dtypes, figures, an error line
-MAX_FDS = 2
+MESSAGE_BYTES = 1 << 16  # a datagram's most: shapes, dtypes, figures, an error line; a longer message is spilled
+MAX_FDS = 3  # a slot's two blocks, and a spilled message's
+SPILLED = "_spilled"
 ALIGN = 64  # each output starts on a cache line in the shared block
 # Where memory runs out, the kernel's OOM killer takes the process with the highest score: an engine's, whose stream
 # comes back by itself, before the service, whose death ends every stream (Chrome raises its renderers likewise).
@@ -44,11 +45,27 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     except OSError:
         return None, []
     # the peer is the service or its own child, over a socket pair no other process holds
-    return (pickle.loads(data) if data else None), list(fds)  # noqa: S301
+    message = pickle.loads(data) if data else None  # noqa: S301
+    if message is not None and SPILLED in message:  # too long for a datagram: it came in a block of its own
+        with mapped(fds.pop(0)) as block:
+            message = pickle.loads(block[: message[SPILLED]])  # noqa: S301
+    return message, list(fds)
 
 
 def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    socket.send_fds(sock, [pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)], fds or [])
+    """One message; one longer than a datagram holds (a model's 98 KB class list) goes in a shared block whose
+    descriptor travels with it, instead of being cut."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(data) <= MESSAGE_BYTES:
+        socket.send_fds(sock, [data], fds or [])
+        return
+    fd, block = shared_block(len(data), "edge-message")
+    try:
+        block[: len(data)] = data
+        block.close()
+        socket.send_fds(sock, [pickle.dumps({SPILLED: len(data)})], [fd, *(fds or [])])
+    finally:
+        os.close(fd)
 
 
 def shared_block(size: int, name: str) -> tuple[int, mmap.mmap]:

@@ -180,7 +180,30 @@ class TritonBackend(Backend):
         request.set_data_from_numpy(np.ascontiguousarray(tensor))
         wanted = [module.InferRequestedOutput(t.name) for t in self.outputs]
         result = self.server.infer([request], wanted)
-        return [result.as_numpy(t.name) for t in self.outputs]
+        return [self._checked(t, result.as_numpy(t.name)) for t in self.outputs]
+
+    def _checked(self, declared: TensorInfo, found: np.ndarray | None) -> np.ndarray:
+        """An output as the model's metadata declared it, or one line naming the server, the model and what was
+        wrong: a missing, mis-typed or mis-shaped output would otherwise fail in a decoder with a Python message,
+        and NaN or Inf would reach JSON as `Infinity`, which a browser's JSON.parse refuses."""
+        where = f"the server at {self.reference.address} answered {self.reference.model}"
+        if found is None:
+            raise BackendError(f"{where} without its output {declared.name}: a server or model that is not this one")
+        if found.dtype != declared.dtype:
+            raise BackendError(
+                f"{where} with {declared.name} as {found.dtype} where its metadata declares {declared.dtype}"
+            )
+        shape_fits = len(found.shape) == len(declared.shape) and all(
+            want < 0 or want == have for want, have in zip(declared.shape, found.shape, strict=True)
+        )
+        if not shape_fits:
+            raise BackendError(
+                f"{where} with {declared.name} of shape {list(found.shape)} where its metadata declares "
+                f"{list(declared.shape)}"
+            )
+        if found.dtype.kind == "f" and not np.isfinite(found).all():
+            raise BackendError(f"{where} with NaN or Inf in {declared.name}: the model on the server is broken")
+        return found
 
     def _shared(self, tensor: np.ndarray) -> list[np.ndarray]:
         from tritonclient.utils import shared_memory as shm
@@ -202,7 +225,8 @@ class TritonBackend(Backend):
         found, offset = [], 0
         for info, size in zip(self.outputs, self._out_bytes, strict=True):
             # a copy: the region is this lane's next frame's
-            found.append(np.array(shm.get_contents_as_numpy(lane.handles[1], info.dtype, info.shape, offset)))
+            copied = np.array(shm.get_contents_as_numpy(lane.handles[1], info.dtype, info.shape, offset))
+            found.append(self._checked(info, copied))
             offset += size
         return found
 
@@ -257,14 +281,27 @@ def _triton_type(dtype: np.dtype) -> str:
     return name
 
 
+def _config_if_offered(server: ServerClient) -> dict[str, Any]:
+    """The model's configuration where the server has one: `/v2/models/NAME/config` is Triton's extension, not the
+    Open Inference Protocol's (MLServer, KServe's model server answer 404), so a server without it is taken on its
+    metadata alone."""
+    try:
+        return server.config()
+    except Exception:  # noqa: BLE001 - tritonclient's 404 is a parse error of the server's answer
+        return {}
+
+
 def _check_model(metadata: dict[str, Any], config: dict[str, Any], reference: TritonReference) -> bool:
-    """Whether the server batches the model (its max_batch_size); one line for a model no decoder here fits."""
+    """Whether the server batches the model (Triton's max_batch_size; without a config, a first dimension of -1 in
+    the metadata, as a batching model declares it); one line for a model no decoder here fits."""
     if len(metadata.get("inputs", [])) != 1:
         names = ", ".join(i["name"] for i in metadata.get("inputs", []))
         raise BackendError(
             f"{reference.model} on {reference.address} takes inputs {names}: a detector here feeds one image input"
         )
-    return int(config.get("max_batch_size", 0) or 0) > 0
+    if "max_batch_size" in config:
+        return int(config.get("max_batch_size", 0) or 0) > 0
+    return _dims(metadata["inputs"][0]["shape"])[:1] == (-1,)
 
 
 def load(path: Path, options: BackendOptions) -> TritonBackend:
@@ -279,13 +316,14 @@ def load(path: Path, options: BackendOptions) -> TritonBackend:
     try:
         if not server.model_ready():
             raise not_ready(reference)
-        metadata, config = server.metadata(), server.config()
+        metadata = server.metadata()
     except BackendError:
         server.close()
         raise
     except Exception as exc:  # noqa: BLE001 - said in one line
         server.close()
         raise server_error(reference, exc) from None
+    config = _config_if_offered(server)
     batching = _check_model(metadata, config, reference)
     version = _client_version()
     backend = TritonBackend(

@@ -423,3 +423,45 @@ def test_the_project_makes_no_named_shared_memory():
         or "from multiprocessing import shared_memory" in path.read_text(encoding="utf-8")
     ]
     assert not found, found
+
+
+def test_a_message_longer_than_a_datagram_passes_whole_with_its_descriptors():
+    """A worker's reply over 64 KiB (a class list) was cut at the datagram's size: `pickle data was truncated`."""
+    import socket
+
+    from edge_inference.backends.isolated_worker import MESSAGE_BYTES, receive, send
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    reading, writing = os.pipe()
+    try:
+        for size in (10, MESSAGE_BYTES - 100, MESSAGE_BYTES * 3):
+            message = {"names": "x" * size, "n": size}
+            send(ours, message, [writing])
+            got, fds = receive(theirs)
+            assert got == message and len(fds) == 1
+            os.write(fds[0], b"!")
+            os.close(fds[0])
+            assert os.read(reading, 1) == b"!"
+    finally:
+        for end in (ours, theirs):
+            end.close()
+        os.close(reading)
+        os.close(writing)
+
+
+@pytest.mark.process
+def test_a_model_with_a_class_list_of_98_kb_loads_in_a_process_of_its_own(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    model = onnx.load(YOLOX)
+    names = {i: f"class number {i} of a large taxonomy" for i in range(2500)}
+    onnx.helper.set_model_props(model, {"names": repr(names)})
+    path = tmp_path / "taxonomy.onnx"
+    onnx.save(model, path)
+    assert len(repr(names)) > 95_000
+    backend = load_isolated("onnx", path, BackendOptions())
+    try:
+        assert backend.metadata["names"] == repr(names)
+        tensor = np.zeros(backend.inputs[0].shape, np.float32)
+        assert backend.run(tensor)[0].shape == tuple(backend.outputs[0].shape)
+    finally:
+        backend.close()

@@ -1,0 +1,129 @@
+"""An Open Inference Protocol (KServe v2) server of our own, with only the protocol's required HTTP endpoints (no
+Triton extension: no model config, no statistics, no shared memory), running a real model on ONNX Runtime; and
+told to misbehave: a wrong shape, BYTES instead of FP32, an output missing, NaN or Inf in the answer.
+
+It reads requests as the protocol's JSON or with the binary tensor extension (tritonclient sends that), and always
+answers in JSON, as a server without the extension does. Started on a free loopback port, in a thread of the test.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+V2_TYPES = {"tensor(float)": "FP32", "tensor(uint8)": "UINT8", "tensor(int64)": "INT64"}
+NUMPY = {"FP32": np.float32, "UINT8": np.uint8, "INT64": np.int64}
+MISBEHAVIOURS = ("none", "wrong-shape", "bytes", "missing", "nan", "inf")
+
+
+class KServeModel:
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.misbehave = "none"
+
+    def tensors(self, args: list[Any]) -> list[dict[str, Any]]:
+        return [{"name": a.name, "datatype": V2_TYPES[a.type], "shape": list(a.shape)} for a in args]
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": ["1"],
+            "platform": "onnxruntime",
+            "inputs": self.tensors(self.session.get_inputs()),
+            "outputs": self.tensors(self.session.get_outputs()),
+        }
+
+    def infer(self, inputs: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        results = self.session.run(None, inputs)
+        answered = []
+        for arg, value in zip(self.session.get_outputs(), results, strict=True):
+            datatype = V2_TYPES[arg.type]
+            if self.misbehave == "missing":
+                continue
+            if self.misbehave == "wrong-shape":
+                value = value.reshape(-1)[: value.size // 2]
+            if self.misbehave in ("nan", "inf"):
+                value = value.copy()
+                value.reshape(-1)[::7] = np.nan if self.misbehave == "nan" else np.inf
+            data: list[Any] = value.reshape(-1).tolist()
+            if self.misbehave == "bytes":
+                datatype, data = "BYTES", [str(v) for v in data[:4]]
+                value = value.reshape(-1)[:4]
+            # JSON has no NaN or Inf; Python writes them as the tokens servers send (NaN, Infinity)
+            answered.append({"name": arg.name, "datatype": datatype, "shape": list(value.shape), "data": data})
+        return answered
+
+
+def _read_request(handler: BaseHTTPRequestHandler) -> dict[str, np.ndarray]:
+    body = handler.rfile.read(int(handler.headers["Content-Length"]))
+    header_length = handler.headers.get("Inference-Header-Content-Length")
+    json_part = body[: int(header_length)] if header_length else body
+    request, binary, offset = json.loads(json_part), body[len(json_part) :], 0
+    inputs = {}
+    for entry in request["inputs"]:
+        dtype = NUMPY[entry["datatype"]]
+        size = (entry.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            array = np.frombuffer(binary[offset : offset + size], dtype)
+            offset += size
+        else:
+            array = np.asarray(entry["data"], dtype)
+        inputs[entry["name"]] = array.reshape(entry["shape"])
+    return inputs
+
+
+def handler_for(model: KServeModel) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _answer(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            base = f"/v2/models/{model.name}"
+            if self.path in ("/v2/health/ready", "/v2/health/live", f"{base}/ready"):
+                self._answer(200, {"ready": True} if "ready" in self.path else {"live": True})
+            elif self.path == base:
+                self._answer(200, model.metadata())
+            else:  # Triton's extensions (config, statistics) are not the protocol's
+                self._answer(404, {"error": f"not found: {self.path}"})
+
+        def do_POST(self) -> None:
+            if self.path != f"/v2/models/{model.name}/infer":
+                self._answer(404, {"error": f"not found: {self.path}"})
+                return
+            outputs = model.infer(_read_request(self))
+            self._answer(200, {"model_name": model.name, "model_version": "1", "outputs": outputs})
+
+    return Handler
+
+
+@contextmanager
+def kserve_server(name: str, path: Path) -> Iterator[tuple[str, KServeModel]]:
+    """(the model's triton:// reference, the model, whose `misbehave` the test sets)."""
+    model = KServeModel(name, path)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(model))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"triton://127.0.0.1:{server.server_address[1]}/{name}", model
+    finally:
+        server.shutdown()
+        server.server_close()
