@@ -115,6 +115,10 @@ class BackendOptions:
     # auto: a process of its own for accelerators and plugins, this one for the CPU engines (backends/isolation.py);
     # process or thread: as said
     isolation: str = "auto"
+    # An engine in a process of its own that has not loaded the model by then is killed, and the load retried with
+    # the keeper's backoff: a driver that hangs on a device would otherwise hold the stream in `loading` for ever.
+    # Generous, as a TensorRT engine's first build on a Jetson takes minutes.
+    load_deadline_s: float = 900.0
 
 
 @dataclass

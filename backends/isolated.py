@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -256,6 +257,11 @@ class EngineHost:
         with self._loading:
             with contextlib.suppress(OSError):  # a child that died: its death is the answer below
                 self.send({"op": "load", "id": number, "engine": engine, "path": str(path), "options": options})
+            answered, _, _ = select.select([self.control], [], [], options.load_deadline_s)
+            if not answered:  # killed: the wait below ends with its death, said as this
+                self.kill(
+                    f"it had not loaded {path.name} after {options.load_deadline_s:g} s (a driver or device that hangs)"
+                )
             reply, _ = receive(self.control)
         if reply is None:
             raise EngineCrashed(f"{self.died(engine, options.device)} while loading")

@@ -141,6 +141,20 @@ def test_an_engine_that_hangs_is_killed_and_started_again(tmp_path, crashy_site)
         assert watch.longest_gap < 10, f"the steady stream stopped for {watch.longest_gap:.1f} s"
 
 
+@pytest.mark.process
+def test_an_engine_that_hangs_while_loading_is_killed_at_the_deadline(crashy_site):
+    """A driver that never answers while it opens the device (SIGSTOP on a worker while it loaded: down for as long
+    as it was stopped): the load ends at its deadline with one line, the process killed, and the keeper retries."""
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    options = BackendOptions(engine_options={"how": "hang-loading"}, load_deadline_s=3)
+    with pytest.raises(EngineCrashed, match=r"had not loaded yolox_nano.onnx after 3 s \(a driver or device that"):
+        load_isolated("crashy", YOLOX, options)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.status() != "zombie"]
+    assert not left, left
+
+
 # The kernel can kill a second process in a cgroup before the first one's memory is freed: seen here under CPU load,
 # dmesg had the service killed 5 ms after its engine, the dying engine no longer among the candidates and the cgroup
 # still full. Nothing a service does keeps it from that choice (exempting it needs CAP_SYS_RESOURCE, which even root

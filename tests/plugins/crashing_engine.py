@@ -4,10 +4,10 @@ processes of their own (backends/isolated.py). ONNX Runtime underneath, so it de
     engine_options: {crashy: {how: abort | segfault | hang | oom, after: 40}}
 
 abort: `os.abort()` (libedgetpu's LOG(FATAL) on a failed USB transfer); segfault: a NULL pointer read through ctypes;
-hang: a call that never returns (a driver waiting on a device that is gone); oom: memory taken until the kernel's
-OOM killer ends the process; raise: every inference from then on raises (a device error that sticks to the
-process, as a CUDA context does after an illegal address). `after` counts inferences in this process (the warm-up's
-included), so an engine started again dies again after as many.
+hang: a call that never returns (a driver waiting on a device that is gone); hang-loading: the same while loading;
+oom: memory taken until the kernel's OOM killer ends the process; raise: every inference from then on raises (a
+device error that sticks to the process, as a CUDA context does after an illegal address). `after` counts inferences
+in this process (the warm-up's included), so an engine started again dies again after as many.
 """
 
 import ctypes
@@ -26,7 +26,7 @@ CHUNK = 32 << 20
 
 
 class CrashOptions(EngineOptions):
-    how: Literal["abort", "segfault", "hang", "oom", "raise", "none"] = Field(
+    how: Literal["abort", "segfault", "hang", "hang-loading", "oom", "raise", "none"] = Field(
         default="abort", description="how it dies"
     )
     after: int = Field(default=40, ge=1, description="inferences before it dies")
@@ -53,6 +53,8 @@ def probe():
 
 def load(path, options):
     settings = CrashOptions.model_validate(dict(options.engine_options))
+    if settings.how == "hang-loading":  # a driver that never answers while it opens the device
+        threading.Event().wait()
     backend = load_onnx(path, dataclasses.replace(options, device="cpu", engine_options={}))
     backend = dataclasses.replace(backend, key="crashy", engine="crashy 0.1", device="crashy0")
     inner, count, lock = backend.run, [0], threading.Lock()
