@@ -135,6 +135,39 @@ def _parameters(config: dict[str, Any]) -> dict[str, str]:
 _regions = itertools.count()
 
 
+def _box() -> str:
+    """This machine, in 8 hex digits: the server holds regions of many boxes, whose process ids may coincide."""
+    import hashlib
+    import socket
+
+    machine = Path("/etc/machine-id")
+    identity = machine.read_text().strip() if machine.is_file() else socket.gethostname()
+    return hashlib.sha256(identity.encode()).hexdigest()[:8]
+
+
+REGION_PREFIX = f"edge-{_box()}-"  # then the process id and the lane: a region of a dead process is found by it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def stale_regions(names: list[str]) -> list[str]:
+    """The regions this machine's processes registered that are no longer alive (a box SIGKILLed or unplugged)."""
+    stale = []
+    for name in names:
+        pid = name.removeprefix(REGION_PREFIX).split("-", 1)[0]
+        if name.startswith(REGION_PREFIX) and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            stale.append(name)
+    return stale
+
+
 @dataclass
 class _Lane:
     """A calling thread's shared memory: one region for the input, one for every output back to back."""
@@ -236,7 +269,7 @@ class TritonBackend(Backend):
             from tritonclient.utils import shared_memory as shm
 
             number = next(_regions)
-            names = (f"edge-{os.getpid()}-{number}-in", f"edge-{os.getpid()}-{number}-out")
+            names = (f"{REGION_PREFIX}{os.getpid()}-{number}-in", f"{REGION_PREFIX}{os.getpid()}-{number}-out")
             sizes = (int(np.prod(self.inputs[0].shape)) * self.inputs[0].dtype.itemsize, sum(self._out_bytes))
             handles = tuple(shm.create_shared_memory_region(n, "/" + n, s) for n, s in zip(names, sizes, strict=True))
             lane = self._local.lane = _Lane(names, (handles[0], handles[1]))
@@ -352,6 +385,12 @@ def _settle_memory(backend: TritonBackend, asked: str) -> str:
         )
         return "off"
     backend.memory = "system"
+    dropped = _drop_stale_regions(backend.server)
+    if dropped:
+        backend.notes.append(
+            f"dropped {dropped} shared-memory regions that a run of this box which ended without closing left "
+            "registered on the server"
+        )
     try:
         backend._register(backend._lane())
     except Exception as exc:  # noqa: BLE001 - a server in a container without the host's /dev/shm refuses it
@@ -367,6 +406,21 @@ def _settle_memory(backend: TritonBackend, asked: str) -> str:
         return "off"
     backend.notes.append("tensors pass through system shared memory (the server is on this host)")
     return "system"
+
+
+def _drop_stale_regions(server: ServerClient) -> int:
+    """Unregisters what a dead process of this machine left on the server (Triton keeps a region's mapping until it
+    restarts) and removes its file from /dev/shm; how many were dropped. A server without the API: none."""
+    try:
+        stale = stale_regions(server.registered_memory())
+    except Exception:  # noqa: BLE001 - not offered, or not to this client: registering says what matters
+        return 0
+    for name in stale:
+        with contextlib.suppress(Exception):
+            server.unregister_memory(name)
+        with contextlib.suppress(OSError):
+            Path("/dev/shm", name).unlink()  # noqa: S108 - POSIX shared memory on Linux; the name is ours
+    return len(stale)
 
 
 def _client_version() -> str:

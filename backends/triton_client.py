@@ -172,6 +172,13 @@ class ServerClient:
     def register_memory(self, name: str, key: str, size: int) -> None:
         self.client.register_system_shared_memory(name, key, size, headers=self.headers, **self._timeout())
 
+    def registered_memory(self) -> list[str]:
+        """The names of the system shared-memory regions the server holds (every client's)."""
+        found = self.client.get_system_shared_memory_status(headers=self.headers, **self._json())
+        if isinstance(found, dict):  # gRPC as JSON: {"regions": {name: {...}}}
+            return list((found.get("regions") or {}).keys())
+        return [str(region["name"]) for region in found]
+
     def unregister_memory(self, name: str) -> None:
         self.client.unregister_system_shared_memory(name, headers=self.headers, **self._timeout())
 

@@ -5,6 +5,7 @@ mid-stream and comes back; and one clear line for each mistake."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -454,3 +455,50 @@ def test_grpc_over_tls_with_the_servers_certificate(repository, tmp_path):
                                         "triton.timeout_s=2"), "Triton server")  # fmt: skip
     finally:
         server.stop()
+
+
+@pytest.mark.system
+def test_regions_a_killed_box_left_on_the_server_are_dropped_at_its_next_start_and_none_after_a_stop(triton):
+    """Triton keeps a registered region's mapping until it restarts: a box SIGKILLed while streaming left its pair
+    there at every run. Regions are named by machine and process, so the next start finds the dead ones and drops
+    them (and says so); another box's region is left alone, and a clean stop leaves none of its own."""
+    import os
+    import subprocess
+    import sys
+
+    import tritonclient.http as httpclient
+    from tritonclient.utils import shared_memory as shm
+
+    from edge_inference.backends import BackendOptions, open_backend
+    from edge_inference.backends.triton_backend import REGION_PREFIX
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = [f"{REGION_PREFIX}{gone.pid}-0-in", f"{REGION_PREFIX}{gone.pid}-0-out"]
+    others = ["edge-0badc0de-1-0-in"]  # another machine's box: its process is none of ours to judge
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{triton.http_port}")
+    handles = [shm.create_shared_memory_region(name, "/" + name, 4096) for name in stale + others]
+
+    def registered() -> list[str]:
+        return [region["name"] for region in client.get_system_shared_memory_status()]
+
+    try:
+        for name in stale + others:
+            client.register_system_shared_memory(name, "/" + name, 4096)
+        options = BackendOptions(engine_options={"shared_memory": "system"})
+        backend = open_backend("triton", triton.http("yolox_nano"), options)
+        try:
+            now = registered()
+            assert not set(stale) & set(now) and set(others) <= set(now), now
+            assert any("dropped 2 shared-memory regions" in note for note in backend.notes), backend.notes
+            assert len([n for n in now if n.startswith(f"{REGION_PREFIX}{os.getpid()}-")]) == 2, now
+        finally:
+            backend.close()
+        assert not [n for n in registered() if n.startswith(f"{REGION_PREFIX}{os.getpid()}-")]
+    finally:
+        for name in others:
+            client.unregister_system_shared_memory(name)
+        for handle in handles:
+            with contextlib.suppress(Exception):  # the stale ones' files were removed with them
+                shm.destroy_shared_memory_region(handle)
+        client.close()
