@@ -181,6 +181,7 @@ class _Lane:
 class TritonBackend(Backend):
     server: Any = None  # ServerClient
     memory: str = "off"  # system or off: how the tensors travel
+    extensions: frozenset[str] | None = None  # the server's, as its metadata names them; None: unknown, all tried
     times: ServerTimes = field(default_factory=ServerTimes)
     parallel = "shared"  # every lane a request in flight on the one connection (gRPC) or pool (HTTP)
 
@@ -194,6 +195,9 @@ class TritonBackend(Backend):
     def reference(self) -> TritonReference:
         return self.server.reference
 
+    def offers(self, extension: str) -> bool:
+        return self.extensions is None or extension in self.extensions
+
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
         try:
             with self.times.request():
@@ -204,14 +208,17 @@ class TritonBackend(Backend):
             if self.memory == "system" and "shared memory" in str(exc).lower():
                 self._lane().registered = False  # a restarted server forgot the regions: registered again
             raise server_error(self.reference, exc) from None
-        self.times.poll(self.server)
+        if self.offers("statistics"):
+            self.times.poll(self.server)
         return outputs
 
     def _sent(self, tensor: np.ndarray) -> list[np.ndarray]:
-        module = self.server.module
+        module, binary = self.server.module, {}
+        if self.reference.protocol == "http":  # Triton's binary tensors, or the protocol's JSON where not offered
+            binary = {"binary_data": self.offers("binary_tensor_data")}
         request = module.InferInput(self.inputs[0].name, list(tensor.shape), _triton_type(tensor.dtype))
-        request.set_data_from_numpy(np.ascontiguousarray(tensor))
-        wanted = [module.InferRequestedOutput(t.name) for t in self.outputs]
+        request.set_data_from_numpy(np.ascontiguousarray(tensor), **binary)
+        wanted = [module.InferRequestedOutput(t.name, **binary) for t in self.outputs]
         result = self.server.infer([request], wanted)
         return [self._checked(t, result.as_numpy(t.name)) for t in self.outputs]
 
@@ -356,7 +363,8 @@ def load(path: Path, options: BackendOptions) -> TritonBackend:
     except Exception as exc:  # noqa: BLE001 - said in one line
         server.close()
         raise server_error(reference, exc) from None
-    config = _config_if_offered(server)
+    extensions = server.extensions()
+    config = _config_if_offered(server) if extensions is None or "model_configuration" in extensions else {}
     batching = _check_model(metadata, config, reference)
     version = _client_version()
     backend = TritonBackend(
@@ -368,6 +376,7 @@ def load(path: Path, options: BackendOptions) -> TritonBackend:
         outputs=[_tensor(t, batching) for t in metadata["outputs"]],
         metadata=_parameters(config),
         server=server,
+        extensions=None if extensions is None else frozenset(extensions),
     )
     backend.memory = _settle_memory(backend, settings.shared_memory)
     return backend
@@ -377,6 +386,15 @@ def _settle_memory(backend: TritonBackend, asked: str) -> str:
     """System shared memory where asked for, or by default for a server on this host, and the server takes it;
     auto falls back to the socket, saying why."""
     if asked == "off" or (asked == "auto" and not backend.reference.on_this_host):
+        return "off"
+    if not backend.offers("system_shared_memory"):
+        if asked == "system":
+            backend.close()
+            raise BackendError(
+                f"the server at {backend.reference.address} offers no system shared memory (Triton's extension, not "
+                "the protocol's): set triton.shared_memory: off"
+            )
+        backend.notes.append("tensors go over the socket: the server offers no shared memory (Triton's extension)")
         return "off"
     if any(d < 0 for t in [*backend.inputs, *backend.outputs] for d in t.shape):
         # a region is sized before the request: an output whose size the model decides per frame cannot have one

@@ -172,6 +172,16 @@ class ServerClient:
     def register_memory(self, name: str, key: str, size: int) -> None:
         self.client.register_system_shared_memory(name, key, size, headers=self.headers, **self._timeout())
 
+    def extensions(self) -> set[str] | None:
+        """The protocol's extensions the server names in its metadata (Triton: binary_tensor_data,
+        model_configuration, statistics, system_shared_memory ...; MLServer: none); None where it cannot be read (a
+        proxy that restricts it), where every extension is tried as before."""
+        try:
+            found = self.client.get_server_metadata(headers=self.headers, **self._json())
+        except Exception:  # noqa: BLE001 - unknown: the caller tries each extension and takes its refusal
+            return None
+        return {str(name) for name in found.get("extensions") or []}
+
     def registered_memory(self) -> list[str]:
         """The names of the system shared-memory regions the server holds (every client's)."""
         found = self.client.get_system_shared_memory_status(headers=self.headers, **self._json())

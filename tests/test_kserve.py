@@ -73,3 +73,32 @@ def test_a_wrong_answer_is_one_line_and_the_next_right_one_works(server, misbeha
         assert backend.run(tensor)[0].shape == (1, 3549, 85)
     finally:
         backend.close()
+
+
+# --- Seldon's MLServer: a second real server (tests/mlserver.py) ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlserver(tmp_path_factory):
+    from tests.mlserver import MLServer
+
+    server = MLServer(tmp_path_factory.mktemp("mlserver"), {"yolox_nano": YOLOX}).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_mlserver_gives_the_local_engines_detections_over_either_protocol(mlserver, protocol):
+    """MLServer offers none of Triton's extensions (config, statistics, shared memory, binary tensors): loading asked
+    for the config (a 404 it could not parse) and HTTP sent binary tensors (422). The photos' detections equal the
+    local file's, and the engine says the tensors go over the socket."""
+    from tests.helpers import run_edge
+    from tests.test_triton import PHOTOS, assert_same_detections, records
+
+    remote = run_edge("detect", *PHOTOS, "--model", getattr(mlserver, protocol)("yolox_nano"), "--json")
+    local = run_edge("detect", *PHOTOS, "--model", str(YOLOX), "--backend", "onnx", "--json")
+    found = records(remote)
+    assert any(d["label"] == "cat" for d in found[0]["detections"])
+    assert_same_detections(found, records(local))
+    assert "the server offers no shared memory" in remote.stderr and "Traceback" not in remote.stderr
