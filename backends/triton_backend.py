@@ -174,6 +174,7 @@ class _Lane:
 
     names: tuple[str, str]
     handles: tuple[Any, Any]
+    sizes: tuple[int, int]  # kept here: tritonclient's handle holds its size only privately, and only from 2.52
     registered: bool = False
 
 
@@ -279,15 +280,15 @@ class TritonBackend(Backend):
             names = (f"{REGION_PREFIX}{os.getpid()}-{number}-in", f"{REGION_PREFIX}{os.getpid()}-{number}-out")
             sizes = (int(np.prod(self.inputs[0].shape)) * self.inputs[0].dtype.itemsize, sum(self._out_bytes))
             handles = tuple(shm.create_shared_memory_region(n, "/" + n, s) for n, s in zip(names, sizes, strict=True))
-            lane = self._local.lane = _Lane(names, (handles[0], handles[1]))
+            lane = self._local.lane = _Lane(names, (handles[0], handles[1]), (sizes[0], sizes[1]))
             with self._lock:
                 self._lanes.append(lane)
         return lane
 
     def _register(self, lane: _Lane) -> None:
-        for name, handle in zip(lane.names, lane.handles, strict=True):
+        for name, size in zip(lane.names, lane.sizes, strict=True):
             try:
-                self.server.register_memory(name, "/" + name, handle._mpsm_handle.size)
+                self.server.register_memory(name, "/" + name, size)
             except Exception as exc:
                 # the name holds this process's id and lane: a region the server already has under it is this one
                 if "already" not in str(exc).lower():
@@ -297,17 +298,31 @@ class TritonBackend(Backend):
     def timing_split(self) -> dict[str, float] | None:
         return self.times.last
 
-    def close(self) -> None:
+    def release_lane(self) -> None:
+        """This thread's regions given back: the loading thread's, made to see whether the server takes them, would
+        otherwise stay registered for a thread that never runs a frame."""
+        lane = getattr(self._local, "lane", None)
+        if lane is not None:
+            self._local.lane = None
+            with self._lock:
+                self._lanes.remove(lane)
+            self._free(lane)
+
+    def _free(self, lane: _Lane) -> None:
         from tritonclient.utils import shared_memory as shm
 
+        for name, handle in zip(lane.names, lane.handles, strict=True):
+            if lane.registered:
+                with contextlib.suppress(Exception):  # a server gone forgot the region with it
+                    self.server.unregister_memory(name)
+            shm.destroy_shared_memory_region(handle)
+
+    def close(self) -> None:
         with self._lock:
             lanes, self._lanes = self._lanes, []
         for lane in lanes:
-            for name, handle in zip(lane.names, lane.handles, strict=True):
-                if lane.registered:
-                    with contextlib.suppress(Exception):  # a server gone forgot the region with it
-                        self.server.unregister_memory(name)
-                shm.destroy_shared_memory_region(handle)
+            self._free(lane)
+        self.times.close()
         self.server.close()
 
 
@@ -411,6 +426,7 @@ def _settle_memory(backend: TritonBackend, asked: str) -> str:
         )
     try:
         backend._register(backend._lane())
+        backend.release_lane()  # taken: each lane's thread makes its own at its first frame
     except Exception as exc:  # noqa: BLE001 - a server in a container without the host's /dev/shm refuses it
         if asked == "system":
             backend.close()
@@ -418,6 +434,7 @@ def _settle_memory(backend: TritonBackend, asked: str) -> str:
                 f"the Triton server at {backend.reference.address} refused system shared memory ({brief(str(exc), 200)}"
                 "): run it on this host sharing /dev/shm (docker run --ipc=host), or set triton.shared_memory: off"
             ) from None
+        backend.release_lane()
         backend.notes.append(
             f"shared memory not taken by the server ({brief(str(exc), 120)}): tensors go over the socket"
         )

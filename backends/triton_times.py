@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-POLL_S = 2.0  # the statistics read this often, by whichever lane finishes a request first after that
+POLL_S = 2.0  # the statistics read this often, on a thread started by the first request to end after that
 
 
 def _stat(stats: dict[str, Any], name: str) -> tuple[int, int]:
@@ -54,8 +54,11 @@ class ServerTimes:
     _previous: dict[str, int] | None = None
     _trips_at_previous: tuple[float, int] = (0.0, 0)
     _next_poll: float = 0.0
-    _polling: bool = False  # a lane is reading the statistics: the others go on
+    _polling: bool = False  # the statistics are being read
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _reader: threading.Thread | None = None  # reads the statistics when woken: one thread (and HTTP connection)
+    _closed: bool = False
 
     @contextmanager
     def request(self) -> Iterator[None]:
@@ -67,12 +70,32 @@ class ServerTimes:
             self.requests += 1
 
     def poll(self, server: Any) -> None:
-        """Read the server's statistics when POLL_S has passed; one lane at a time, no lock held while it asks."""
+        """Read the server's statistics when POLL_S has passed, on a thread of its own: a frame's lane never waits
+        on the statistics request (a slow server would add its time to the frame's). One reading at a time."""
         now = time.monotonic()
         with self._lock:
             if now < self._next_poll or self._polling:
                 return
             self._polling, self._next_poll = True, now + POLL_S
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._reading, args=(server,), name="triton-statistics")
+                self._reader.daemon = True
+                self._reader.start()
+        self._wake.set()
+
+    def _reading(self, server: Any) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                return
+            self._read(server)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def _read(self, server: Any) -> None:
         try:
             current = totals(server.statistics())
         except Exception:  # noqa: BLE001 - a server without the extension (or gone a moment): no split

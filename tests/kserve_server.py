@@ -29,6 +29,9 @@ class KServeModel:
         self.name = name
         self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         self.misbehave = "none"
+        self.statistics_asked = threading.Event()
+        self.statistics_held = threading.Event()  # set: Triton's statistics are answered (404: not the protocol's)
+        self.statistics_held.set()
 
     def tensors(self, args: list[Any]) -> list[dict[str, Any]]:
         return [{"name": a.name, "datatype": V2_TYPES[a.type], "shape": list(a.shape)} for a in args]
@@ -102,6 +105,10 @@ def handler_for(model: KServeModel) -> type[BaseHTTPRequestHandler]:
                 self._answer(200, {"ready": True} if "ready" in self.path else {"live": True})
             elif self.path == base:
                 self._answer(200, model.metadata())
+            elif self.path == f"{base}/stats":  # Triton's extension, asked for as if it were there: held on request
+                model.statistics_asked.set()
+                model.statistics_held.wait(120)
+                self._answer(404, {"error": "no statistics"})
             else:  # Triton's extensions (config, statistics) are not the protocol's
                 self._answer(404, {"error": f"not found: {self.path}"})
 

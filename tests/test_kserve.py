@@ -75,6 +75,28 @@ def test_a_wrong_answer_is_one_line_and_the_next_right_one_works(server, misbeha
         backend.close()
 
 
+def test_a_server_slow_to_give_its_statistics_never_holds_a_frame(server):
+    """The statistics (for `server_ms`) were read on the inference thread every 2 s: a server slow to answer them
+    held that frame as long. A statistics request held by the server now, and frames still come back."""
+    import threading
+
+    reference, model = server
+    options = {"shared_memory": "off", "timeout_s": 300}  # a server slow but within its time
+    backend = open_backend("triton", reference, BackendOptions(engine_options=options))
+    tensor = np.full(backend.inputs[0].shape, 114, backend.inputs[0].dtype)
+    model.statistics_asked.clear()
+    model.statistics_held.clear()
+    try:
+        frames = threading.Thread(target=lambda: [backend.run(tensor) for _ in range(4)], daemon=True)
+        frames.start()  # the first frame's end asks for the statistics
+        assert model.statistics_asked.wait(60), "the statistics were never asked for"
+        frames.join(60)
+        assert not frames.is_alive(), "frames waited on the statistics request"
+    finally:
+        model.statistics_held.set()
+        backend.close()
+
+
 # --- Seldon's MLServer: a second real server (tests/mlserver.py) ----------------------------------------------------
 
 
