@@ -25,6 +25,7 @@ from edge_inference.backends.base import Backend, BackendError, BackendOptions, 
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.options import EngineOptions, parse_options
 from edge_inference.backends.triton_client import ServerClient, TritonReference, names_server, parse_reference
+from edge_inference.backends.triton_http import answer_bound
 from edge_inference.backends.triton_times import ServerTimes
 
 INSTALL = "pip install './edge-inference[triton]' (NVIDIA's tritonclient, HTTP and gRPC)"
@@ -91,7 +92,10 @@ def server_error(reference: TritonReference, exc: BaseException) -> BackendError
     if any(s in lowered for s in UNREACHABLE):
         return BackendError(f"{where} does not answer ({text}): is tritonserver running and the address right?")
     if any(s in lowered for s in ("deadline", "timed out", "timeout")):
-        return BackendError(f"{where} took longer than timeout_s to answer ({text}): a busy or stuck server")
+        return BackendError(
+            f"{where} took longer than timeout_s to answer the request for {reference.model} ({text}): a busy or "
+            "stuck server"
+        )
     if "unknown model" in lowered or "not found" in lowered or "not ready" in lowered:
         return not_ready(reference, f" ({text})")
     if "unauthenticated" in lowered or "401" in lowered or "403" in lowered:
@@ -191,6 +195,10 @@ class TritonBackend(Backend):
         self._lanes: list[_Lane] = []
         self._lock = threading.Lock()
         self._out_bytes = [int(np.prod(t.shape)) * t.dtype.itemsize for t in self.outputs]
+        # binary where the server names the extension; else its answer may come as JSON text, several times larger
+        binary = self.reference.protocol == "grpc" or "binary_tensor_data" in (self.extensions or ())
+        self._answer_bound = answer_bound(self.outputs, binary)
+        self.server.bound_answers(self._answer_bound)
 
     @property
     def reference(self) -> TritonReference:
@@ -220,7 +228,7 @@ class TritonBackend(Backend):
         request = module.InferInput(self.inputs[0].name, list(tensor.shape), _triton_type(tensor.dtype))
         request.set_data_from_numpy(np.ascontiguousarray(tensor), **binary)
         wanted = [module.InferRequestedOutput(t.name, **binary) for t in self.outputs]
-        result = self.server.infer([request], wanted)
+        result = self.server.infer([request], wanted, self._answer_bound)
         return [self._checked(t, result.as_numpy(t.name)) for t in self.outputs]
 
     def _checked(self, declared: TensorInfo, found: np.ndarray | None) -> np.ndarray:
@@ -262,7 +270,7 @@ class TritonBackend(Backend):
             output.set_shared_memory(lane.names[1], size, offset)
             wanted.append(output)
             offset += size
-        self.server.infer([request], wanted)
+        self.server.infer([request], wanted, self._answer_bound)
         found, offset = [], 0
         for info, size in zip(self.outputs, self._out_bytes, strict=True):
             # a copy: the region is this lane's next frame's

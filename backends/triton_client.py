@@ -16,6 +16,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
+
+from edge_inference.backends.triton_http import DeadlinePassed, HttpInference
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 # scheme -> (protocol, TLS)
@@ -79,6 +82,29 @@ def names_server(text: str) -> bool:
     return text.strip().lower().startswith("triton") and ":/" in text
 
 
+class WithinDeadline:
+    """tritonclient's HTTP client, each call of it ended at `seconds` from its start: geventhttpclient's timeouts
+    are per read, so a server that trickles its answer (metadata at load) would hold the call for as long as it
+    keeps sending. gevent's own timer ends the call, as the client's sockets are gevent's."""
+
+    def __init__(self, client: Any, seconds: float) -> None:
+        self._client, self._seconds = client, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._client, name)
+        if not callable(found):
+            return found
+
+        def within(*args: Any, **kwargs: Any) -> Any:
+            import gevent
+
+            late = DeadlinePassed(f"no whole answer within timeout_s ({self._seconds:g} s)")
+            with gevent.Timeout(self._seconds, late):
+                return found(*args, **kwargs)
+
+        return within
+
+
 class ServerClient:
     """The calls the engine makes, the same over both protocols; `headers` go with every call (a token for a proxy)."""
 
@@ -96,6 +122,8 @@ class ServerClient:
             import tritonclient.http as module
         self.module = module
         self._channel: Any = None  # gRPC: one client, one channel for every thread; made at the first call
+        self._max_receive: int | None = None  # gRPC: the longest answer taken, once the outputs are known
+        self._inference = HttpInference(reference.host, reference.port, reference.tls, ca_file, timeout_s)
 
     @property
     def client(self) -> Any:
@@ -108,9 +136,10 @@ class ServerClient:
             return self._channel
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = self._http()
+            made = self._http()
+            client = self._local.client = WithinDeadline(made, self.timeout_s)
             with self._lock:
-                self._http_clients.append(client)
+                self._http_clients.append(made)
         return client
 
     def _grpc(self) -> Any:
@@ -118,7 +147,7 @@ class ServerClient:
 
         args = [
             ("grpc.max_send_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
-            ("grpc.max_receive_message_length", grpcclient.MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", self._max_receive or grpcclient.MAX_GRPC_MESSAGE_SIZE),
             ("grpc.initial_reconnect_backoff_ms", 500),
             ("grpc.min_reconnect_backoff_ms", 500),
             ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
@@ -192,13 +221,38 @@ class ServerClient:
     def unregister_memory(self, name: str) -> None:
         self.client.unregister_system_shared_memory(name, headers=self.headers, **self._timeout())
 
-    def infer(self, inputs: list[Any], outputs: list[Any]) -> Any:
+    def infer(self, inputs: list[Any], outputs: list[Any], max_bytes: int) -> Any:
+        """One inference. gRPC: a deadline for the call, and answers bounded by the channel's receive limit
+        (`bound_answers`). HTTP: sent and read here (triton_http.py), as tritonclient's client has neither."""
         ref = self.reference
-        return self.client.infer(
-            ref.model, inputs, ref.version, outputs=outputs, headers=self.headers, **self._timeout()
+        if ref.protocol == "grpc":
+            return self.client.infer(
+                ref.model, inputs, ref.version, outputs=outputs, headers=self.headers, **self._timeout()
+            )
+        body, json_size = self.module.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
+        headers = dict(self.headers or {})
+        if json_size is not None:
+            headers["Inference-Header-Content-Length"] = str(json_size)
+        version = f"/versions/{quote(ref.version)}" if ref.version else ""
+        path = f"/v2/models/{quote(ref.model)}{version}/infer"
+        answer, said = self._inference.infer(path, body, headers, max_bytes)
+        return self.module.InferResult.from_response_body(
+            answer, False, said.get("inference-header-content-length"), said.get("content-encoding")
         )
 
+    def bound_answers(self, max_bytes: int) -> None:
+        """gRPC: the channel made again, taking no message over `max_bytes` (gRPC refuses a longer one from its
+        length, before reading it). Called once the model's outputs are known, before any frame."""
+        if self.reference.protocol == "grpc":
+            self._max_receive = max_bytes
+            with self._lock:
+                channel, self._channel = self._channel, None
+            if channel is not None:
+                with contextlib.suppress(Exception):
+                    channel.close()
+
     def close(self) -> None:
+        self._inference.close()
         with self._lock:
             made, self._http_clients = self._http_clients, []
         if self._channel is not None:

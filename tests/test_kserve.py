@@ -75,6 +75,57 @@ def test_a_wrong_answer_is_one_line_and_the_next_right_one_works(server, misbeha
         backend.close()
 
 
+@pytest.mark.parametrize(
+    ("misbehave", "said"),
+    [
+        (
+            "trickle",
+            "took longer than timeout_s to answer the request for yolox_nano (no whole answer within timeout_s (2 s))",
+        ),
+        (
+            "never",
+            "took longer than timeout_s to answer the request for yolox_nano (no whole answer within timeout_s (2 s))",
+        ),
+        ("flood", "it answered 845.0 MB, more than the 7.7 MB its declared outputs can take: not read"),
+        ("flood-chunked", "it answered more than the 7.7 MB its declared outputs can take: stopped reading"),
+        ("reset", "the server broke the connection off mid-answer (ConnectionResetError)"),
+        ("redirect", "it redirected the request to http://127.0.0.1:9/elsewhere: not followed"),
+        ("error", "[500] the model crashed on the GPU"),
+    ],
+)
+def test_a_server_that_trickles_floods_breaks_off_or_redirects_is_one_line_with_memory_bounded(server, misbehave, said):
+    """Before: a byte every 2 s held a stream for minutes (the timeout was per read), 845 MB were read whole for an
+    output of 1.2 MB, a reset read as a timeout. Each is now bounded by the request's deadline or the outputs' size,
+    and the next right answer works."""
+    import psutil
+
+    reference, model = server
+    options = {"shared_memory": "off", "timeout_s": 2}
+    backend = open_backend("triton", reference, BackendOptions(engine_options=options))
+    try:
+        tensor = np.full(backend.inputs[0].shape, 114, backend.inputs[0].dtype)
+        backend.run(tensor)
+        before = psutil.Process().memory_info().rss
+        model.misbehave = misbehave
+        with pytest.raises(BackendError) as wrong:
+            backend.run(tensor)
+        grown = psutil.Process().memory_info().rss - before
+        line = str(wrong.value)
+        assert "\n" not in line and "yolox_nano" in line and said in line, line
+        assert grown < 100 << 20, f"the service grew {grown >> 20} MiB reading a wrong answer"
+        model.misbehave = "none"
+        assert backend.run(tensor)[0].shape == (1, 3549, 85)
+    finally:
+        backend.close()
+
+
+def test_a_server_that_trickles_its_metadata_fails_the_load_at_its_deadline(server):
+    reference, model = server
+    model.misbehave = "trickle-metadata"
+    with pytest.raises(BackendError, match=r"took longer than timeout_s .*no whole answer within timeout_s \(2 s\)"):
+        open_backend("triton", reference, BackendOptions(engine_options={"timeout_s": 2}))
+
+
 def test_a_server_slow_to_give_its_statistics_never_holds_a_frame(server):
     """The statistics (for `server_ms`) were read on the inference thread every 2 s: a server slow to answer them
     held that frame as long. A statistics request held by the server now, and frames still come back."""
@@ -124,3 +175,45 @@ def test_mlserver_gives_the_local_engines_detections_over_either_protocol(mlserv
     assert any(d["label"] == "cat" for d in found[0]["detections"])
     assert_same_detections(found, records(local))
     assert "the server offers no shared memory" in remote.stderr and "Traceback" not in remote.stderr
+
+
+# --- the same server over gRPC (tests/kserve_grpc_server.py) --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def grpc_server():
+    from tests.kserve_grpc_server import kserve_grpc_server, model_for
+
+    model = model_for("yolox_nano", YOLOX)
+    with kserve_grpc_server(model) as reference:
+        yield reference, model
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "said"),
+    [
+        ("never", "took longer than timeout_s to answer the request for yolox_nano"),
+        ("oversize", "Received message larger than max (483"),
+        ("wrong-shape", "output of shape [150832] where its metadata declares [1, 3549, 85]"),
+        ("nan", "with NaN or Inf in output"),
+    ],
+)
+def test_a_grpc_server_that_answers_wrong_is_one_line_with_memory_bounded(grpc_server, misbehave, said):
+    """Over gRPC a 483 MB answer took the service to 1.93 GB: the channel takes no message over what the declared
+    outputs need, refused by gRPC from its length before it is read (said by gRPC: "Received message larger than
+    max"). The server runs in this process, so the memory bound is the HTTP tests' to show (its flood is streamed)."""
+    reference, model = grpc_server
+    backend = open_backend("triton", reference, BackendOptions(engine_options={"timeout_s": 2}))
+    try:
+        tensor = np.full(backend.inputs[0].shape, 114, backend.inputs[0].dtype)
+        backend.run(tensor)
+        model.misbehave = misbehave
+        with pytest.raises(BackendError) as wrong:
+            backend.run(tensor)
+        line = str(wrong.value)
+        assert "\n" not in line and "yolox_nano" in line and said in line, line
+        model.misbehave = "none"
+        assert backend.run(tensor)[0].shape == (1, 3549, 85)
+    finally:
+        model.misbehave = "none"
+        backend.close()
