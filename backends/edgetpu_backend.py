@@ -55,6 +55,19 @@ def parse_device(device: str) -> str | None:
     return value
 
 
+def chip(device: str) -> str:
+    """The Edge TPU a device setting names: `usb` is the first USB one, and any setting names the one Edge TPU of a
+    machine that has one; with several, `auto` and `:N` stay as written (libedgetpu picks among them)."""
+    wanted = parse_device(device) or ""
+    kind, _, index = wanted.partition(":")
+    if kind:
+        return f"{kind}:{index or 0}"
+    present = [d.split()[0] for d in coral_usb_devices() + coral_pcie_devices()]
+    if len(present) == 1 and index in ("", "0"):
+        return present[0]
+    return wanted or "auto"
+
+
 def delegate_library() -> str:
     return os.environ.get("EDGE_LIBEDGETPU") or LIBRARIES.get(platform.system(), "libedgetpu.so.1")
 
@@ -168,4 +181,5 @@ ENGINE = Engine(
     rank=rank,
     listed=2,
     distributions=("ai-edge-litert", "tflite-runtime"),
+    chip=chip,
 )

@@ -80,6 +80,10 @@ class Engine:
     # For such an engine: one line on the server a reference names (it answers, the model is ready, what it serves),
     # or a BackendError saying what is wrong (`edge doctor --server`)
     reach: Callable[[str], str] | None = None
+    # An accelerator's: which chip a device setting names ("auto", "usb" and "usb:0" are one Edge TPU where one is
+    # plugged in). Its models run in a process of their own, one per chip, whatever the chip is called. None: an
+    # engine that runs on the CPU or a GPU
+    chip: Callable[[str], str] | None = None
 
     def parse_options(self, raw: Mapping[str, Any] | EngineOptions) -> EngineOptions:
         return parse_options(self.key, self.options, raw)

@@ -311,4 +311,6 @@ ENGINE = Engine(
     listed=40,
     distributions=("hailort",),
     options=HailoOptions,
+    # every model opens the one shared VDevice, whatever its device setting says (SharedVDevice)
+    chip=lambda device: "vdevice",
 )

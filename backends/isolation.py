@@ -14,7 +14,6 @@ from pathlib import Path
 from edge_inference.backends.base import Backend, BackendOptions
 from edge_inference.backends.engine import get_engine
 
-ACCELERATOR_ENGINES = ("edgetpu", "hailo", "rknn")  # no CPU to run on: a device's runtime, always
 BUILT_IN_PACKAGE = "edge_inference.backends."
 
 
@@ -47,7 +46,7 @@ def runs_isolated(engine: str, options: BackendOptions) -> bool:
         return options.isolation == "process"
     if get_engine(engine).serves is not None:  # a client of a server: the network runs elsewhere
         return False
-    if engine in ACCELERATOR_ENGINES or _is_plugin(engine):
+    if get_engine(engine).chip is not None or _is_plugin(engine):  # an accelerator's runtime, always
         return True
     if engine == "onnx":
         return _onnx_on_gpu(options.device)
@@ -68,6 +67,8 @@ def open_engine(engine: str, path: Path, options: BackendOptions) -> Backend:
 
 def chip_owner(engine: str, options: BackendOptions) -> str | None:
     """Models on one accelerator share one process: a Hailo is given to the first VDevice that opens it, and an Edge
-    TPU or an NPU to one process (HailoRT's vdevice.cpp: "not enough free devices" for a second). Other engines'
-    models get a process each."""
-    return f"{engine}|{options.device.lower()}" if engine in ACCELERATOR_ENGINES else None
+    TPU or an NPU to one process (HailoRT's vdevice.cpp: "not enough free devices" for a second). The chip, not the
+    device setting's text, keys it: `auto` and `usb:0` on a box with one Coral are one owner. Other engines' models
+    get a process each."""
+    chip = get_engine(engine).chip
+    return f"{engine}|{chip(options.device)}" if chip is not None else None

@@ -204,4 +204,6 @@ ENGINE = Engine(
     rank=rank,
     listed=50,
     distributions=("rknn-toolkit-lite2",),
+    # one NPU per board: a device setting picks its cores (the core mask), not another chip
+    chip=lambda device: "npu",
 )

@@ -479,3 +479,20 @@ def test_a_model_with_a_class_list_of_98_kb_loads_in_a_process_of_its_own(tmp_pa
         assert backend.run(tensor)[0].shape == tuple(backend.outputs[0].shape)
     finally:
         backend.close()
+
+
+def test_one_chip_has_one_owner_whatever_its_device_setting_says(tmp_path, monkeypatch):
+    """`auto`, `edgetpu`, `usb`, `usb:0` and `:0` on a box with one Coral started a process each, each opening the
+    one chip; a Hailo's or an NPU's settings likewise. Two Corals stay two owners."""
+    from edge_inference.backends.isolation import chip_owner
+    from tests import fake_devices
+
+    fake_devices.usb_device(tmp_path, "1-1", "18d1", "9302", "5000")
+    monkeypatch.setenv("EDGE_SYSROOT", str(tmp_path))
+    names = ("auto", "edgetpu", "", "usb", "usb:0", ":0", "USB:0")
+    assert len({chip_owner("edgetpu", BackendOptions(name)) for name in names}) == 1
+    for engine, settings in (("hailo", ("auto", "hailo", "hailo:0")), ("rknn", ("auto", "npu0", "npu:0_1_2"))):
+        assert len({chip_owner(engine, BackendOptions(name)) for name in settings}) == 1, engine
+    fake_devices.usb_device(tmp_path, "1-2", "18d1", "9302", "5000")
+    assert chip_owner("edgetpu", BackendOptions("usb:0")) != chip_owner("edgetpu", BackendOptions("usb:1"))
+    assert chip_owner("onnx", BackendOptions("cuda:0")) is None  # a process per model: no chip to share
