@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
@@ -59,3 +60,25 @@ def test_people_in_a_crowded_frame_and_no_phantom_people(detector, vtest_frames)
 def test_timings_are_reported(detector, photos):
     timings = detector.detect(photos["chelsea"]).timings
     assert timings.inference_ms > 0 and timings.preprocess_ms > 0 and timings.postprocess_ms > 0
+
+
+@pytest.mark.parametrize("where", [4, 20])  # the objectness; the cat class's score
+def test_outputs_with_inf_fail_the_frame_instead_of_reaching_json(where, photos):
+    """A broken model's Inf made `"score": Infinity` or an Inf box in REST and SSE, which a browser's JSON.parse
+    refuses; NaN scores fall below every threshold and are never kept."""
+    from edge_inference.backends import BackendError
+
+    detector = load_detector(DetectorConfig(str(MODELS / "onnx" / "yolox_nano.onnx"), "onnx"))
+    try:
+        prepared = detector.prepare(photos["chelsea"])  # a cat
+        raw = [output.copy() for output in detector.infer(prepared.tensor)]
+        best = int(raw[0][0, :, 4].argmax())
+        assert detector.decode(raw, prepared.transform)  # the cat, before
+        raw[0][0, best, where] = np.inf
+        with pytest.raises(BackendError, match=r"yolox_nano.onnx gave NaN or Inf for boxes or scores"):
+            detector.decode(raw, prepared.transform)
+        raw[0][0, best, where] = np.nan
+        assert all(np.isfinite(d.score) and np.isfinite(d.box.as_list()).all() for d in
+                   detector.decode(raw, prepared.transform))  # fmt: skip
+    finally:
+        detector.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -10,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from edge_inference.backends import Backend
+from edge_inference.backends import Backend, BackendError
 from edge_inference.edge.detection.threads import LoopThreads
 from edge_inference.edge.detection.timings import StageTimings
 from edge_inference.models.decoders import DecodeContext, get_decoder
@@ -62,6 +63,11 @@ class Prepared:
     tensor: np.ndarray
     transform: ImageTransform
     preprocess_ms: float
+
+
+def _finite(detection: Detection) -> bool:
+    box = detection.box
+    return math.isfinite(detection.score + box.x1 + box.y1 + box.x2 + box.y2)  # a NaN or Inf anywhere stays one
 
 
 class Detector:
@@ -151,6 +157,12 @@ class Detector:
             self.spec, transform, report.conf, report.iou, report.max_detections, quantization=self._quant_context
         )
         detections = self._decode(outputs, context)
+        if not all(_finite(d) for d in detections):
+            # NaN or Inf would reach JSON as tokens a browser's JSON.parse refuses, and mean nothing anyway
+            raise BackendError(
+                f"{self.backend.model_path} gave NaN or Inf for boxes or scores on {self.backend.engine}: a broken "
+                "model or conversion (check it with `edge models verify`, or run the float model)"
+            )
         wanted = report.wanted
         if wanted is None:
             return detections
