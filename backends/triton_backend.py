@@ -208,15 +208,20 @@ class TritonBackend(Backend):
         return self.extensions is None or extension in self.extensions
 
     def run(self, tensor: np.ndarray) -> list[np.ndarray]:
+        failure: BackendError | None = None
         try:
             with self.times.request():
                 outputs = self._shared(tensor) if self.memory == "system" else self._sent(tensor)
-        except BackendError:
-            raise
+        except BackendError as exc:
+            failure = exc.with_traceback(None)
         except Exception as exc:  # noqa: BLE001 - tritonclient's errors and the network's, said in one line
             if self.memory == "system" and "shared memory" in str(exc).lower():
                 self._lane().registered = False  # a restarted server forgot the regions: registered again
-            raise server_error(self.reference, exc) from None
+            failure = server_error(self.reference, exc)
+        if failure is not None:
+            # raised here, out of the handler: no context or traceback into the request's frames, whose 2 MB
+            # bodies an error kept alive (80 MB while a server kept failing, until the garbage collector ran)
+            raise failure
         if self.offers("statistics"):
             self.times.poll(self.server)
         return outputs

@@ -657,6 +657,15 @@ def _engine_death(how: str) -> Callable[[], Row]:
     return case
 
 
+def _hostile_server(how: str) -> Callable[[], Row]:
+    def case() -> Row:
+        from benchmarks.server_faults import server_fault_case
+
+        return server_fault_case(how)
+
+    return case
+
+
 CASES = {
     "slow-bodies": slow_unauthenticated_bodies_case,
     "guessing": token_guessing_case,
@@ -664,6 +673,8 @@ CASES = {
     "engine-abort": _engine_death("abort"),
     "engine-segfault": _engine_death("segfault"),
     "engine-hang": _engine_death("hang"),
+    **{f"server-{how}": _hostile_server(how) for how in ("none", "flood", "flood-chunked", "trickle", "never", "reset")},
+    **{f"server-{how}": _hostile_server(how) for how in ("wrong-shape", "nan", "error")},
 }
 
 

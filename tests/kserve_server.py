@@ -128,24 +128,26 @@ def handler_for(model: KServeModel) -> type[BaseHTTPRequestHandler]:
                 return
             inputs = _read_request(self)
             if model.misbehave in TRANSPORT:
-                self._misbehave(json.dumps({"model_name": model.name, "outputs": model.infer(inputs)}).encode())
+                self._misbehave(lambda: json.dumps({"model_name": model.name, "outputs": model.infer(inputs)}).encode())
                 return
             outputs = model.infer(inputs)
             self._answer(200, {"model_name": model.name, "model_version": "1", "outputs": outputs})
 
-        def _misbehave(self, answer: bytes) -> None:
+        def _misbehave(self, answer: Callable[[], bytes]) -> None:
+            """`answer` is made only where a misbehaviour sends (part of) it."""
             how = model.misbehave
             if how == "never":
                 model.released.wait(120)
             elif how == "trickle":
-                self._trickle(answer)
+                self._trickle(answer())
             elif how == "flood":
                 self._flood({"Content-Length": str(FLOOD_BYTES)}, lambda block: block)
             elif how == "flood-chunked":
                 self._flood({"Transfer-Encoding": "chunked"}, lambda block: b"%x\r\n%s\r\n" % (len(block), block))
             elif how == "reset":
-                self._head(200, {"Content-Length": str(len(answer))})
-                self.wfile.write(answer[: len(answer) // 2])
+                whole = answer()
+                self._head(200, {"Content-Length": str(len(whole))})
+                self.wfile.write(whole[: len(whole) // 2])
                 self.wfile.flush()
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.connection.close()  # with no linger: a reset, not an end

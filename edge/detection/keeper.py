@@ -193,7 +193,10 @@ class DetectorKeeper:
             return None
         if error is not None:
             self._failing(detector, error)
-            raise error
+            try:
+                raise error
+            finally:
+                del error  # no cycle through this frame: it would hold the frame's tensors until the GC ran
         self._failed_in_row = 0
         if self._said_failing:
             with self._lock:

@@ -90,7 +90,11 @@ class InferenceScheduler:
         if lane is not None:
             self._run_batch(batch, lane)
         if request.error is not None:
-            raise request.error
+            error, request.error = request.error, None
+            try:
+                raise error
+            finally:
+                del error  # this frame, in the error's traceback, keeps no reference back to it: no cycle to wait on
         assert request.outputs is not None
         return request.outputs, request.run_ms
 
@@ -132,6 +136,7 @@ class InferenceScheduler:
                 request.wake.notify()
             if self._queue:
                 self._queue[0].wake.notify()
+        del error, batch  # an error's traceback holds this frame: no cycle back to it and the requests' tensors
 
     def _count(self, request: _Request, started: float, finished: float, ok: bool) -> None:
         stats = self.stats
