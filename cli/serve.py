@@ -119,6 +119,7 @@ def serve(
     config = with_environment(_config(config_path, source, server, kwargs), settings, flags=server.keys())
     level = max(logging.WARNING, logging.getLevelName(log_level.upper())) if check else log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.captureWarnings(True)  # numpy's overflow warnings and the like: log lines (time, level, masked), not raw
     for line in config.notes:
         click.echo(f"note: {line}", err=True)
     if check:

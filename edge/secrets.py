@@ -116,14 +116,17 @@ def mask_url(url: str) -> str:
 # (`(b'authorization', b'Bearer ...')`, `'cookie': '...'`), a bearer credential in free text.
 _QUERY_PARAM = re.compile(r"(?<=[?&;])([A-Za-z0-9_.%-]+)=([^&;\s'\"<>`]*)")
 _SECRET_HEADER = re.compile(
-    r"(?i)([\'\"]?(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-auth-token)[\'\"]?\s*[,:=]\s*b?)"
+    r"(?i)([\'\"]?(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-auth-token|sec-websocket-protocol)"
+    r"[\'\"]?\s*[,:=]\s*b?)"
     r"([\'\"])(.*?)(\2)"
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}")
 # A header dumped unquoted, as the websockets library's debug log writes a handshake: `< cookie: edge_token=...`
 _HEADER_LINE = re.compile(
-    r"(?im)^([<>]?\s*(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-auth-token)\s*:\s*)(\S.*)$"
+    r"(?im)^([<>]?\s*(?:authorization|proxy-authorization|cookie|set-cookie|x-api-key|x-auth-token"
+    r"|sec-websocket-protocol)\s*:\s*)(\S.*)$"
 )
+SECRET_HEADER_WORDS = ("authorization", "cookie", "x-api-key", "x-auth-token", "sec-websocket-protocol")
 _TOKEN_COOKIE = re.compile(r"\b(edge_token=)([^;\s'\"]+)")  # the service's own cookie, wherever it is written
 
 
@@ -148,7 +151,10 @@ def mask_text(text: str) -> str:
     if "=" in text and ("?" in text or "&" in text):
         text = _QUERY_PARAM.sub(_mask_param, text)
     lowered = text.lower()
-    if any(word in lowered for word in ("authorization", "cookie", "x-api-key", "x-auth-token")):
+    # a WebSocket client may carry its token as a subprotocol (browsers can set no other header on a WebSocket)
+    if any(
+        word in lowered for word in ("authorization", "cookie", "x-api-key", "x-auth-token", "sec-websocket-protocol")
+    ):
         text = _SECRET_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}{m.group(4)}", text)
         text = _HEADER_LINE.sub(lambda m: f"{m.group(1)}{MASK}", text)
     if "edge_token=" in text:

@@ -23,6 +23,7 @@ from edge_inference.service import api, deepstack, errors, events_api
 from edge_inference.service.access import AccessMiddleware, AccessPolicy
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.flush_clock import FlushClock
+from edge_inference.service.framing import FramingGuard
 from edge_inference.service.limits import ClientSlots, UploadGate
 from edge_inference.service.metrics import ServiceMetrics
 from edge_inference.service.proxy import ForwardedPrefix
@@ -77,7 +78,8 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.state.websockets = 0  # open WebSockets: shutdown lets them close with 1001 before uvicorn's 1012
     app.state.shutdown = asyncio.Event()  # replaced in the lifespan, on the serving loop
     errors.install(app)
-    # Outermost last: Host check, then Origin and token, then CORS when configured, then a proxy's sub-path.
+    # Outermost last: ambiguous framing refused, Host check, then Origin and token, then CORS when configured, then a
+    # proxy's sub-path.
     # (Slow clients: server.py.)
     app.add_middleware(ForwardedPrefix)
     if config.server.cors_origins:
@@ -89,6 +91,7 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
         )
     app.add_middleware(AccessMiddleware, policy=access, body_s=config.server.send_timeout_s)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
+    app.add_middleware(FramingGuard)  # outermost: an ambiguous request reaches nothing (framing.py)
     _declare_unknown_streams(api.router)
     app.include_router(api.router, prefix=API_PREFIX)
     # a plain GET there is answered with how to connect, not "nothing at" (errors.py)

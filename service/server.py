@@ -165,7 +165,7 @@ MAX_URL_BYTES = 8 * 1024
 MAX_HEADER_BYTES = 32 * 1024  # all of a request's header lines together (nginx: 4 x 8 KiB)
 MAX_HEADERS = 100
 MAX_PIPELINED = 16  # requests parsed and waiting behind the one being answered, on one connection
-STATUS_TEXT = {414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+STATUS_TEXT = {400: b"Bad Request", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
 
 
 def _httptools_protocol() -> type[_Guards]:
@@ -187,6 +187,9 @@ def _httptools_protocol() -> type[_Guards]:
 
         def on_url(self, url: bytes) -> None:
             if self.transport.is_closing():
+                return
+            if not self.url and url[:1] not in (b"/", b"*"):  # uvicorn keeps only an absolute URI's path
+                self._refuse(400, "a request's target is a path, not an absolute URI (service/framing.py)")
                 return
             if len(self.url) + len(url) > MAX_URL_BYTES:
                 self._refuse(414, f"the request's target is over {MAX_URL_BYTES // 1024} KiB")

@@ -5,8 +5,9 @@ import logging
 
 import httpx
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Subprotocol
 
 from edge_inference.edge.secrets import (
     install_log_masking,
@@ -111,6 +112,10 @@ def test_the_api_token_never_reaches_the_log_at_any_level(tmp_path):
             f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws", open_timeout=60, additional_headers=cookie
         ) as websocket:
             websocket.recv(timeout=60)
+        # the token as a subprotocol (a browser's WebSocket can set no other header): refused, and never in clear
+        with contextlib.suppress(InvalidStatus, InvalidHandshake):
+            connect(f"ws://127.0.0.1:{server.port}/api/v1/streams/main/ws", open_timeout=60,
+                    subprotocols=[Subprotocol(token)]).close()  # fmt: skip
         # the dashboard's ?token= swapped for the cookie; DeepStack's api_key in a form, right and wrong
         assert httpx.get(f"{server.base}/?token={token}", timeout=30).status_code == 303
         for key in (token, wrong):

@@ -347,3 +347,45 @@ def test_pipelined_floods_and_huge_headers_are_bounded_on_either_parser(tmp_path
         long_target = _answer_to(server.port, b"GET /" + b"a" * 2**20 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert long_target.startswith((b"HTTP/1.1 414 ", b"HTTP/1.1 400 ")), long_target[:200]
         assert server.client.get("/health/live").status_code == 200
+
+
+def _answer_then_closed(port: int, request: bytes) -> tuple[bytes, bool]:
+    """What the server answered, and whether it closed the connection after (rather than keep it for more)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(60)
+        sock.sendall(request)
+        said = b""
+        try:
+            while chunk := sock.recv(65536):
+                said += chunk
+        except TimeoutError:
+            return said, False
+        except OSError:  # reset after the answer: closed too
+            pass
+        return said, True
+
+
+AMBIGUOUS = {
+    "two Host headers": b"GET /health/live HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n",
+    "Content-Length and Transfer-Encoding": (
+        b"POST /api/v1/detect HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\n"
+    ),
+    "an absolute URI naming another host": b"GET http://evil.example/health/live HTTP/1.1\r\nHost: localhost\r\n\r\n",
+}
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_ambiguous_framing_is_refused_and_its_connection_closed_on_either_parser(tmp_path, parser):
+    """Two Host headers (one allowed, one not) and an absolute-form URI naming another host were answered 200; h11
+    read a request with both Content-Length and Transfer-Encoding and kept the connection open for the next."""
+    config = tmp_path / "streams.yaml"
+    config.write_text(f"server:\n  http: {parser}\nstreams:\n  - id: main\n    source: {VTEST}\n    loop: true\n")
+    with running_server(["--config", str(config)], tmp_path / "log") as server:
+        server.wait_until("/health/live")
+        for case, request in AMBIGUOUS.items():
+            said, closed = _answer_then_closed(server.port, request)
+            assert said.startswith(b"HTTP/1.1 400 ") and closed, (case, said[:300])
+        plain = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        assert _answer_then_closed(server.port, plain)[0].startswith(b"HTTP/1.1 200 ")  # a plain one: answered
