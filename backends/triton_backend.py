@@ -234,7 +234,8 @@ class TritonBackend(Backend):
         request.set_data_from_numpy(np.ascontiguousarray(tensor), **binary)
         wanted = [module.InferRequestedOutput(t.name, **binary) for t in self.outputs]
         result = self.server.infer([request], wanted, self._answer_bound)
-        return [self._checked(t, result.as_numpy(t.name)) for t in self.outputs]
+        read = _grpc_output if self.reference.protocol == "grpc" else _http_output
+        return [self._checked(t, read(result, t.name)) for t in self.outputs]
 
     def _checked(self, declared: TensorInfo, found: np.ndarray | None) -> np.ndarray:
         """An output as the model's metadata declared it, or one line naming the server, the model and what was
@@ -340,6 +341,33 @@ class TritonBackend(Backend):
 
 
 TRITON_TYPES = {np.dtype(known): name for name, known in DTYPES.items()}
+# where a gRPC answer without raw contents holds each type's values (the protocol's InferTensorContents)
+TYPED_CONTENTS = {
+    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents",
+}  # fmt: skip
+
+
+def _http_output(result: Any, name: str) -> np.ndarray | None:
+    found: np.ndarray | None = result.as_numpy(name)
+    return found
+
+
+def _grpc_output(result: Any, name: str) -> np.ndarray | None:
+    """An output of a gRPC answer: its raw contents (Triton, MLServer), or the typed contents the protocol allows
+    instead (KServe's model server), which tritonclient's `as_numpy` reads as empty."""
+    answer = result.get_response()
+    if answer.raw_output_contents:
+        return _http_output(result, name)  # the same reading as HTTP's: tritonclient's
+    for output in answer.outputs:
+        if output.name == name:
+            field = TYPED_CONTENTS.get(output.datatype)
+            if field is None or output.datatype not in DTYPES:
+                return np.empty(0, object)  # BYTES or a type no decoder reads: said by the check as a wrong type
+            values: np.ndarray = np.asarray(getattr(output.contents, field), DTYPES[output.datatype])
+            return values.reshape([int(d) for d in output.shape])
+    return None
 
 
 def _triton_type(dtype: np.dtype) -> str:

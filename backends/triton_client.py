@@ -11,6 +11,7 @@ thread, but through gevent's hub, which the service's threads do not run.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import threading
 from collections.abc import Mapping
@@ -122,6 +123,7 @@ class ServerClient:
             import tritonclient.http as module
         self.module = module
         self._channel: Any = None  # gRPC: one client, one channel for every thread; made at the first call
+        self._request_ids = itertools.count(1)
         self._max_receive: int | None = None  # gRPC: the longest answer taken, once the outputs are known
         self._inference = HttpInference(reference.host, reference.port, reference.tls, ca_file, timeout_s)
 
@@ -225,14 +227,22 @@ class ServerClient:
         """One inference. gRPC: a deadline for the call, and answers bounded by the channel's receive limit
         (`bound_answers`). HTTP: sent and read here (triton_http.py), as tritonclient's client has neither."""
         ref = self.reference
+        # an id on every request: optional in the protocol, but KServe's server (0.21) fails an answer without one
+        request_id = str(next(self._request_ids))
         if ref.protocol == "grpc":
             return self.client.infer(
-                ref.model, inputs, ref.version, outputs=outputs, headers=self.headers, **self._timeout()
-            )
-        body, json_size = self.module.InferenceServerClient.generate_request_body(inputs, outputs=outputs)
+                ref.model, inputs, ref.version, outputs=outputs, request_id=request_id, headers=self.headers,
+                **self._timeout(),
+            )  # fmt: skip
+        body, json_size = self.module.InferenceServerClient.generate_request_body(
+            inputs, outputs=outputs, request_id=request_id
+        )
         headers = dict(self.headers or {})
-        if json_size is not None:
+        if json_size is not None:  # JSON, then binary tensors (Triton's extension)
             headers["Inference-Header-Content-Length"] = str(json_size)
+            headers.setdefault("Content-Type", "application/octet-stream")
+        else:  # the protocol's JSON alone: said so (KServe's server reads a body of another type as binary)
+            headers.setdefault("Content-Type", "application/json")
         version = f"/versions/{quote(ref.version)}" if ref.version else ""
         path = f"/v2/models/{quote(ref.model)}{version}/infer"
         answer, said = self._inference.infer(path, body, headers, max_bytes)

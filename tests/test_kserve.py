@@ -253,3 +253,30 @@ def test_a_grpc_server_that_answers_wrong_is_one_line_with_memory_bounded(grpc_s
     finally:
         model.misbehave = "none"
         backend.close()
+
+
+# --- KServe's own Python model server (tests/kserve_python.py) -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kserve_python(tmp_path_factory):
+    from tests.kserve_python import KServeServer
+
+    server = KServeServer(tmp_path_factory.mktemp("kserve") / "kserve.log", "yolox_nano", YOLOX).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_kserves_own_server_gives_the_local_engines_detections_over_either_protocol(kserve_python, protocol):
+    """KServe 0.21 answers gRPC in typed contents (tritonclient's `as_numpy` read them as empty: "cannot reshape
+    array of size 0"), reads a body without a JSON Content-Type as binary, and fails a request without an id."""
+    from tests.helpers import run_edge
+    from tests.test_triton import PHOTOS, assert_same_detections, records
+
+    remote = run_edge("detect", *PHOTOS, "--model", getattr(kserve_python, protocol)(), "--json")
+    local = run_edge("detect", *PHOTOS, "--model", str(YOLOX), "--backend", "onnx", "--json")
+    found = records(remote)
+    assert any(d["label"] == "cat" for d in found[0]["detections"])
+    assert_same_detections(found, records(local))
