@@ -1,7 +1,7 @@
 """The gRPC side of tests/kserve_server.py: an Open Inference Protocol server of our own over gRPC (the protocol's
 `inference.GRPCInferenceService`, from the service definition tritonclient ships), with only its required methods
 (every other answers UNIMPLEMENTED, as grpcio's base servicer does), running the same real model, and told to
-misbehave: far too large an answer, none at all, a wrong shape, NaN."""
+misbehave: far too large an answer, none at all, a wrong shape or type, an output missing, NaN, Inf, an error."""
 
 from __future__ import annotations
 
@@ -56,18 +56,25 @@ class Servicer(rpc.GRPCInferenceServiceServicer):
         how = self.model.misbehave
         if how == "never":
             self.model.released.wait(120)
+        if how == "error":
+            context.abort(grpc.StatusCode.INTERNAL, "the model crashed on the GPU")
         answer = pb.ModelInferResponse(model_name=self.model.name, model_version="1")
         session = self.model.session
         for arg, value in zip(session.get_outputs(), session.run(None, feeds), strict=True):
+            if how == "missing":
+                continue
             if how == "wrong-shape":
                 value = value.reshape(-1)[: value.size // 2]
-            if how == "nan":
+            if how in ("nan", "inf"):
                 value = value.copy()
-                value.reshape(-1)[::7] = np.nan
-            raw = value.astype(np.float32).tobytes()
+                value.reshape(-1)[::7] = np.nan if how == "nan" else np.inf
+            datatype, raw = "FP32", value.astype(np.float32).tobytes()
             if how == "oversize":
                 raw = bytes(OVERSIZE_BYTES)
-            answer.outputs.add(name=arg.name, datatype="FP32", shape=list(value.shape))
+            if how == "bytes":  # BYTES: each element a 4-byte length and its characters
+                datatype, value = "BYTES", value.reshape(-1)[:4]
+                raw = b"".join(len(t).to_bytes(4, "little") + t for t in (b"0.5",) * value.size)
+            answer.outputs.add(name=arg.name, datatype=datatype, shape=list(value.shape))
             answer.raw_output_contents.append(raw)
         return answer
 

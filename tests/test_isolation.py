@@ -496,3 +496,22 @@ def test_one_chip_has_one_owner_whatever_its_device_setting_says(tmp_path, monke
     fake_devices.usb_device(tmp_path, "1-2", "18d1", "9302", "5000")
     assert chip_owner("edgetpu", BackendOptions("usb:0")) != chip_owner("edgetpu", BackendOptions("usb:1"))
     assert chip_owner("onnx", BackendOptions("cuda:0")) is None  # a process per model: no chip to share
+
+
+@pytest.mark.process
+def test_a_stream_whose_engine_hangs_while_loading_says_so_and_the_other_stream_goes_on(tmp_path, crashy_site):
+    """SIGSTOP on a worker while it loaded held its stream down for as long as it was stopped, health saying
+    "starting it again now": a stream's `load_timeout_s` ends the load, and the load is tried again with backoff."""
+    config = _service_config(tmp_path, "hang-loading", after=1, load_timeout_s=3)
+    with running_server(["--config", str(config)], tmp_path / "log", env=_importing(crashy_site)) as server:
+        server.wait_until("/health/live")
+        said = "had not loaded yolox_nano.onnx after 3 s (a driver or device that hangs)"
+        wait_for(
+            lambda: said in (server.client.get("/api/v1/streams/crashy").json().get("error") or ""),
+            "the hung load's line", timeout=120, seen=lambda: server.client.get("/api/v1/streams/crashy").json(),
+        )  # fmt: skip
+        steady = server.client.get("/api/v1/stats").json()["streams"]["steady"]["frames_processed"]
+        wait_for(lambda: server.client.get("/api/v1/stats").json()["streams"]["steady"]["frames_processed"] > steady,
+                 "the steady stream's frames", timeout=60)  # fmt: skip
+        assert "retrying in" in server.client.get("/api/v1/streams/crashy").json()["error"]
+        assert "Traceback" not in server.log

@@ -231,7 +231,11 @@ def grpc_server():
         ("never", "took longer than timeout_s to answer the request for yolox_nano"),
         ("oversize", "Received message larger than max (483"),
         ("wrong-shape", "output of shape [150832] where its metadata declares [1, 3549, 85]"),
+        ("bytes", "as object where its metadata declares float32"),
+        ("missing", "without its output output"),
         ("nan", "with NaN or Inf in output"),
+        ("inf", "with NaN or Inf in output"),
+        ("error", "the model crashed on the GPU"),
     ],
 )
 def test_a_grpc_server_that_answers_wrong_is_one_line_with_memory_bounded(grpc_server, misbehave, said):

@@ -83,6 +83,10 @@ class StreamConfig(ConfigModel):
     # An inference that has not returned for this long marks the detector stuck; it is reloaded (Frigate: 10 s).
     # On a slow device the limit is 10x what an inference normally takes there, when that is longer.
     inference_timeout_s: float = Field(default=10, gt=0)
+    # An engine in a process of its own (an accelerator's) that has not loaded the model by then is killed and loaded
+    # again with the usual backoff: a driver that hangs on a device would hold the stream in `loading` for ever.
+    # Generous: a TensorRT engine's first build on a Jetson takes minutes.
+    load_timeout_s: float = Field(default=900, gt=0)
     # Boxes to events: a tracker gives every detection a track_id; zones and lines count; events are stored.
     tracking: TrackingConfig | None = None
     zones: list[ZoneConfig] = Field(default_factory=list)  # polygons: objects in them counted, events limited

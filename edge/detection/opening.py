@@ -58,6 +58,7 @@ class DetectorConfig:
     # where the engine runs: auto, process (a child of its own), thread (this process); by engine where auto
     isolation: str = "auto"
     engine_isolation: Mapping[str, str] = field(default_factory=dict)
+    load_timeout_s: float = 900.0  # an engine of its own process killed past this while loading (BackendOptions)
 
     def __post_init__(self) -> None:
         # `ONNX`, `Auto`: the engine's key in any case, as devices are read (`cpu`, `CPU`)
@@ -118,6 +119,7 @@ def plan_opening(
         get_engine(key).parse_options(config.engine_options.get(key, {})),  # typed, as the engine's load takes it
         settings.model_cache,
         isolation=isolation_of(config),
+        load_deadline_s=config.load_timeout_s,
     )
     return Opening(config, file.name, path, overrides, options, planned if measured else None)
 

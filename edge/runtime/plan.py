@@ -89,6 +89,7 @@ def detector_config(stream: StreamConfig) -> DetectorConfig:
         allow_fallback=stream.fallback,
         engine_options=stream.engine_options,
         isolation=stream.isolation,
+        load_timeout_s=stream.load_timeout_s,
         overrides=SpecOverrides(labels=str(stream.labels) if stream.labels else None, color=stream.color),
         # a camera's engine waits between frames, and a file's lanes run one thread each: nothing to spin for
         back_to_back=False,
