@@ -673,7 +673,9 @@ CASES = {
     "engine-abort": _engine_death("abort"),
     "engine-segfault": _engine_death("segfault"),
     "engine-hang": _engine_death("hang"),
-    **{f"server-{how}": _hostile_server(how) for how in ("none", "flood", "flood-chunked", "trickle", "never", "reset")},
+    **{
+        f"server-{how}": _hostile_server(how) for how in ("none", "flood", "flood-chunked", "trickle", "never", "reset")
+    },
     **{f"server-{how}": _hostile_server(how) for how in ("wrong-shape", "nan", "error")},
 }
 
@@ -682,11 +684,16 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", nargs="+", choices=[*CASES, "stalled-disk"], help="these cases alone")
+    doors = ("doors-httptools", "doors-h11")  # several rows each (door_faults.py)
+    parser.add_argument("--only", nargs="+", choices=[*CASES, "stalled-disk", *doors], help="these cases alone")
     only = parser.parse_args().only
     rows: list[Row] = []
     if only:
         rows = [CASES[name]() for name in only if name in CASES]
+        for name in (n for n in only if n in doors):
+            from benchmarks.door_faults import door_cases
+
+            rows += door_cases(name.removeprefix("doors-"))
         if "stalled-disk" in only:
             with tempfile.TemporaryDirectory() as folder:
                 row = stalled_disk_case(Path(folder))
