@@ -300,13 +300,20 @@ class TritonBackend(Backend):
         return lane
 
     def _register(self, lane: _Lane) -> None:
+        """Both of a lane's regions, or neither: an input region registered before the output's was refused stayed
+        on the server, as nothing marked it registered to unregister (seen as a stray `-in` region)."""
+        done: list[str] = []
         for name, size in zip(lane.names, lane.sizes, strict=True):
             try:
                 self.server.register_memory(name, "/" + name, size)
             except Exception as exc:
                 # the name holds this process's id and lane: a region the server already has under it is this one
                 if "already" not in str(exc).lower():
+                    for registered in done:
+                        with contextlib.suppress(Exception):
+                            self.server.unregister_memory(registered)
                     raise
+            done.append(name)
         lane.registered = True
 
     def timing_split(self) -> dict[str, float] | None:
