@@ -4,24 +4,20 @@ from the package registry (about 45 s), on free loopback ports, HTTP and gRPC; s
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.server import free_ports
+from tests.v2_server import V2Process
 
 RUNTIME = Path(__file__).resolve().parent / "kserve_runtime" / "onnx_detector.py"
 PACKAGES = ["kserve==0.21.0", "onnxruntime>=1.17"]
-READY_WITHIN_S = 120.0
 
 
 def environment() -> Path:
@@ -48,9 +44,9 @@ def require_kserve() -> Path:
 
 class KServeServer:
     def __init__(self, log: Path, name: str, model: Path) -> None:
-        self.log, self.name, self.model = log, name, model
+        self.name, self.model = name, model
         self.http_port, self.grpc_port = free_ports(2)
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process = V2Process("KServe", log, self.http_port, [name])
 
     def http(self) -> str:
         return f"triton://127.0.0.1:{self.http_port}/{self.name}"
@@ -60,34 +56,8 @@ class KServeServer:
 
     def start(self) -> KServeServer:
         command = [str(require_kserve()), str(RUNTIME), self.name, str(self.model)]
-        command += [str(self.http_port), str(self.grpc_port)]
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + READY_WITHIN_S
-        while not self._ready():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"KServe did not come up; its log: {self.log.read_text()[-2000:]}")
-            time.sleep(0.3)
+        self.process.start([*command, str(self.http_port), str(self.grpc_port)])
         return self
 
-    def _ready(self) -> bool:
-        try:
-            url = f"http://127.0.0.1:{self.http_port}/v2/models/{self.name}/ready"
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            return False
-
     def stop(self) -> None:
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-        self.process = None
+        self.process.stop()

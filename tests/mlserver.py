@@ -7,24 +7,20 @@ statistics, shared memory or binary tensors.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.server import free_ports
+from tests.v2_server import V2Process
 
 RUNTIME = Path(__file__).resolve().parent / "mlserver_runtime"
 PACKAGES = ["mlserver==1.7.1", "onnxruntime>=1.17"]
-READY_WITHIN_S = 120.0
 V2_TYPES = {"tensor(float)": "FP32", "tensor(uint8)": "UINT8", "tensor(int64)": "INT64"}
 
 
@@ -64,7 +60,7 @@ class MLServer:
     def __init__(self, folder: Path, models: dict[str, Path]) -> None:
         self.folder, self.models = folder, models
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process = V2Process("MLServer", folder / "mlserver.log", self.http_port, list(models))
 
     def http(self, model: str) -> str:
         return f"triton://127.0.0.1:{self.http_port}/{model}"
@@ -93,39 +89,8 @@ class MLServer:
     def start(self) -> MLServer:
         command = require_mlserver()
         self._write_repository()
-        env = {**os.environ, "PYTHONPATH": str(RUNTIME)}
-        log = open(self.folder / "mlserver.log", "ab")  # noqa: SIM115 - the server's for as long as it runs
-        with log:
-            self.process = subprocess.Popen(
-                [str(command), "start", str(self.folder)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + READY_WITHIN_S
-        while not all(self._ready(name) for name in self.models):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                said = (self.folder / "mlserver.log").read_text()[-2000:]
-                raise RuntimeError(f"MLServer did not come up; its log: {said}")
-            time.sleep(0.3)
+        self.process.start([str(command), "start", str(self.folder)], {**os.environ, "PYTHONPATH": str(RUNTIME)})
         return self
 
-    def _ready(self, model: str) -> bool:
-        try:
-            url = f"http://127.0.0.1:{self.http_port}/v2/models/{model}/ready"
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            return False
-
     def stop(self) -> None:
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
-        self.process = None
+        self.process.stop()
