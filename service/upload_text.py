@@ -19,6 +19,8 @@ _SNIFF_BYTES = 1024
 _URL_SAFE = bytes.maketrans(b"-_", b"+/")
 SEND_AS = "send the image's bytes as the body (curl --data-binary @photo.jpg) or as a file (curl -F image=@photo.jpg)"
 NO_FETCH = f"the service does not fetch images from URLs (a client could make it reach any address): {SEND_AS}"
+# how the images the service reads begin: JPEG, PNG, GIF, BMP, TIFF (both byte orders), WebP and AVIF (RIFF, ISO box)
+IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF", b"\x00\x00\x00")
 # where clients put an image's URL: Roboflow's hosted API takes `?image=https://...` with an empty body
 URL_PARAMETERS = ("image", "url", "image_url")
 
@@ -38,12 +40,19 @@ def image_bytes(body: bytes, content_type: str) -> bytes:
         return _from_data_url(body.strip())
     if head and _BASE64_TEXT.fullmatch(b"".join(head.split())[: _SNIFF_BYTES // 2]):
         return _from_base64(body)
-    if content_type.startswith("application/x-www-form-urlencoded"):
-        # curl -d @photo.jpg sends a binary file as form text, dropping its line-break bytes: the image is damaged
+    if content_type.startswith("application/x-www-form-urlencoded") and not _whole_image(body):
+        # curl -d @photo.jpg sends a binary file as form text, dropping its line-break bytes: the image is damaged.
+        # curl --data-binary declares the same type without -H, and its bytes are whole: the bytes say which
         raise HTTPException(
             415, f"the body was sent as form text (curl -d), which damages a binary image on the way: {SEND_AS}"
         )
     return body
+
+
+def _whole_image(body: bytes) -> bool:
+    """An image's bytes as they were: they begin as an image does and still hold the line-break bytes that curl -d
+    drops (a photo's compressed data holds some in every few hundred bytes)."""
+    return body.startswith(IMAGE_MAGIC) and b"\n" in body
 
 
 def _from_base64(text: bytes | str) -> bytes:

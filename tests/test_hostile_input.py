@@ -228,6 +228,12 @@ def test_an_image_sent_as_text_is_read_and_what_cannot_be_is_named(photo_jpeg):
             answer = client.post("/api/v1/detect", content=body, headers=headers)
             assert answer.status_code == status and fragment in answer.json()["detail"], answer.text[:300]
             assert "curl --data-binary @photo.jpg" in answer.json()["detail"] or status == 413
+        # `curl --data-binary @photo.jpg` without -H declares form text too, but its bytes are whole: read as an image
+        # (it was refused, telling the user to run the very command they ran)
+        whole = client.post(
+            "/api/v1/detect", content=photo_jpeg, headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        assert whole.status_code == 200 and whole.json()["detections"] == expected, whole.text[:300]
         # Roboflow's hosted API takes the URL in the query with an empty body: "the file is empty" said nothing of it
         by_query = client.post("/api/v1/detect", params={"image": "https://example.com/cat.jpg"})
         assert by_query.status_code == 415 and "does not fetch images from URLs" in by_query.json()["detail"]
