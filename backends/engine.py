@@ -140,11 +140,21 @@ def serving_engine(model: str) -> Engine | None:
     return None
 
 
+# files a user may give --model by mistake (the image or video meant for the source), said as what they are
+NOT_MODELS = dict.fromkeys((".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".heic"), "an image")
+NOT_MODELS |= dict.fromkeys((".mp4", ".avi", ".mkv", ".mov", ".webm", ".h264"), "a video")
+
+
 def choose(path: Path) -> Choice:
     """The best engine this machine has for a model file, and why (`--backend auto`)."""
     offers = [(offer, key) for key, engine in engines().items() if (offer := engine.rank(path)) is not None]
     if not offers:
         readers = [key for key, engine in engines().items() if engine.reads(path.name)]
+        if not readers and path.suffix.lower() in NOT_MODELS:
+            raise BackendError(
+                f"{path.name} is {NOT_MODELS[path.suffix.lower()]}, not a model: give --model a model file (.onnx, "
+                ".tflite, an OpenVINO .xml, .hef, .rknn) or a registry name (`edge models list`)"
+            )
         raise BackendError(
             f"no installed engine can run {path.name}"
             + (f"; {', '.join(readers)} would: see `edge backends` for how to install" if readers else "")

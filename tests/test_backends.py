@@ -292,3 +292,12 @@ def test_openvino_sends_nothing_home_and_writes_nothing_in_the_users_home(tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "openvino.tools.ovc.telemetry_stub"
     assert sorted(p.name for p in tmp_path.rglob("*")) == []
+
+
+@pytest.mark.parametrize(("name", "what"), [("cat_720p.jpg", "an image"), ("vtest.avi", "a video")])
+def test_an_image_or_video_given_as_the_model_is_said_to_be_no_model(name, what):
+    """`--model photo.jpg` (the source meant) said "no installed engine can run it", as if one could be installed."""
+    from edge_inference.backends.engine import choose
+
+    with pytest.raises(BackendError, match=rf"{name} is {what}, not a model: give --model a model file"):
+        choose(Path(name))
