@@ -11,11 +11,11 @@ import sys
 
 
 def main() -> None:
-    from edge_inference.cli.app import cli
-    from edge_inference.edge.secrets import install_log_masking
+    try:  # Ctrl-C in the second it takes to import (a Pi's SD card) printed a 30-line traceback: the exit code alone
+        from edge_inference.cli.app import cli
+        from edge_inference.edge.secrets import install_log_masking
 
-    install_log_masking()  # no log line of any library shows a password from a URL
-    try:
+        install_log_masking()  # no log line of any library shows a password from a URL
         cli.main(standalone_mode=True)
     except KeyboardInterrupt:
         sys.exit(130)

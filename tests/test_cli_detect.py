@@ -457,3 +457,22 @@ def test_a_video_shows_its_progress_on_a_terminal_and_nowhere_else(tmp_path):
     assert len(out.splitlines()) == 30 and all(line.startswith("{") for line in out.splitlines())
     logged = run_edge("detect", str(clip), *model)
     assert logged.returncode == 0 and "/30 [" not in logged.stderr and "\r" not in logged.stderr, logged.stderr
+
+
+def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(monkeypatch, capsys):
+    """The interrupt arrives inside an import (here: as the command's own module is read), as a user's Ctrl-C in
+    the second `edge` takes to start on a Pi: exit status 130 and nothing printed, not 30 lines of traceback."""
+    import sys
+    import types
+
+    from edge_inference.cli import main
+
+    class Interrupted(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "edge_inference.cli.app", Interrupted("edge_inference.cli.app"))
+    with pytest.raises(SystemExit) as ended:
+        main()
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == ""
