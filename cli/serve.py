@@ -134,9 +134,10 @@ def serve(
     from edge_inference.service.app import create_app
     from edge_inference.service.server import make_server
 
+    # the port first: in use, it was said only once every model had been resolved (40 s with `auto` on a Pi)
+    listener = bind(config.server.host, config.server.port)
     app = create_app(config)  # checks every source, model name and token file before anything starts
     uvicorn_server = make_server(app, config, log_level)  # a parser asked for and not installed: said before the URLs
-    listener = bind(config.server.host, config.server.port)
     access = app.state.access
     if access.token is None and not is_loopback(config.server.host):
         click.echo(

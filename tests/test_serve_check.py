@@ -124,3 +124,18 @@ def _wait_connected(server, timeout: float = 60) -> None:
     while not server.client.get("/api/v1/stats").json()["events"]["mqtt_connected"]:
         assert time.monotonic() < deadline, server.log
         time.sleep(0.1)
+
+
+@pytest.mark.process
+def test_a_port_in_use_is_said_before_any_model_is_looked_at():
+    """The port was taken only once every model had been resolved: 40 s of loading before "in use" on a Pi. A model
+    that does not exist would be refused there; the busy port is said first."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_edge("serve", "--source", str(VTEST), "--model", "no-such-model", "--port", str(port))
+    assert proc.returncode != 0 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr, proc.stderr
+    assert "no-such-model" not in proc.stderr
