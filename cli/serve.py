@@ -96,6 +96,11 @@ def _urls(config: ServiceConfig, port: int, generated_token: str | None, has_tok
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="[default: 8080]")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 @click.option(
+    "--exit-at-end",
+    is_flag=True,
+    help="Stop the service once every source has ended (files played to their end, without --loop): for scripts.",
+)
+@click.option(
     "--check",
     is_flag=True,
     help="Do not serve: open each source once, load each engine and run it on that frame, ask the broker, look at "
@@ -109,6 +114,7 @@ def serve(
     port: int | None,
     log_level: str,
     check: bool,
+    exit_at_end: bool,
     **kwargs: Any,
 ) -> None:
     """Run detection on live sources and serve detections, video and metrics over HTTP."""
@@ -147,6 +153,10 @@ def serve(
         )
     generated = access.token if access.generated else None
     click.echo(_urls(config, listener.getsockname()[1], generated, access.token is not None), err=True)
+    if exit_at_end:
+        from edge_inference.cli.ending import stop_when_every_source_ended
+
+        stop_when_every_source_ended(app.state.manager, uvicorn_server)
     uvicorn_server.run(sockets=[listener])
 
 

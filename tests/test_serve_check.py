@@ -139,3 +139,19 @@ def test_a_port_in_use_is_said_before_any_model_is_looked_at():
         proc = run_edge("serve", "--source", str(VTEST), "--model", "no-such-model", "--port", str(port))
     assert proc.returncode != 0 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr, proc.stderr
     assert "no-such-model" not in proc.stderr
+
+
+@pytest.mark.process
+def test_a_file_that_ends_is_said_and_exit_at_end_gives_a_script_its_prompt_back(tmp_path):
+    """`edge serve` of a file kept serving after its end with health ok and nothing said: the log says the file
+    ended, and `--exit-at-end` stops the service then, with status 0."""
+    from tests.helpers import write_clip
+
+    clip = write_clip(VTEST, tmp_path / "short.avi", 12)
+    proc = run_edge(
+        "serve", "--source", str(clip), "--model", "ssd-mobilenet-v2", "--no-pace", "--exit-at-end", "--port", "0",
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "stream main: ended (the file played to its end" in proc.stderr
+    assert "every source has ended: stopping (--exit-at-end)" in proc.stderr and "Traceback" not in proc.stderr

@@ -211,7 +211,10 @@ class StreamPipeline:
         state = self.state
         if state != self._shown_state:
             self._shown_state, self.state_since = state, time.time()
-            log.info("stream %s: %s%s", self.stream_id, state, f" ({error})" if error else "")
+            said = f" ({error})" if error else ""
+            if state == "ended" and not error:
+                said = " (the file played to its end; its last results are still served; --exit-at-end stops then)"
+            log.info("stream %s: %s%s", self.stream_id, state, said)
         elif repeated:
             log.warning("stream %s: %s", self.stream_id, repeated)
 
