@@ -28,6 +28,7 @@ from edge_inference.backends.edgetpu_runtime import (
 from edge_inference.backends.engine import BackendStatus, Engine, Offer
 from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devices
 from edge_inference.backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
+from edge_inference.extras import install_extra
 
 LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
 INSTALL_LIBEDGETPU = f"{INSTALL_PAIR}; then unplug and replug the accelerator"
@@ -175,7 +176,7 @@ def rank(path: Path) -> Offer | None:
 ENGINE = Engine(
     key="edgetpu",
     formats=("_edgetpu.tflite",),
-    install=f"pip install './edge-inference[tflite]' and {INSTALL_PAIR.removeprefix('install ')}",
+    install=f"{install_extra('tflite')} and {INSTALL_PAIR.removeprefix('install ')}",
     probe=probe,
     load=load,
     rank=rank,

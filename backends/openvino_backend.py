@@ -26,6 +26,7 @@ from edge_inference.backends.base import (
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import intel_accelerators
 from edge_inference.backends.options import EngineOptions, parse_options
+from edge_inference.extras import install_extra
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO", "MYRIAD")
 DEVICE_HINTS = {
@@ -65,7 +66,7 @@ def import_openvino() -> Any:
     try:
         import openvino as ov
     except ImportError:
-        raise BackendError("OpenVINO is not installed: pip install 'edge-inference[openvino]'") from None
+        raise BackendError(f"OpenVINO is not installed: {install_extra('openvino')}") from None
     if hasattr(ov, "Core"):
         return ov
     from openvino import runtime as legacy  # OpenVINO <= 2022.3
@@ -337,7 +338,7 @@ ENGINE = Engine(
     key="openvino",
     formats=(".xml", ".onnx", ".tflite"),
     excludes=("_edgetpu.tflite",),
-    install="pip install './edge-inference[openvino]'",
+    install=install_extra("openvino"),
     probe=probe,
     load=load,
     rank=rank,

@@ -22,6 +22,7 @@ from edge_inference.backends.base import (
 )
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.held_stderr import held_stderr
+from edge_inference.extras import install_extra
 
 EDGETPU_OP = "edgetpu-custom-op"
 
@@ -35,7 +36,7 @@ def import_litert(prefer_tflite_runtime: bool = False) -> tuple[Any, Any, str]:
         found = runtime()
         if found is not None:
             return found
-    raise BackendError("TFLite needs LiteRT: pip install 'edge-inference[tflite]' (or ai-edge-litert)")
+    raise BackendError(f"TFLite needs LiteRT: {install_extra('tflite')} (or ai-edge-litert)")
 
 
 def _litert() -> tuple[Any, Any, str] | None:
@@ -171,7 +172,7 @@ ENGINE = Engine(
     key="tflite",
     formats=(".tflite",),
     excludes=("_edgetpu.tflite",),
-    install="pip install './edge-inference[tflite]' (ai-edge-litert)",
+    install=f"{install_extra('tflite')} (ai-edge-litert)",
     probe=probe,
     load=load,
     rank=rank,

@@ -27,9 +27,10 @@ from edge_inference.backends.options import EngineOptions, parse_options
 from edge_inference.backends.triton_client import ServerClient, TritonReference, names_server, parse_reference
 from edge_inference.backends.triton_http import answer_bound
 from edge_inference.backends.triton_times import ServerTimes
+from edge_inference.extras import install_extra
 
-INSTALL = "pip install './edge-inference[triton]' (NVIDIA's tritonclient, HTTP and gRPC)"
-EXTRA = "pip install 'edge-inference[triton]'"
+INSTALL = f"{install_extra('triton')} (NVIDIA's tritonclient, HTTP and gRPC)"
+EXTRA = install_extra("triton")
 DTYPES = {
     "FP32": np.float32,
     "FP16": np.float16,

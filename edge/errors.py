@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from edge_inference.extras import install_extra
+
 
 class EdgeError(RuntimeError):
     """The message says what went wrong and what to do; no traceback is shown for these."""
@@ -11,9 +13,7 @@ class EdgeError(RuntimeError):
 
 def needs_events_extra(what: str, exc: ImportError) -> EdgeError:
     """Tracking, events and MQTT are an optional extra; without it, say how to install it."""
-    return EdgeError(
-        f"{what} needs the events extra ({exc.name or exc} is missing): pip install 'edge-inference[events]'"
-    )
+    return EdgeError(f"{what} needs the events extra ({exc.name or exc} is missing): {install_extra('events')}")
 
 
 def connection_failure(exc: OSError, host: str, port: int, timeout_s: float, running: str) -> str:

@@ -25,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from edge_inference.extras import install_extra
 from edge_inference.models.errors import ModelError
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
 from edge_inference.models.resolve import ModelIO, resolve_spec
 from edge_inference.models.spec import Preprocessing
 
-NEEDS = "pip install 'edge-inference[triton]' (onnx and tritonclient write the repository)"
+NEEDS = f"{install_extra('triton')} (onnx and tritonclient write the repository)"
 DATA_TYPES = {
     "float32": "TYPE_FP32",
     "float16": "TYPE_FP16",

@@ -12,6 +12,7 @@ from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.secrets import mask_text
 from edge_inference.edge.tools.bench import PairResult
 from edge_inference.edge.tools.folders import ensure_writable
+from edge_inference.extras import install_extra
 from edge_inference.models.agreement import ENOUGH_BOXES
 from edge_inference.models.registry import REGISTRY
 
@@ -131,7 +132,7 @@ def plot_label(result: PairResult) -> str:
     return f"{result.pair.model} @ {result.pair.backend}\n{result.device or result.pair.device}"
 
 
-CHART_NEEDS = "no bench.png: the chart needs matplotlib (pip install 'edge-inference[bench]')"
+CHART_NEEDS = f"no bench.png: the chart needs matplotlib ({install_extra('bench')})"
 
 
 def _chart(results: list[PairResult], path: Path, machine: str) -> bool:

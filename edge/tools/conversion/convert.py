@@ -44,6 +44,7 @@ from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, split
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_can_be_made
 from edge_inference.edge.tools.folders import ensure_writable
+from edge_inference.extras import install_extra
 from edge_inference.models.agreement import ENOUGH_BOXES, agreement
 from edge_inference.models.decoders import get_decoder
 from edge_inference.models.detection import Detection
@@ -113,9 +114,7 @@ def _installed_for(target: str, engine: str) -> None:
     missing = [module for module in NEEDS.get(engine, ()) if importlib.util.find_spec(module) is None]
     if missing:
         extras = ",".join(dict.fromkeys(EXTRA_OF.get(module, "convert") for module in missing))
-        raise EdgeError(
-            f"--to {target} needs {' and '.join(missing)}, not installed here: pip install 'edge-inference[{extras}]'"
-        )
+        raise EdgeError(f"--to {target} needs {' and '.join(missing)}, not installed here: {install_extra(extras)}")
 
 
 def _asked_sensibly(target: str, engine: str, suffix: str, output: Path | None, split_head: bool | None) -> None:

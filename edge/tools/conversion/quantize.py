@@ -31,8 +31,9 @@ import numpy as np
 
 from edge_inference.backends.openvino_backend import batch_of_one
 from edge_inference.edge.errors import EdgeError
+from edge_inference.extras import install_extra
 
-CONVERT_EXTRA = "pip install 'edge-inference[convert]'"
+CONVERT_EXTRA = install_extra("convert")
 QDQ_OPSET = 13  # per-channel QuantizeLinear/DequantizeLinear needs opset 13
 # ONNX Runtime's calibration: percentile (99.999th) clips the rare extreme activations min-max would stretch every
 # step for. yolox-nano on the shared video, 100 frames each: people's AP against the float model 0.987 with it, 0.895
@@ -307,9 +308,7 @@ def openvino_int8(
         import nncf
         import openvino as ov
     except ImportError:
-        raise EdgeError(
-            "openvino-int8 needs NNCF and OpenVINO: pip install 'edge-inference[convert,openvino]'"
-        ) from None
+        raise EdgeError(f"openvino-int8 needs NNCF and OpenVINO: {install_extra('convert,openvino')}") from None
     nncf.set_log_level(logging.WARNING)  # its INFO lines name each operation it leaves alone: hundreds
     # convert_model, as NNCF's own examples do: its fusions make each SiLU one Swish, which NNCF leaves whole and
     # OpenVINO fuses into the int8 convolution. read_model's raw ONNX graph (x * Sigmoid(x)) had NNCF quantise both
