@@ -108,7 +108,9 @@ class HttpInference:
             return answer, said
         except BaseException as exc:
             self._drop(connection)
-            if expired.is_set():
+            # the deadline's cut, or the socket's own timeout (the same `timeout_s`: on a busy machine it may fire
+            # first): one wording either way
+            if expired.is_set() or isinstance(exc, TimeoutError):
                 raise DeadlinePassed(f"no whole answer within timeout_s ({self.timeout_s:g} s)") from None
             broken = isinstance(exc, ConnectionError | http.client.IncompleteRead)
             if broken and response is None:
