@@ -159,11 +159,13 @@ class Backend(ABC):
         return bool(self.inputs) and all(t.shape[:1] == (-1,) for t in [self.inputs[0], *self.outputs])
 
     def run_batch(self, tensors: list[np.ndarray]) -> list[list[np.ndarray]]:
-        """Several inputs (each with a batch of one): as one batch where the model accepts it, else one by one."""
+        """Several inputs (a frame's batch of one, or of its tiles): as one batch where the model accepts it, else one
+        by one; each input's outputs are its own rows of the batch's."""
         if len(tensors) == 1 or not self.accepts_batch:
             return [self.run(tensor) for tensor in tensors]
         outputs = self.run(np.concatenate(tensors))
-        return [[output[i : i + 1] for output in outputs] for i in range(len(tensors))]
+        ends = np.cumsum([tensor.shape[0] for tensor in tensors])
+        return [[output[end - t.shape[0] : end] for output in outputs] for t, end in zip(tensors, ends, strict=True)]
 
     def timing_split(self) -> dict[str, float] | None:
         """Where an inference's time went beyond this machine (a server's network, queue and compute), in ms; None

@@ -135,9 +135,9 @@ def stages(frames: list) -> None:
             t1 = clock()
             raw = detector.infer(prepared.tensor)
             t2 = clock()
-            detector.decode(raw, prepared.transform)
+            detector.decode_frame(raw, prepared)
             t3 = clock()
-            detector.decode(raw, prepared.transform)
+            detector.decode_frame(raw, prepared)
             for index, took in enumerate((t1 - t0, t2 - t1, t3 - t2, clock() - t3)):
                 spent[index] += took * 1e3 / len(frames)
         (bare,) = paired_cpu_ms(len(frames), 1, bare_engine(detector, frames))[0]

@@ -201,6 +201,7 @@ def _cache(request: Request | WebSocket) -> EncodingCache:
 Height = Annotated[int | None, Query(ge=16, le=4320, description="Scale frames down to this height")]
 Quality = Annotated[int, Query(ge=10, le=100)]
 Zones = Annotated[bool, Query(description="Draw the stream's zones and lines, with their counts")]
+Regions = Annotated[bool, Query(description="Draw the tiles or motion regions the frame was run as (`regions:`)")]
 
 
 @router.get(
@@ -216,9 +217,10 @@ async def snapshot(
     quality: Quality = 80,
     boxes: bool = True,
     zones: Zones = False,
+    regions: Regions = False,
 ) -> Response:
     result = current_or_503(pipeline_of(request, stream_id))
-    data = await _cache(request).jpeg(result, height, quality, boxes, zones)
+    data = await _cache(request).jpeg(result, height, quality, boxes, zones, regions)
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})
 
 
@@ -236,6 +238,7 @@ async def mjpeg(
     quality: Quality = 70,
     boxes: bool = True,
     zones: Zones = False,
+    regions: Regions = False,
 ) -> StreamingResponse:
     pipeline = pipeline_of(request, stream_id)
     interval = 1.0 / fps
@@ -255,7 +258,7 @@ async def mjpeg(
                 if now < next_at:
                     continue  # faster than the asked-for rate: skip this frame
                 next_at = now + interval
-                data = await cache.jpeg(result, height, quality, boxes, zones)
+                data = await cache.jpeg(result, height, quality, boxes, zones, regions)
                 header = f"--{BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"
                 yield header.encode() + data + b"\r\n"
         finally:

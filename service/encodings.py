@@ -131,29 +131,35 @@ class EncodingCache:
         return self.sse(results[0]) if len(results) == 1 else b"".join(map(self.sse, results))
 
     async def jpeg(
-        self, result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool = False
+        self,
+        result: FrameResult,
+        height: int | None,
+        quality: int,
+        boxes: bool,
+        zones: bool = False,
+        regions: bool = False,
     ) -> bytes:
         """The frame as a JPEG, made on the cache's workers; clients watching with the same settings share one."""
-        return await self.get_async(
-            result, ("jpeg", height, quality, boxes, zones), _jpeg_maker(result, height, quality, boxes, zones)
-        )
+        key = ("jpeg", height, quality, boxes, zones, regions)
+        return await self.get_async(result, key, _jpeg_maker(result, height, quality, boxes, zones, regions))
 
     def jpeg_now(
         self, result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool = False
     ) -> bytes:
         """As `jpeg`, made on this thread where no one has: for work already on a worker thread."""
-        return self.get(
-            result, ("jpeg", height, quality, boxes, zones), _jpeg_maker(result, height, quality, boxes, zones)
-        )
+        key = ("jpeg", height, quality, boxes, zones, False)
+        return self.get(result, key, _jpeg_maker(result, height, quality, boxes, zones, False))
 
 
-def _jpeg_maker(result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool) -> Callable[[], bytes]:
+def _jpeg_maker(
+    result: FrameResult, height: int | None, quality: int, boxes: bool, zones: bool, regions: bool
+) -> Callable[[], bytes]:
     overlays = (result.zones, result.lines) if zones else ((), ())
 
     def encode() -> bytes:
         return render_jpeg(
             result.image, result.detections, height=height, quality=quality, boxes=boxes,
-            zones=overlays[0], lines=overlays[1],
+            zones=overlays[0], lines=overlays[1], regions=result.regions if regions else (),
         )  # fmt: skip
 
     return encode

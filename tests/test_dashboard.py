@@ -80,6 +80,9 @@ def test_dashboard_shows_video_detections_latency_and_backends(tmp_path, browser
         assert "openvino" in page.inner_text("#backends-table") and page.is_hidden("#compare")
         _wait(page, "document.querySelectorAll('#detectors-table tbody tr').length === 1")
         assert "main" in page.inner_text("#detectors-table tbody")  # the loaded engine and the stream it serves
+        page.check("#show-regions")  # the tiles or regions each frame ran as, drawn (Frigate's debug view)
+        _wait(page, f"{focus}.querySelector('img.video').src.includes('regions=true')")
+        _wait(page, f"{focus}.querySelector('img.video').naturalWidth > 0")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
         page.close()

@@ -75,11 +75,27 @@ def test_objects_in_view_are_rechecked_and_an_empty_scene_gets_a_heartbeat(empty
     gate = MotionGate(MotionConfig(recheck_s=1.0, max_idle_s=5.0, stationary_max_s=1.0))
     gate.check(noisy(empty_scene, rng), 0.0)
     gate.found([CAR])  # a parked car, say: it does not move but it is there
-    runs = [t / FPS for t in range(1, 31) if gate.check(noisy(empty_scene, rng), t / FPS).run]
+    runs = []
+    for t in range(1, 31):
+        if gate.check(noisy(empty_scene, rng), t / FPS).run:
+            runs.append(t / FPS)
+            gate.found([CAR])  # the run's answer, as the pipeline gives it once the frame is decoded
     assert runs == [1.0, 2.0, 3.0]
     gate.found([])
     runs = [t / FPS for t in range(31, 120) if gate.check(noisy(empty_scene, rng), t / FPS).run]
     assert runs == [8.0]  # five seconds after the last run
+
+
+def test_a_recheck_waits_for_the_last_runs_answer_unless_it_never_comes(empty_scene: np.ndarray):
+    """25 regions of a 4K frame take a second to answer: the gate asked again at every recheck_s meanwhile, so a
+    still street ran twice as often as it should. An answer that never comes (its frame lost) holds it back no
+    longer than max_idle_s."""
+    rng = np.random.default_rng(3)
+    gate = MotionGate(MotionConfig(recheck_s=1.0, max_idle_s=5.0, stationary_max_s=1.0))
+    gate.check(noisy(empty_scene, rng), 0.0)
+    gate.found([CAR])
+    runs = [t / FPS for t in range(1, 80) if gate.check(noisy(empty_scene, rng), t / FPS).run]
+    assert runs == [1.0, 6.0]  # the recheck, then nothing until its answer is max_idle_s late
 
 
 CAR = (100.0, 200.0, 260.0, 300.0)
@@ -101,6 +117,31 @@ def test_objects_that_stay_put_are_rechecked_less_and_less_often_until_something
     assert runs[:6] == [1.0, 3.0, 7.0, 15.0, 23.0, 31.0]  # 1, 2, 4, 8, then capped at 8 s
     moved = (140.0, 200.0, 300.0, 300.0)
     gate.found([moved])  # the car drove off a little: checked at recheck_s again
+    assert gate.recheck_s == 1.0
+
+
+def test_a_street_of_parked_objects_is_stationary_though_one_box_near_the_threshold_comes_and_goes(
+    empty_scene: np.ndarray,
+):
+    """Forty parked cars, one of them found every other check (its score at the threshold): the street was never
+    "the same places", so it was rechecked every second for ever; one moved car in forty still counts as moved
+    only where it is more than a tenth of them."""
+    rng = np.random.default_rng(6)
+    frames = [noisy(empty_scene, rng) for _ in range(8)]
+    cars = [(float(10 * i), 0.0, float(10 * i + 8), 8.0) for i in range(40)]
+    gate = MotionGate(MotionConfig(recheck_s=1.0, max_idle_s=1000, stationary_max_s=8.0))
+    gate.check(frames[0], 0.0)
+    gate.found(cars)
+    runs = []
+    for t in range(1, int(30 * FPS)):
+        if gate.check(frames[t % len(frames)], t / FPS).run:
+            runs.append(t / FPS)
+            gate.found(cars if len(runs) % 2 else cars[:-1])  # the last car flickers
+    assert runs[:4] == [1.0, 3.0, 7.0, 15.0]
+    few = [(0.0, 0.0, 8.0, 8.0), (20.0, 0.0, 28.0, 8.0)]
+    gate.found(few)
+    gate.check(frames[0], 100.0)
+    gate.found([few[0], (60.0, 0.0, 68.0, 8.0)])  # one of two moved: not stationary
     assert gate.recheck_s == 1.0
 
 

@@ -82,6 +82,21 @@ def test_photos_give_the_local_engines_detections(triton, protocol, memory):
 
 
 @pytest.mark.system
+def test_a_big_frame_on_tiles_through_the_server_gives_the_local_engines_tiles(triton, tmp_path):
+    """`--tiles auto` on a 4K photo: 33 regions, each a request of the server's (its dynamic batcher may batch them
+    with other boxes'), merged as the local engine's are."""
+    import cv2
+
+    big = tmp_path / "big.jpg"
+    cv2.imwrite(str(big), cv2.resize(cv2.imread(PHOTOS[0]), (3840, 2160)))
+    remote = records(run_edge("detect", str(big), "--model", triton.grpc("yolox_nano"), "--tiles", "auto", "--json"))
+    local = records(run_edge("detect", str(big), "--model", str(YOLOX), "--backend", "onnx", "--tiles", "auto",
+                             "--json"))  # fmt: skip
+    assert remote[0]["regions"] == local[0]["regions"] and remote[0]["regions"]["inferences"] == 33
+    assert_same_detections(remote, local)
+
+
+@pytest.mark.system
 def test_a_model_served_with_its_own_float_input_gives_the_same_detections(triton):
     """The export's default takes pixels (uint8, a quarter of the float tensor's bytes, cast and normalised on the
     server); a model that keeps its own float input (`--input tensor`, or exported elsewhere) is fed that tensor."""

@@ -18,7 +18,7 @@ from edge_inference.edge.config.base import (
     checked_points,
     listed_by_key,
 )
-from edge_inference.edge.config.frames import FFmpegConfig, MotionConfig
+from edge_inference.edge.config.frames import FFmpegConfig, MotionConfig, RegionsConfig
 from edge_inference.edge.config.loading import anchored_paths, load_config, single_stream_config
 from edge_inference.edge.config.scene import EventsConfig, LineConfig, TrackingConfig, ZoneConfig
 from edge_inference.edge.config.service import (
@@ -46,6 +46,7 @@ __all__ = [
     "MotionConfig",
     "MqttConfig",
     "Point",
+    "RegionsConfig",
     "ServerConfig",
     "ServiceConfig",
     "StorageConfig",

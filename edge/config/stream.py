@@ -15,7 +15,7 @@ from edge_inference.backends.engine import check_engine_options, serving_engine
 from edge_inference.backends.names import backend_named
 from edge_inference.backends.options import EngineOptions
 from edge_inference.edge.config.base import ConfigModel, listed_by_key
-from edge_inference.edge.config.frames import FFmpegConfig, MotionConfig
+from edge_inference.edge.config.frames import FFmpegConfig, MotionConfig, RegionsConfig
 from edge_inference.edge.config.frigate import frigate_camera
 from edge_inference.edge.config.scene import EventsConfig, LineConfig, TrackingConfig, ZoneConfig
 from edge_inference.models.labels import label_key
@@ -94,6 +94,9 @@ class StreamConfig(ConfigModel):
     events: EventsConfig | None = None  # tracked objects become stored events (MQTT, webhooks); off: none
     # Run the detector only where something moves; `motion: {}` turns it on with the defaults. Off: every frame.
     motion: MotionConfig | None = None
+    # Where in the frame the detector looks: full (the whole frame), tiles, or motion (regions around what moved and
+    # what is tracked); `regions: tiles` alone takes the defaults. For cameras far bigger than the model's input.
+    regions: RegionsConfig = Field(default_factory=RegionsConfig)
     # Decode with the ffmpeg program instead of OpenCV: hardware decoding, frames scaled to width/height in FFmpeg
     ffmpeg: FFmpegConfig | None = None
     # An RTSP camera decoded by OpenCV: every this many seconds ffprobe is asked the size it sends now, since OpenCV

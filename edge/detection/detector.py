@@ -16,10 +16,11 @@ from edge_inference.edge.detection.threads import LoopThreads
 from edge_inference.edge.detection.timings import StageTimings
 from edge_inference.models.decoders import DecodeContext, get_decoder
 from edge_inference.models.decoders.base import dequantize
-from edge_inference.models.detection import Detection
+from edge_inference.models.detection import BoxXYXY, Detection
 from edge_inference.models.labels import Classes, class_minimums
 from edge_inference.models.preprocess import Preprocessor
 from edge_inference.models.spec import ModelSpec
+from edge_inference.models.tiles import Layout, Region, RegionBoxes, Tiling, merge_regions, tile_layout
 from edge_inference.models.transform import ImageTransform
 
 RECENT = 100  # inferences kept for the live figure shown per stream
@@ -54,6 +55,7 @@ class DetectionResult:
     timings: StageTimings
     width: int
     height: int
+    layout: Layout | None = None  # the regions the frame was run as, where the detector tiles
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,30 @@ class Prepared:
     tensor: np.ndarray
     transform: ImageTransform
     preprocess_ms: float
+    # a frame run as several regions (tiles, and the whole frame): one row of `tensor` each, with its transform
+    regions: tuple[Region, ...] = ()
+    transforms: tuple[ImageTransform, ...] = ()
+    frame_size: tuple[int, int] = (0, 0)  # the frame's width and height, where it runs as regions
+
+    @property
+    def inferences(self) -> int:
+        """Model inputs this frame is run as."""
+        return max(1, len(self.regions))
 
 
 def _finite(detection: Detection) -> bool:
     box = detection.box
     return math.isfinite(detection.score + box.x1 + box.y1 + box.x2 + box.y2)  # a NaN or Inf anywhere stays one
+
+
+def _run_rows(backend: Backend, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
+    """A tensor of one frame's rows (one region each, or the frame alone): as one batch where the engine takes one,
+    else row by row, the outputs stacked as a batch would give them; with the engine's milliseconds for all."""
+    if tensor.shape[0] == 1 or backend.accepts_batch:
+        return backend.run_timed(tensor)
+    runs = [backend.run_timed(tensor[row : row + 1]) for row in range(tensor.shape[0])]
+    outputs = [np.concatenate([run[0][index] for run in runs]) for index in range(len(runs[0][0]))]
+    return outputs, sum(run[1] for run in runs)
 
 
 class Detector:
@@ -83,9 +104,12 @@ class Detector:
         max_detections: int = 100,
         buffers: int = 1,
         classes: Classes | None = None,
+        tiling: Tiling | None = None,
     ) -> None:
         self.backend = backend
         self.spec = spec
+        self.tiling = tiling  # a big frame run as tiles at the model's scale (models/tiles.py); None: whole
+        self._layouts: dict[tuple[int, int], Layout] = {}
         # only these classes are reported (Ultralytics' `classes`, Frigate's `objects.track`), each from its score
         wanted = class_minimums(spec.labels, classes, conf) if classes else None
         self._own = _reporting(conf, iou, max_detections, wanted)
@@ -106,22 +130,56 @@ class Detector:
         # a decoder that filters integer scores itself gets the outputs unconverted, with their quantisation
         self._quant_context = tuple(self._output_quant) if decoder.quantized else ()
 
-    def prepare(self, image_bgr: np.ndarray) -> Prepared:
+    def layout(self, width: int, height: int) -> Layout | None:
+        """The regions a frame of this size is run as, where the detector tiles; None: the whole frame, as always."""
+        if self.tiling is None:
+            return None
+        layout = self._layouts.get((width, height))
+        if layout is None:
+            pre = self.spec.preprocessing
+            layout = self._layouts[width, height] = tile_layout(width, height, pre.width, pre.height, self.tiling)
+        return layout
+
+    def prepare(self, image_bgr: np.ndarray, regions: tuple[Region, ...] | None = None) -> Prepared:
+        """The frame as the model's input: whole, as tiles where the detector tiles, or as the `regions` given
+        (motion regions: models/regions.py); a lone region of the whole frame is the plain path."""
         t0 = time.perf_counter()
+        if regions is None:
+            layout = self.layout(image_bgr.shape[1], image_bgr.shape[0])
+            regions = layout.regions if layout is not None else None
+        if regions and not (len(regions) == 1 and regions[0].whole):
+            return self._prepare_regions(image_bgr, regions, t0)
         tensor, transform = self._preprocess(image_bgr)
         return Prepared(tensor, transform, (time.perf_counter() - t0) * 1e3)
+
+    def _prepare_regions(self, image_bgr: np.ndarray, regions: tuple[Region, ...], t0: float) -> Prepared:
+        """Each region into a row of one tensor of the frame's own: the rows go to the engine as one batch where it
+        takes one, else one by one."""
+        batch: np.ndarray | None = None
+        transforms = []
+        for row, region in enumerate(regions):
+            tensor, transform = self._preprocess(region.crop(image_bgr))
+            if batch is None:
+                batch = np.empty((len(regions), *tensor.shape[1:]), tensor.dtype)
+            batch[row] = tensor[0]
+            self._preprocess.release(tensor)  # copied out: the slot takes the next region
+            transforms.append(transform)
+        assert batch is not None
+        took_ms = (time.perf_counter() - t0) * 1e3
+        size = (image_bgr.shape[1], image_bgr.shape[0])
+        return Prepared(batch, transforms[0], took_ms, regions, tuple(transforms), size)
 
     def infer(self, tensor: np.ndarray, engine: Backend | None = None) -> list[np.ndarray]:
         """The engine's outputs; a tensor from `prepare` may hold another frame once this returns."""
         try:
-            return (engine or self.backend).run(tensor)
+            return _run_rows(engine or self.backend, tensor)[0]
         finally:
             self._preprocess.release(tensor)
 
     def infer_timed(self, tensor: np.ndarray) -> tuple[list[np.ndarray], float]:
         """Outputs and inference milliseconds; on a shared engine, the wait for its turn is not inference."""
         try:
-            outputs, took = self.backend.run_timed(tensor)
+            outputs, took = _run_rows(self.backend, tensor)
         finally:
             self._preprocess.release(tensor)
         self.recent_inference_ms.append(took)  # deque appends are atomic: lanes may call this side by side
@@ -169,6 +227,32 @@ class Detector:
         # NMS is per class, so leaving classes out after it keeps the others' boxes as they are
         return [d for d in detections if d.score >= wanted.get(d.class_id, 2.0)]
 
+    def decode_frame(
+        self, raw: list[np.ndarray], prepared: Prepared, reporting: Reporting | None = None, *, partial: bool = False
+    ) -> list[Detection]:
+        """A prepared frame's detections in its pixels: a tiled frame's regions decoded each and merged (`partial`:
+        regions that leave parts of the frame out, models/tiles.py `merge_regions`)."""
+        if not prepared.regions:
+            return self.decode(raw, prepared.transform, reporting)
+        report = reporting or self._own
+        parts: list[RegionBoxes] = []
+        labels: dict[int, str] = {}
+        for row, (region, transform) in enumerate(zip(prepared.regions, prepared.transforms, strict=True)):
+            found = self.decode([output[row : row + 1] for output in raw], transform, reporting)
+            labels.update((d.class_id, d.label) for d in found)
+            boxes = np.array([[d.box.x1, d.box.y1, d.box.x2, d.box.y2] for d in found], np.float32).reshape(-1, 4)
+            boxes += np.array([region.x, region.y, region.x, region.y], np.float32)
+            scores = np.array([d.score for d in found], np.float32)
+            parts.append(RegionBoxes(region, boxes, scores, np.array([d.class_id for d in found], np.int64)))
+        frame = prepared.frame_size
+        # max_detections holds for each region: a 4K crowd is more people than one frame of the model's holds
+        cap = report.max_detections * len(parts)
+        boxes, scores, class_ids, _ = merge_regions(parts, frame, report.iou, cap, partial=partial)
+        return [
+            Detection(int(c), labels[int(c)], float(s), BoxXYXY(*(float(v) for v in b)))
+            for b, s, c in zip(boxes, scores, class_ids, strict=True)
+        ]
+
     def detect(self, image_bgr: np.ndarray, reporting: Reporting | None = None) -> DetectionResult:
         judge = self.loop_threads
         if judge is None:
@@ -188,11 +272,11 @@ class Detector:
         t1 = time.perf_counter()
         raw = self.infer(prepared.tensor, engine)
         t2 = time.perf_counter()
-        detections = self.decode(raw, prepared.transform, reporting)
+        detections = self.decode_frame(raw, prepared, reporting)
         t3 = time.perf_counter()
         timings = StageTimings(prepared.preprocess_ms, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
         height, width = image_bgr.shape[:2]
-        return DetectionResult(detections, timings, width, height)
+        return DetectionResult(detections, timings, width, height, self.layout(width, height))
 
     def warmup(self) -> None:
         """One inference on a blank frame, so the first real frame does not pay for lazy initialisation."""

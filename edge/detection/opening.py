@@ -30,6 +30,7 @@ from edge_inference.models.labels import Classes
 from edge_inference.models.overrides import SpecOverrides, load_sidecar, sidecar_path
 from edge_inference.models.resolve import ModelIO, resolve_spec
 from edge_inference.models.spec import ModelSpec
+from edge_inference.models.tiles import Tiling
 
 Progress = Callable[[str, int, int | None], None]
 Opener = Callable[[str, Path, BackendOptions], Backend]
@@ -59,6 +60,7 @@ class DetectorConfig:
     isolation: str = "auto"
     engine_isolation: Mapping[str, str] = field(default_factory=dict)
     load_timeout_s: float = 900.0  # an engine of its own process killed past this while loading (BackendOptions)
+    tiling: Tiling | None = None  # a big frame run as overlapping tiles at the model's scale (models/tiles.py)
 
     def __post_init__(self) -> None:
         # `ONNX`, `Auto`: the engine's key in any case, as devices are read (`cpu`, `CPU`)
@@ -143,6 +145,7 @@ def detector_of(opening: Opening, opener: Opener = open_backend) -> Detector:
         max_detections=config.max_detections,
         buffers=config.buffers,
         classes=config.classes,
+        tiling=config.tiling,
     )
 
 

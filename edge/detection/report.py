@@ -17,6 +17,8 @@ def result_record(source: str, result: DetectionResult, detector: Detector) -> d
         "detections": [d.to_dict() for d in result.detections],
         "timings_ms": result.timings.to_dict(),
     }
+    if result.layout is not None and result.layout.tiled:  # how the frame was cut, and what that cost
+        record["regions"] = {"tiles": result.layout.describe(), "inferences": len(result.layout.regions)}
     chosen = detector.loop_threads.record if detector.loop_threads is not None else None
     if chosen is not None:  # a loop's engine threads, once measured: how many, and why
         record["engine_threads"] = chosen
@@ -29,6 +31,8 @@ def result_table(record: dict[str, Any]) -> str:
         f"{record['source']}  {record['width']}x{record['height']}  {record['model']} on {record['backend']}  "
         f"pre {t['preprocess']:.1f} ms  inference {t['inference']:.1f} ms  post {t['postprocess']:.1f} ms",
     ]
+    if "regions" in record:
+        lines.append(f"  {record['regions']['tiles']}")
     if not record["detections"]:
         lines.append("  (no detections)")
         return "\n".join(lines)

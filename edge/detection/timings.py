@@ -40,6 +40,7 @@ class FrameTiming(StageTimings):
     queue_wait_ms: float  # all time spent waiting between stages
     end_to_end_ms: float  # from the frame being in hand to its result being published
     tracking_ms: float = 0.0  # tracker, zones and lines (0 when the stream does not track)
+    inferences: int = 1  # model inputs the frame was run as: its tiles or regions, or the whole frame
 
     def to_dict(self) -> dict[str, float]:
         out = {"captured_at": round(self.captured_at, 6)}

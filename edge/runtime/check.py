@@ -28,6 +28,7 @@ from edge_inference.edge.runtime.streams import check_cameras_read_once, label_p
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.capture import stall_timeout
 from edge_inference.models.errors import ModelError
+from edge_inference.models.tiles import MISSED_WORTH_SAYING_PX, missed_below
 
 FAILURES = (EdgeError, ModelError, BackendError)
 WEBHOOK_TIMEOUT_S = 5.0
@@ -133,9 +134,25 @@ def engine_findings(
     said.update(notes)
     text = f"{stream.model} on {backend.key} ({backend.device}): {found}" + "".join(f"; {n}" for n in notes)
     findings = [Finding(subject, text)]
+    if frame is not None and stream.regions.mode == "full" and (small := _small_missed(frame, detector)) is not None:
+        findings.append(Finding(subject, small, "warning"))
     if (labels := label_problem(stream, detector)) is not None:
         findings.append(Finding(subject, labels.removeprefix(f"{subject}: "), "warning"))
     return findings
+
+
+def _small_missed(frame: np.ndarray, detector: Detector) -> str | None:
+    """A camera far bigger than the model's input, run whole: the people who matter far off are lost."""
+    pre = detector.spec.preprocessing
+    height, width = frame.shape[:2]
+    below = missed_below(width, height, pre.width, pre.height)
+    if below < MISSED_WORTH_SAYING_PX:
+        return None
+    return (
+        f"its {width}x{height} frames reach the model at {pre.width}x{pre.height}: people under about {below:.0f} px "
+        "tall will be missed; consider `regions: motion` (or `regions: tiles`), which look at parts of the frame at "
+        "the model's own scale"
+    )
 
 
 def _said(exc: Exception) -> str:

@@ -90,6 +90,8 @@ def detector_config(stream: StreamConfig) -> DetectorConfig:
         engine_options=stream.engine_options,
         isolation=stream.isolation,
         load_timeout_s=stream.load_timeout_s,
+        # motion regions fall back to tiles for the frames that run whole (the first, and now and then)
+        tiling=None if stream.regions.mode == "full" else stream.regions.tiling(),
         overrides=SpecOverrides(labels=str(stream.labels) if stream.labels else None, color=stream.color),
         # a camera's engine waits between frames, and a file's lanes run one thread each: nothing to spin for
         back_to_back=False,

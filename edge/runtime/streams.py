@@ -26,7 +26,7 @@ from edge_inference.edge.runtime.plan import EngineKey, PipelinePlan, StreamPlan
 from edge_inference.edge.runtime.watchdog import Watchdog
 from edge_inference.edge.settings import Settings, get_settings
 from edge_inference.edge.stream.ffmpeg import ffmpeg_source
-from edge_inference.edge.stream.motion import MotionGate
+from edge_inference.edge.stream.motion import gate_and_regions
 from edge_inference.edge.stream.pipeline import StreamNames, StreamPipeline
 from edge_inference.edge.stream.sources import FrameSource, camera_device, open_source
 from edge_inference.edge.stream.tracking import StreamTracker
@@ -118,6 +118,7 @@ class StreamManager:
             mode = None if stream.mode == "auto" else stream.mode
             lanes = file_lanes(stream, source)
             load = self._loader(pipeline, lanes)
+            motion, regions = gate_and_regions(stream.motion, stream.regions)
             self.pipelines[stream.id] = StreamPipeline(
                 stream.id,
                 source,
@@ -129,7 +130,8 @@ class StreamManager:
                 stall_timeout_s=stream.stall_timeout_s,
                 inference_timeout_s=stream.inference_timeout_s,
                 tracker=tracker_for(stream),
-                motion=MotionGate(stream.motion) if stream.motion else None,
+                motion=motion,
+                regions=regions,
                 lanes=lanes,
                 camera_threads=self._camera_threads(pipeline, load, lanes),
             )

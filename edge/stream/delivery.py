@@ -78,7 +78,7 @@ class LiveDelivery:
             ended = self._ended
         if frame is None:
             return END if ended else None
-        return frame, detector.prepare(frame.image)
+        return frame, detector.prepare(frame.image, frame.regions)
 
     def end(self) -> None:
         with self._cond:
@@ -97,7 +97,7 @@ class FileDelivery:
         self._ended = False
 
     def offer(self, frame: Frame, detector: Detector) -> bool:
-        put_unless_stopped(self._queue, (frame, detector.prepare(frame.image)), self._stop)
+        put_unless_stopped(self._queue, (frame, detector.prepare(frame.image, frame.regions)), self._stop)
         return False
 
     def take(self, detector: Detector, timeout: float) -> Delivered | object | None:

@@ -12,6 +12,7 @@ from edge_inference.edge.stream.tracking import LineState, ZoneState
 from edge_inference.models.detection import Detection
 
 ZONE_COLOUR = (0, 200, 255)  # amber: never a label's colour family for the common labels
+REGION_COLOUR = (255, 200, 0)  # BGR: a light blue that no class colour is
 LINE_COLOUR = (255, 0, 255)
 
 
@@ -49,6 +50,15 @@ def _caption(image: np.ndarray, text: str, at: tuple[int, int], colour: tuple[in
     cv2.putText(image, text, (x + 1, y - base - 1), cv2.FONT_HERSHEY_SIMPLEX, font_scale, (0, 0, 0), 1, cv2.LINE_AA)
 
 
+def draw_regions(image: np.ndarray, regions: Sequence[tuple[int, int, int, int]], scale: float = 1.0) -> np.ndarray:
+    """The tiles or motion regions a frame was run as, thin and dashed-looking (Frigate's debug view); in place."""
+    thickness = max(1, round(min(image.shape[:2]) / 500))
+    for x1, y1, x2, y2 in regions:
+        corners = [round(v * scale) for v in (x1, y1, x2, y2)]
+        cv2.rectangle(image, (corners[0], corners[1]), (corners[2] - 1, corners[3] - 1), REGION_COLOUR, thickness)
+    return image
+
+
 def draw_zones(
     image: np.ndarray, zones: Sequence[ZoneState], lines: Sequence[LineState], scale: float = 1.0
 ) -> np.ndarray:
@@ -81,6 +91,7 @@ def render_jpeg(
     boxes: bool,
     zones: Sequence[ZoneState] = (),
     lines: Sequence[LineState] = (),
+    regions: Sequence[tuple[int, int, int, int]] = (),
 ) -> bytes:
     """An annotated, optionally downscaled JPEG of a frame; the frame itself is never modified."""
     scale = 1.0
@@ -90,6 +101,8 @@ def render_jpeg(
         frame = shrunk(image, max(1, round(image.shape[1] * height / image.shape[0])), height)
     else:
         frame = image.copy()
+    if regions:
+        draw_regions(frame, regions, scale)
     if zones or lines:
         draw_zones(frame, zones, lines, scale)
     if boxes:

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast
 
 import numpy as np
@@ -30,12 +30,13 @@ from edge_inference.edge.detection.threads import CameraThreads
 from edge_inference.edge.detection.timings import FrameTiming
 from edge_inference.edge.stream.capture import CaptureRunner, SourceState
 from edge_inference.edge.stream.delivery import END, Delivered, Mode, delivery_for
-from edge_inference.edge.stream.motion import MotionGate
+from edge_inference.edge.stream.motion import Box, MotionGate
 from edge_inference.edge.stream.publish import Broadcaster
 from edge_inference.edge.stream.sources import Frame, FrameSource
 from edge_inference.edge.stream.stats import FLAPPING_WINDOW_S, QuietRepeats, StreamStats
 from edge_inference.edge.stream.tracking import LineState, StreamTracker, ZoneState
 from edge_inference.models.detection import Detection
+from edge_inference.models.regions import MotionRegions, unseen_since
 
 log = logging.getLogger("edge.pipeline")
 
@@ -63,6 +64,7 @@ class FrameResult:
     # a Pi's clock after boot: it has no clock of its own) must not move; 0: not known, the wall clock is used
     captured_mono: float = 0.0
     held_tracks: frozenset[int] = frozenset()  # track ids the tracker still keeps, lost ones included
+    regions: tuple[tuple[int, int, int, int], ...] = ()  # x1 y1 x2 y2 of the tiles or regions run; (): the whole
 
     @property
     def age_s(self) -> float:
@@ -112,6 +114,7 @@ class StreamPipeline:
         inference_timeout_s: float = 10.0,
         tracker: StreamTracker | None = None,
         motion: MotionGate | None = None,
+        regions: MotionRegions | None = None,
         lanes: int = 1,
         camera_threads: CameraThreads[Detector] | None = None,
     ) -> None:
@@ -121,6 +124,7 @@ class StreamPipeline:
         self.camera_threads = camera_threads
         self.tracker = tracker
         self.motion = motion
+        self.regions = regions  # motion regions: where the detector looks on each frame the gate lets through
         self._still_at: float | None = None  # the stream clock of the last frame the motion gate skipped
         self._stop = threading.Event()
         mode = mode or ("live" if source is None or source.live else "file")
@@ -375,12 +379,26 @@ class StreamPipeline:
         if self.capture is None and self._source_state == "connecting":
             self.set_source_state("running")  # fed by a group whose capture was already running
         self.stats.frame_in()
-        if self.motion is not None and not self.motion.check(frame.image, clock := self._clock(frame)).run:
-            self.stats.frame_still()
-            self._still_at = clock
-            return
+        if self.motion is not None:
+            verdict = self.motion.check(frame.image, clock := self._clock(frame))
+            if not verdict.run:
+                self.stats.frame_still()
+                self._still_at = clock
+                return
+            if self.regions is not None:
+                frame = self._with_regions(frame, verdict.boxes, clock, detector)
         if self.delivery.offer(frame, detector):
             self.stats.frame_dropped()
+
+    def _with_regions(self, frame: Frame, moved: tuple[Box, ...], clock: float, detector: Detector) -> Frame:
+        """The frame with the regions to run: around what moved and what the last result found."""
+        assert self.regions is not None
+        latest = self.latest
+        tracked = [(d.box.x1, d.box.y1, d.box.x2, d.box.y2) for d in latest.detections] if latest else []
+        height, width = frame.image.shape[:2]
+        pre = detector.spec.preprocessing
+        regions = self.regions.plan((width, height), moved, tracked, clock, (pre.width, pre.height))
+        return replace(frame, regions=regions)
 
     def _detector_for_file(self) -> Detector | None:
         """A file's every frame is wanted: while its detector reloads, the capture waits instead of dropping."""
@@ -478,8 +496,12 @@ class StreamPipeline:
             tuple[Frame, Prepared, list[np.ndarray], float, Detector], item
         )
         t0 = time.perf_counter()
+        partial = frame.regions is not None and bool(prepared.regions)  # motion regions: parts left unseen
         try:
-            detections = detector.decode(raw, prepared.transform)
+            detections = detector.decode_frame(raw, prepared, partial=partial)
+            if partial:
+                latest = self.latest
+                detections += unseen_since(latest.detections if latest else [], prepared.regions)
         except Exception as exc:  # noqa: BLE001 - a decoding failure loses one frame, never the stream
             self.stats.error()
             with self._lock:
@@ -507,10 +529,12 @@ class StreamPipeline:
             queue_wait_ms=wait,
             end_to_end_ms=end_to_end,
             tracking_ms=tracking_ms,
+            inferences=prepared.inferences,
         )
         image, mono = frame.image, frame.captured_mono
+        regions = tuple(r.box for r in prepared.regions)
         result = FrameResult(
-            self.stream_id, frame.index, width, height, detections, timing, image, zones, lines, mono, held
+            self.stream_id, frame.index, width, height, detections, timing, image, zones, lines, mono, held, regions
         )
         self.latest = result
         if self.motion is not None:

@@ -33,6 +33,7 @@ from edge_inference.edge.stream.images import (
     read_image,
     why_not_a_video,
 )
+from edge_inference.models.tiles import Region
 
 # OpenCV's own warnings can echo stream URLs with their passwords; our messages replace them.
 cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
@@ -69,6 +70,7 @@ class Frame:
     captured_at: float  # wall clock, seconds since the epoch
     captured_mono: float  # time.perf_counter() when the frame was in hand, for latencies
     capture_ms: float  # time spent reading/decoding it
+    regions: tuple[Region, ...] | None = None  # where the detector looks (motion regions); None: its own choice
 
 
 class FrameSource(ABC):

@@ -68,6 +68,8 @@ class StreamFigures:
     load_failures: int
     latency_ms: dict[str, Percentiles]  # by stage: capture, queue_wait, preprocess, inference, postprocess, end_to_end
     window_frames: int  # recent frames the percentiles cover
+    inferences: int = 0  # model inputs run so far: a tiled frame counts each tile
+    inferences_per_frame: float = 0.0  # over the recent frames: 1 for the whole frame, more for tiles or regions
 
 
 class StreamStats:
@@ -78,6 +80,7 @@ class StreamStats:
         self._in, self._processed, self._dropped = RateWindow(window_s), RateWindow(window_s), RateWindow(window_s)
         self._recent: deque[FrameTiming] = deque(maxlen=history)
         self.frames_in = self.frames_processed = self.frames_dropped = self.frames_still = 0
+        self.inferences = 0
         self.errors = self.reconnects = 0
         self.stalls = self.restarts = self.load_failures = 0
         self._recent_reconnects = RateWindow(FLAPPING_WINDOW_S)
@@ -100,6 +103,7 @@ class StreamStats:
     def frame_processed(self, timing: FrameTiming) -> None:
         with self._lock:
             self.frames_processed += 1
+            self.inferences += timing.inferences
             self._processed.add(time.monotonic())
             self._recent.append(timing)
 
@@ -153,6 +157,7 @@ class StreamStats:
             rates = [round(window.rate(now), 2) for window in (self._in, self._processed, self._dropped)]
             frames = (self.frames_in, self.frames_processed, self.frames_dropped, self.frames_still)
             faults = (self.errors, self.reconnects, self.stalls, self.restarts, self.load_failures)
+            inferences = self.inferences
         table = np.array([[getattr(t, f"{s}_ms") for s in STAGES] for t in recent], dtype=np.float64).reshape(
             -1, len(STAGES)
         )
@@ -171,4 +176,6 @@ class StreamStats:
             load_failures=faults[4],
             latency_ms={stage: percentiles(table[:, i]) for i, stage in enumerate(STAGES)},
             window_frames=len(recent),
+            inferences=inferences,
+            inferences_per_frame=round(sum(t.inferences for t in recent) / len(recent), 2) if recent else 0.0,
         )

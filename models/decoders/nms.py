@@ -35,10 +35,10 @@ def class_aware_nms(
         xywh = np.empty((boxes.shape[0], 4), dtype=np.float32)
         xywh[:, :2] = boxes[:, :2]
         xywh[:, 2:] = boxes[:, 2:] - boxes[:, :2]
-        kept = _BATCHED_NMS(
-            xywh, scores.astype(np.float32), class_ids.astype(np.int32), 0.0, iou_threshold, top_k=max_detections
-        )
-        return np.asarray(kept, dtype=np.int64).reshape(-1)
+        # no top_k: OpenCV's keeps only the top_k best candidates before suppressing, so a crowd of more boxes
+        # than max_detections lost whole objects behind the duplicates of the best ones
+        kept = _BATCHED_NMS(xywh, scores.astype(np.float32), class_ids.astype(np.int32), 0.0, iou_threshold)
+        return np.asarray(kept, dtype=np.int64).reshape(-1)[:max_detections]
     return _numpy_nms(boxes, scores, class_ids, iou_threshold, max_detections)
 
 

@@ -26,7 +26,8 @@ def _single(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
     if len(shapes) != 1:
         return None
     shape = shapes[0]
-    return shape[1:] if len(shape) == 3 and shape[0] == 1 else (shape if len(shape) == 2 else None)
+    # a batch left open (-1: a torch export's `dynamic_axes`) is one frame here, as the pipeline runs them
+    return shape[1:] if len(shape) == 3 and shape[0] in (1, -1) else (shape if len(shape) == 2 else None)
 
 
 @lru_cache(maxsize=8)

@@ -101,7 +101,18 @@ function setFocus(id) {
   if (s.figures) showFigures(root, s.figures);
 }
 
-function mjpegUrl(id) { return `api/v1/streams/${encodeURIComponent(id)}/video.mjpg?height=720&zones=true`; }
+// The tiles or motion regions each frame ran as, drawn on request (as Frigate's debug view draws its regions).
+function mjpegUrl(id) {
+  const box = document.getElementById("show-regions");
+  const regions = box && box.checked ? "&regions=true" : "";
+  return `api/v1/streams/${encodeURIComponent(id)}/video.mjpg?height=720&zones=true${regions}`;
+}
+const showRegions = document.getElementById("show-regions");
+if (showRegions) {
+  showRegions.addEventListener("change", () => {
+    if (focus.id !== null) focus.root.querySelector(".video").src = mjpegUrl(focus.id);
+  });
+}
 
 // One y-scale for the focus chart and its neighbours' data, so compared backends read against the same axis.
 function sharedTop() {
