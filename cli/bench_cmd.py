@@ -13,7 +13,14 @@ from edge_inference.cli.options import home_expanded
 from edge_inference.edge.detection.machine import describe_machine
 from edge_inference.edge.errors import counted
 from edge_inference.edge.secrets import mask_url
-from edge_inference.edge.tools.bench import parse_backends, plan, read_frames, run_pair, score_against_reference
+from edge_inference.edge.tools.bench import (
+    parse_backends,
+    parse_regions,
+    plan,
+    read_frames,
+    run_pair,
+    score_against_reference,
+)
 from edge_inference.edge.tools.bench_report import CHART_NEEDS, table, writable_folder, write_outputs
 
 
@@ -27,6 +34,14 @@ from edge_inference.edge.tools.bench_report import CHART_NEEDS, table, writable_
     help="Comma-separated backend[:device][@model], e.g. onnx,openvino:CPU,tflite,edgetpu:usb,onnx@yolox-nano-int8; "
     "or a model on a server, triton+grpc://HOST:PORT/NAME; one with a model of its own runs it beside each model's "
     "pairs and is scored against them.",
+)
+@click.option(
+    "--regions",
+    "region_list",
+    default="full",
+    show_default=True,
+    help="Where each pair looks: full (the whole frame), tiles (overlapping tiles at the model's scale, for small "
+    "objects in big frames), or full,tiles for both side by side; the first is the reference.",
 )
 @click.option("--frames", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--step", type=click.IntRange(min=1), default=1, show_default=True, help="Take every Nth frame.")
@@ -49,6 +64,7 @@ def bench(
     source: str,
     models: str,
     backend_list: str,
+    region_list: str,
     frames: int,
     step: int,
     warmup: int,
@@ -61,7 +77,7 @@ def bench(
     from tqdm import tqdm
 
     names = [m.strip() for m in models.split(",") if m.strip()]
-    pairs = plan(names, parse_backends(backend_list), reference)
+    pairs = plan(names, parse_backends(backend_list), reference, parse_regions(region_list))
     writable_folder(out)
     images = read_frames(source, frames, step)
     machine = describe_machine()

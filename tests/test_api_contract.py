@@ -184,7 +184,8 @@ def test_a_parameter_named_nearly_right_or_as_another_tool_names_it_is_answered_
             (error,) = answer.json()["detail"]
             assert error["loc"] == ["query", name] and error["type"] == "extra_forbidden"
             assert error["msg"] == (
-                f"not a parameter here (did you mean {meant}?); this address takes: boxes, height, quality, regions, zones"
+                f"not a parameter here (did you mean {meant}?); this address takes: "
+                "boxes, height, quality, regions, zones"
             )
         for query in ("t=1732500000", "_=17", "height=100&token=ignored-here"):
             image = client.get(f"{snapshot}?{query}")

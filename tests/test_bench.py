@@ -72,6 +72,9 @@ def test_bench_compares_models_and_backends(tmp_path):
     note = "# mAP50 of ssd-mobilenet-v2 against ssd-mobilenet-v2-onnx: the conversion replaced TFLite's fast NMS"
     assert note in proc.stdout, proc.stdout
     assert "# mAP50 of yolox-nano" not in proc.stdout  # the same float weights: no excuse to make
+    # said once, and never of the reference file against itself (OpenVINO runs the same ONNX file)
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("# mAP50 of ")]
+    assert len(notes) == 1 and "of ssd-mobilenet-v2-onnx" not in notes[0], notes
     tpu = rows[("ssd-mobilenet-v2", "edgetpu")]
     assert tpu["status"] == "not run" and "Edge TPU" in tpu["reason"]
     assert "not run: the registry has no yolox-nano file that edgetpu can run" in proc.stdout
@@ -118,3 +121,24 @@ def test_a_results_folder_that_cannot_be_written_is_refused_before_measuring(tmp
         assert proc.stderr.startswith("error:") and fragment in proc.stderr, proc.stderr
         assert "frames of" not in proc.stderr and not proc.stdout  # nothing was measured only to be lost
     assert a_file.read_text() == "kept"
+
+
+def test_bench_takes_regions_as_one_more_dimension_on_a_4k_video(tmp_path):
+    """Full frame against tiles on the same frames of a 4K street: the whole frame agrees with the tiles' boxes
+    hardly at all (people 25-60 px tall), at a thirty-third of the inferences."""
+    from benchmarks.mosaic import write_mosaic
+
+    video = tmp_path / "street.avi"
+    write_mosaic(video, 3)
+    out = tmp_path / "bench"
+    proc = run_edge("bench", "--source", str(video), "--models", "yolox-nano", "--backends", "onnx", "--regions",
+                    "tiles,full", "--frames", "3", "--warmup", "1", "--out", str(out), timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["regions"]: row for row in json.loads((out / "bench.json").read_text())["pairs"]}
+    assert rows["tiles"]["reference"] and not rows["full"]["reference"]
+    assert rows["full"]["agreement"]["map50"] < 0.2, rows["full"]["agreement"]
+    assert rows["tiles"]["cpu_ms_per_frame"] > 5 * rows["full"]["cpu_ms_per_frame"]
+    assert "onnx on tiles" in proc.stdout
+    refused = run_edge("bench", "--source", str(video), "--models", "yolox-nano", "--backends", "onnx",
+                       "--regions", "full,motion", "--out", str(out))  # fmt: skip
+    assert refused.returncode != 0 and refused.stderr.startswith("error: --regions motion needs a stream's motion")

@@ -63,6 +63,7 @@ def test_dashboard_shows_video_detections_latency_and_backends(tmp_path, browser
         page.goto(server.base + "/")
         focus = "document.querySelector('#focus[data-stream=\"main\"]')"
         _wait(page, f"{focus} && {focus}.querySelector('img.video').naturalWidth > 0")
+        _wait(page, f"!{focus}.querySelector('img.video').hidden")  # shown once its picture came
         _wait(page, f"{focus}.querySelectorAll('.detections li').length > 0")
         _wait(page, "document.querySelector('.tile[data-stream=\"main\"] img.thumb').naturalWidth > 0")
         first_frame = page.inner_text("#focus .frame")
@@ -148,6 +149,10 @@ def test_with_a_token_the_dashboard_signs_in_and_shows_a_dead_camera(tmp_path, b
         _wait(page, f"{porch}.querySelector('.state').classList.contains('bad')")
         _wait(page, f"!{porch}.querySelector('.error').hidden")
         assert "camera /dev/video9 cannot be opened" in page.inner_text('.tile[data-stream="porch"] .error')
+        page.click('.tile[data-stream="porch"]')  # in focus: its error, and no broken-image icon under it
+        _wait(page, "!document.querySelector('#focus[data-stream=\"porch\"] .error').hidden")
+        time.sleep(3)  # past a retry of its video
+        assert page.is_hidden("#focus img.video")
         _wait(page, "document.querySelector('#ready').textContent === 'degraded'")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard-token-dead-camera.png"), full_page=True)

@@ -47,6 +47,13 @@ def test_the_site_builds_with_no_warning_and_documents_every_config_key(tmp_path
             assert f"<code>{option}</code>" in reference, f"engine option {key}.{option} is missing"
     assert (site / "search" / "search_index.js").exists() or (site / "search" / "search_index.json").exists()
     assert "fonts.googleapis.com" not in (site / "index.html").read_text()  # offline: no web fonts
+    # nor a script from unpkg.com (Material's offline plugin asked it for its search worker's shim)
+    pages = {page: page.read_text() for page in site.rglob("*.html")}
+    assert not [page for page, text in pages.items() if "unpkg.com" in text or "//cdn" in text]
+    nested = pages[site / "history" / "benchmarks.html"]
+    assert (
+        '<script src="../assets/iframe-worker-shim.js">' in nested and (site / "assets/iframe-worker-shim.js").exists()
+    )
 
 
 def test_every_config_key_says_what_it_does():

@@ -418,3 +418,21 @@ def test_the_data_folder_follows_the_rule_host_and_port_follow(tmp_path):
         server.stop()
     assert (in_file / "events.db").exists() and not in_env.exists()
     assert f"events are kept in {in_file} (storage.data_dir in the config; EDGE_DATA_DIR={in_env}" in server.log
+
+
+@pytest.mark.process
+def test_a_data_folder_under_a_home_that_does_not_exist_is_named_with_the_folder_that_stops_it(
+    read_only_folder, monkeypatch
+):
+    """A service user made without a home (`/nonexistent`): the warning named only `/`, the first folder that
+    exists above the data folder. It names the folder meant, the one that cannot be written, and the home."""
+    from edge_inference.edge.config import StorageConfig
+    from edge_inference.edge.events.storage import storage_outlook
+
+    home = read_only_folder / "nonexistent"
+    monkeypatch.setenv("HOME", str(home))
+    folder = home / ".local" / "share" / "edge-inference"
+    level, said = storage_outlook(folder, StorageConfig())
+    assert level == "warning", said
+    assert said.startswith(f"events cannot be stored in {folder}: {read_only_folder} (the nearest of its folders")
+    assert f"this user's home, {home}, does not exist" in said

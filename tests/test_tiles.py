@@ -210,7 +210,7 @@ def _recall_precision(found: list[Detection], reference: list[Detection]) -> tup
     return len(taken) / max(1, len(reference)), len(taken) / max(1, len(found))
 
 
-@pytest.mark.parametrize(("size", "seed"), [((3840, 2160), 1), ((3840, 2160), 2), ((2560, 1440), 3)])
+@pytest.mark.parametrize(("size", "seed"), [((3840, 2160), 1), ((2560, 1440), 3)])
 def test_people_a_few_dozen_pixels_tall_in_a_big_frame_are_found_on_tiles(yolox, scenes_of_vtest, size, seed):
     """Letterboxed whole, the frame reaches the model at a sixth or ninth of its size and nearly nobody is found.
     On tiles, at least 0.9 of each scene's own detections are, and the tiles' boxes are as exact as supervision's

@@ -85,7 +85,14 @@ def storage_outlook(folder: Path, config: StorageConfig) -> tuple[Level, str]:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent  # the service makes the folders missing under it
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        problem = f"events cannot be stored: {existing} cannot be written"
+        problem = f"events cannot be stored in {folder}: " + (
+            "it cannot be written"
+            if existing == folder
+            else f"{existing} (the nearest of its folders that exists) cannot be written"
+        )
+        home = Path.home()
+        if not home.exists() and folder.is_relative_to(home):  # a service user made without one: `/nonexistent`
+            problem += f"; this user's home, {home}, does not exist"
         fix = WRITABLE_FIX
         if config.required:
             return "problem", f"{problem}: {fix} (storage.required is true: the service would not start)"

@@ -23,6 +23,7 @@ from edge_inference.edge.stream.sources import open_source
 from edge_inference.models.agreement import Agreement, agreement
 from edge_inference.models.detection import Detection
 from edge_inference.models.errors import ModelError
+from edge_inference.models.tiles import Tiling
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,12 @@ class Pair:
     model: str  # as the user named it: a registry name, a family, or a file
     backend: str
     device: str = "auto"
+    regions: str = "full"  # full: the whole frame; tiles: overlapping tiles at the model's scale (models/tiles.py)
 
     @property
     def label(self) -> str:
-        return f"{self.model} @ {self.backend}" + ("" if self.device == "auto" else f":{self.device}")
+        device = "" if self.device == "auto" else f":{self.device}"
+        return f"{self.model} @ {self.backend}{device}" + ("" if self.regions == "full" else f" on {self.regions}")
 
 
 @dataclass
@@ -153,7 +156,8 @@ def run_pair(
     result.file = target
     try:
         # timed as a stream runs the engine (threads idle between frames), so the figures are the service's
-        config = DetectorConfig(target, engine, pair.device, conf=conf, back_to_back=False)
+        tiling = Tiling() if pair.regions == "tiles" else None
+        config = DetectorConfig(target, engine, pair.device, conf=conf, back_to_back=False, tiling=tiling)
         detector = load_detector(config, settings)
     except (BackendError, ModelError, EdgeError) as exc:
         result.reason = str(exc)
@@ -181,8 +185,27 @@ def run_pair(
     return result
 
 
-def plan(models: list[str], backends: list[tuple[str, str]], reference: str | None) -> list[Pair]:
-    pairs = [Pair(m, b, d) for m in models for b, d in backends]
+BENCH_REGIONS = ("full", "tiles")  # motion regions need a stream's motion: benchmarks/regions.py measures them
+
+
+def parse_regions(text: str) -> list[str]:
+    """`--regions full,tiles`: each pair run on the whole frame, on tiles, or both (the first is the reference)."""
+    wanted = [r.strip().lower() for r in text.split(",") if r.strip()]
+    for item in wanted:
+        if item == "motion":
+            raise EdgeError(
+                "--regions motion needs a stream's motion between frames: compare it live (a stream with "
+                "`regions: motion`) or with `python -m benchmarks.regions`; give full and/or tiles here"
+            )
+        if item not in BENCH_REGIONS:
+            raise EdgeError(f"--regions {item}: give full and/or tiles, such as --regions full,tiles")
+    return list(dict.fromkeys(wanted)) or ["full"]
+
+
+def plan(
+    models: list[str], backends: list[tuple[str, str]], reference: str | None, regions: list[str] | None = None
+) -> list[Pair]:
+    pairs = [Pair(m, b, d, r) for m in models for r in regions or ["full"] for b, d in backends]
     if reference:
         key, _, device = reference.partition(":")
         for model in models:

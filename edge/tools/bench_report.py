@@ -21,6 +21,7 @@ def summary(result: PairResult) -> dict[str, Any]:
     row: dict[str, Any] = {
         "model": result.pair.model,
         "backend": result.pair.backend,
+        "regions": result.pair.regions,
         "device": result.device or result.pair.device,
         "file": result.file,
         "engine": result.engine,
@@ -53,6 +54,8 @@ def summary(result: PairResult) -> dict[str, Any]:
 
 def table(results: list[PairResult], machine: str) -> str:
     rows = [summary(result) for result in results]
+    for row in rows:  # a pair on tiles is its backend's own line: `onnx on tiles`
+        row["backend"] = row["backend"] if row["regions"] == "full" else f"{row['backend']} on {row['regions']}"
     # as wide as the longest name: `onnx@yolox-nano-int8` ran into the device column
     m, b = (max([width, *(len(str(row[key])) + 1 for row in rows)]) for key, width in (("model", 20), ("backend", 10)))
     header = (
@@ -84,15 +87,17 @@ def agreement_notes(results: list[PairResult]) -> list[str]:
     """Under the table: why a pair agrees with its model's reference pair less than rounding explains (one of the two
     files is a conversion with another NMS or another quantisation), where the figure is read."""
     references = {r.pair.model: r.file for r in results if r.reference}
-    notes = []
+    compared: dict[tuple[str | None, str], list[str]] = {}  # (reference, why) -> the files it explains, once each
     for result in results:
-        if not result.ok or result.reference:
-            continue
         reference = references.get(result.pair.model)
+        if not result.ok or result.reference or result.file == reference:
+            continue  # the reference file on another engine: no conversion between them to explain
         entry = next((e for n in (result.file, reference) if (e := REGISTRY.get(n or "")) and e.differs), None)
-        if entry is not None:
-            notes.append(f"# mAP50 of {result.file} against {reference}: {entry.differs}")
-    return list(dict.fromkeys(notes))
+        if entry is not None and result.file not in (files := compared.setdefault((reference, entry.differs), [])):
+            files.append(str(result.file))
+    return [
+        f"# mAP50 of {' and '.join(files)} against {reference}: {why}" for (reference, why), files in compared.items()
+    ]
 
 
 def writable_folder(out: Path) -> None:

@@ -93,7 +93,13 @@ function setFocus(id) {
   root.dataset.stream = id;
   text(root.querySelector(".title"), id);
   text(root.querySelector(".meta"), s.meta);
-  video.onerror = () => setTimeout(() => { if (focus.id === id) video.src = mjpegUrl(id); }, 2000); // dropped: again
+  // hidden until a picture comes: a camera that is off showed a broken-image icon under its error box
+  video.hidden = true;
+  video.onload = () => { video.hidden = false; };
+  video.onerror = () => {
+    video.hidden = true;
+    setTimeout(() => { if (focus.id === id) video.src = mjpegUrl(id); }, 2000); // dropped: again
+  };
   video.src = mjpegUrl(id);
   s.dirty = true;
   if (eventsShown) showEvents().catch(() => {});
