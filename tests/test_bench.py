@@ -123,21 +123,21 @@ def test_a_results_folder_that_cannot_be_written_is_refused_before_measuring(tmp
     assert a_file.read_text() == "kept"
 
 
-def test_bench_takes_regions_as_one_more_dimension_on_a_4k_video(tmp_path):
-    """Full frame against tiles on the same frames of a 4K street: the whole frame agrees with the tiles' boxes
-    hardly at all (people 25-60 px tall), at a thirty-third of the inferences."""
+def test_bench_takes_regions_as_one_more_dimension_on_a_big_video(tmp_path):
+    """Full frame against tiles on the same frames of a 1080p street of six scenes: the whole frame agrees with the
+    tiles' boxes hardly at all (people 25-60 px tall), at a ninth of the inferences."""
     from benchmarks.mosaic import write_mosaic
 
     video = tmp_path / "street.avi"
-    write_mosaic(video, 3)
+    write_mosaic(video, 3, size=(1920, 1080), scenes=6)
     out = tmp_path / "bench"
     proc = run_edge("bench", "--source", str(video), "--models", "yolox-nano", "--backends", "onnx", "--regions",
                     "tiles,full", "--frames", "3", "--warmup", "1", "--out", str(out), timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows = {row["regions"]: row for row in json.loads((out / "bench.json").read_text())["pairs"]}
     assert rows["tiles"]["reference"] and not rows["full"]["reference"]
-    assert rows["full"]["agreement"]["map50"] < 0.2, rows["full"]["agreement"]
-    assert rows["tiles"]["cpu_ms_per_frame"] > 5 * rows["full"]["cpu_ms_per_frame"]
+    assert rows["full"]["agreement"]["map50"] < 0.3, rows["full"]["agreement"]
+    assert rows["tiles"]["cpu_ms_per_frame"] > 3 * rows["full"]["cpu_ms_per_frame"]
     assert "onnx on tiles" in proc.stdout
     refused = run_edge("bench", "--source", str(video), "--models", "yolox-nano", "--backends", "onnx",
                        "--regions", "full,motion", "--out", str(out))  # fmt: skip
