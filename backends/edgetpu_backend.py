@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import re
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from edge_inference.backends.base import BackendError, BackendOptions, BackendRe
 from edge_inference.backends.edgetpu_runtime import (
     INSTALL_PAIR,
     cpu_operations_note,
+    delegate_library,
     installed_package,
     pair_verdict,
     runtime_named,
@@ -30,7 +30,6 @@ from edge_inference.backends.hardware import coral_pcie_devices, coral_usb_devic
 from edge_inference.backends.tflite_backend import TFLiteBackend, allocate, describe, import_litert, is_edgetpu_model
 from edge_inference.extras import install_extra
 
-LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
 INSTALL_LIBEDGETPU = f"{INSTALL_PAIR}; then unplug and replug the accelerator"
 NO_DEVICE = (
     "no Edge TPU found. USB Accelerator: plug it straight into a USB 3 port (blue) or a powered hub (on a Raspberry "
@@ -67,10 +66,6 @@ def chip(device: str) -> str:
     if len(present) == 1 and index in ("", "0"):
         return present[0]
     return wanted or "auto"
-
-
-def delegate_library() -> str:
-    return os.environ.get("EDGE_LIBEDGETPU") or LIBRARIES.get(platform.system(), "libedgetpu.so.1")
 
 
 def diagnose(library: str, device: str | None) -> str:

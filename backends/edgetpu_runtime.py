@@ -13,6 +13,8 @@ the check at load read it.
 from __future__ import annotations
 
 import ctypes
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -21,6 +23,14 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Literal
+
+LIBRARIES = {"Linux": "libedgetpu.so.1", "Darwin": "libedgetpu.1.dylib", "Windows": "edgetpu.dll"}
+
+
+def delegate_library() -> str:
+    """The Edge TPU delegate's library this machine loads (EDGE_LIBEDGETPU: another build, a stand-in in tests)."""
+    return os.environ.get("EDGE_LIBEDGETPU") or LIBRARIES.get(platform.system(), "libedgetpu.so.1")
+
 
 PACKAGES = ("libedgetpu1-std", "libedgetpu1-max")
 NEWEST_WITH_CORAL_APT = (2, 11)  # newer runtimes crash with Coral's own 16.0 (google-coral/edgetpu#812)

@@ -84,6 +84,12 @@ class Engine:
     # plugged in). Its models run in a process of their own, one per chip, whatever the chip is called. None: an
     # engine that runs on the CPU or a GPU
     chip: Callable[[str], str] | None = None
+    # Its `threads` are CPU threads where it runs on the CPU (ONNX Runtime, OpenVINO, LiteRT): the thread budget
+    # shares them among the engines, and a loop of frames back to back measures whether more than one pays
+    cpu_threads: bool = False
+    # Whether a device setting puts it off the CPU (a GPU, an NPU, a delegate): its native code then runs in a
+    # process of its own. The default: any device but `auto` and `cpu`
+    off_cpu: Callable[[str], bool] = field(default=lambda device: device.lower() not in ("auto", "cpu"))
 
     def parse_options(self, raw: Mapping[str, Any] | EngineOptions) -> EngineOptions:
         return parse_options(self.key, self.options, raw)

@@ -8,7 +8,6 @@ split's cost on them (BENCHMARKS.md, issue 57) and `isolation: process` asks for
 
 from __future__ import annotations
 
-import glob
 from pathlib import Path
 
 from edge_inference.backends.base import Backend, BackendOptions
@@ -22,37 +21,16 @@ def _is_plugin(engine: str) -> bool:
     return not getattr(load, "__module__", "").startswith(BUILT_IN_PACKAGE)
 
 
-def _onnx_on_gpu(device: str) -> bool:
-    """ONNX Runtime's `auto` is CUDA where this build has it; any other device but the CPU is a GPU's."""
-    if device.lower() != "auto":
-        return device.lower() != "cpu"
-    try:
-        import onnxruntime
-    except ImportError:
-        return False
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-
-
-def _openvino_off_cpu(device: str) -> bool:
-    """OpenVINO's AUTO may choose a GPU or NPU where one is present (a render node, an accel node)."""
-    if device.upper() in ("AUTO", ""):
-        return bool(glob.glob("/dev/dri/renderD*") or glob.glob("/dev/accel/accel*"))
-    return device.upper() != "CPU"
-
-
 def runs_isolated(engine: str, options: BackendOptions) -> bool:
     """Whether this engine, on this device, loads in a child process."""
     if options.isolation != "auto":
         return options.isolation == "process"
     if get_engine(engine).serves is not None:  # a client of a server: the network runs elsewhere
         return False
-    if get_engine(engine).chip is not None or _is_plugin(engine):  # an accelerator's runtime, always
+    declared = get_engine(engine)
+    if declared.chip is not None or _is_plugin(engine):  # an accelerator's runtime, always
         return True
-    if engine == "onnx":
-        return _onnx_on_gpu(options.device)
-    if engine == "openvino":
-        return _openvino_off_cpu(options.device)
-    return options.device.lower() not in ("auto", "cpu")  # LiteRT with a delegate
+    return declared.off_cpu(options.device)  # a GPU's or NPU's driver under a CPU engine
 
 
 def open_engine(engine: str, path: Path, options: BackendOptions) -> Backend:

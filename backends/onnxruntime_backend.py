@@ -388,6 +388,17 @@ def rank(path: Path) -> Offer | None:
     return Offer(50, "cpu", "ONNX model, no GPU or NPU found: ONNX Runtime on the CPU")
 
 
+def on_gpu(device: str) -> bool:
+    """ONNX Runtime's `auto` is CUDA where this build has it; any other device but the CPU is a GPU's."""
+    if device.lower() != "auto":
+        return device.lower() != "cpu"
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
 ENGINE = Engine(
     key="onnx",
     formats=(".onnx",),
@@ -398,4 +409,6 @@ ENGINE = Engine(
     listed=0,
     distributions=("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
     options=OnnxRuntimeOptions,
+    cpu_threads=True,
+    off_cpu=on_gpu,
 )

@@ -5,7 +5,7 @@ MYRIAD (Neural Compute Stick 2) left OpenVINO after 2022.3 LTS; it is used only 
 
 from __future__ import annotations
 
-import contextlib
+import glob
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from edge_inference.backends.base import (
 )
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import intel_accelerators
+from edge_inference.backends.openvino_model import batch_of_one
 from edge_inference.backends.options import EngineOptions, parse_options
 from edge_inference.extras import install_extra
 
@@ -196,21 +197,6 @@ def _read(core: Any, path: Path) -> Any:
     return batch_of_one(model)
 
 
-def batch_of_one(model: Any) -> Any:
-    """A batch the exporter left open (torch.onnx's `dynamic_axes={"images": {0: "batch"}}`) set to 1, the frames the
-    pipeline feeds: left open, OpenVINO could not tell the outputs' sizes either ([1, -1, 85]), no decoder matched
-    them, and a model ONNX Runtime ran was refused here. An image size left open stays so (the spec names none), and
-    so does a batch the graph cannot be reshaped to."""
-    if len(model.inputs) != 1:
-        return model
-    shape = model.inputs[0].get_partial_shape()
-    if shape.rank.is_static and shape.rank.get_length() == 4 and shape[0].is_dynamic:
-        shape[0] = 1
-        with contextlib.suppress(RuntimeError):
-            model.reshape({model.inputs[0]: shape})
-    return model
-
-
 def _tensors(compiled: Any, path: Path) -> tuple[list[TensorInfo], list[TensorInfo]]:
     """Inputs and outputs, with the quantisation OpenVINO does not report read from a TFLite file itself."""
     in_quant, out_quant = _tflite_quantization(path) if path.suffix.lower() == ".tflite" else ([], [])
@@ -334,6 +320,13 @@ def rank(path: Path) -> Offer | None:
     return Offer(10, "CPU", f"{path.suffix[1:].upper()} model: OpenVINO on the CPU reads it")
 
 
+def off_cpu(device: str) -> bool:
+    """OpenVINO's AUTO may choose a GPU or NPU where one is present (a render node, an accel node)."""
+    if device.upper() in ("AUTO", ""):
+        return bool(glob.glob("/dev/dri/renderD*") or glob.glob("/dev/accel/accel*"))
+    return device.upper() != "CPU"
+
+
 ENGINE = Engine(
     key="openvino",
     formats=(".xml", ".onnx", ".tflite"),
@@ -346,4 +339,6 @@ ENGINE = Engine(
     distributions=("openvino",),
     options=OpenVINOOptions,
     describe=describe,
+    cpu_threads=True,
+    off_cpu=off_cpu,
 )

@@ -178,4 +178,5 @@ ENGINE = Engine(
     rank=rank,
     listed=1,
     distributions=("ai-edge-litert", "tflite-runtime"),
+    cpu_threads=True,
 )

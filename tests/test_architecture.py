@@ -18,7 +18,7 @@ PARTS = ("cli", "edge", "backends", "models", "service")
 EDGE_SUBPACKAGES = ("config", "detection", "stream", "events", "runtime", "tools")
 EDGE_SHARED_MODULES = {"__init__.py", "errors.py", "secrets.py", "settings.py"}
 MAX_MODULES_PER_SUBPACKAGE = 12
-CONTRACTS = 3
+CONTRACTS = 4
 LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
 
 
@@ -40,6 +40,14 @@ def test_dependencies_point_one_way_without_cycles():
     assert f"{CONTRACTS} kept, 0 broken" in proc.stdout
 
 
+def test_every_engine_module_is_one_edge_may_not_import():
+    """`edge` reaches an engine through its declaration (`Engine`) and the modules of `backends/` made for it; the
+    contract lists each engine's module, and a new engine's module is listed with it."""
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    listed = set(re.findall(r'"edge_inference\.backends\.(\w+_backend)"', pyproject))
+    assert listed == {path.stem for path in (REPO / "backends").glob("*_backend.py")}
+
+
 def _copy_of_the_package(tmp_path: Path) -> Path:
     """The package as the wheel lays it out (links followed) with the contracts, in a folder of its own."""
     package = tmp_path / "edge_inference"
@@ -58,6 +66,7 @@ WRONG_IMPORTS = {
     "edge/tools/doctor.py": ("edge_inference.edge.runtime.health", "inside edge"),
     "service/limits.py": ("edge_inference.cli.app", "cli -> service"),
     "backends/base.py": ("edge_inference.models.spec", "cli -> service"),
+    "edge/tools/bench.py": ("edge_inference.backends.openvino_backend", "reaches an engine through its declaration"),
 }
 
 

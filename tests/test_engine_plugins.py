@@ -83,3 +83,74 @@ def test_the_command_line_runs_a_plugin_engine(toy_plugin):
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["backend"] == "toy/toy0" and any(d["label"] == "cat" for d in record["detections"])
+
+
+# An engine's nature is its declaration: an accelerator names its chip, a CPU engine says its threads are the CPU's.
+NATURE_ENGINES = textwrap.dedent(
+    """
+    import dataclasses
+
+    from edge_inference.backends.engine import Engine, Offer
+    from edge_inference.backends.onnxruntime_backend import load as load_onnx
+
+
+    def probe():
+        return None
+
+
+    def load(path, options):
+        backend = load_onnx(path, dataclasses.replace(options, device="cpu"))
+        return dataclasses.replace(backend, key=KEY, engine=f"{KEY} 0.1")
+
+
+    def rank(path):
+        return None
+
+
+    KEY = "{key}"
+    ENGINE = Engine(key=KEY, formats=(".onnx",), install="pip install " + KEY, probe=probe, load=load, rank=rank,
+                    {declared})
+    """
+)
+
+
+@pytest.fixture()
+def declared_plugins(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    install_engine_plugin(
+        site, "memx", NATURE_ENGINES.replace("{key}", "memx").replace("{declared}", "chip=lambda device: 'memx0'")
+    )
+    install_engine_plugin(
+        site, "cpux", NATURE_ENGINES.replace("{key}", "cpux").replace("{declared}", "cpu_threads=True")
+    )
+    monkeypatch.syspath_prepend(str(site))
+    engines.cache_clear()
+    yield site
+    engines.cache_clear()
+
+
+def test_a_new_engine_is_an_accelerator_or_a_cpu_engine_by_its_declaration_alone(declared_plugins):
+    """A new accelerator (a MemryX, say) runs in a process of its own, its models one process per chip whatever
+    the device setting calls it; a new CPU engine's threads are shared by the budget and measured in a loop of
+    frames, as ONNX Runtime's are. No other file names them."""
+    from edge_inference.backends.base import BackendOptions
+    from edge_inference.backends.isolation import chip_owner, runs_isolated
+    from edge_inference.edge.detection.model_files import resolve_model
+    from edge_inference.edge.detection.opening import plan_opening
+    from edge_inference.edge.detection.threads import engine_threads, runs_on_cpu, threads_are_cpu
+    from edge_inference.edge.settings import get_settings
+
+    assert runs_isolated("memx", BackendOptions("auto")) and runs_isolated("memx", BackendOptions("memx0"))
+    assert chip_owner("memx", BackendOptions("auto")) == chip_owner("memx", BackendOptions("memx0")) is not None
+    assert chip_owner("cpux", BackendOptions("auto")) is None and not threads_are_cpu("memx")
+    settings = get_settings()
+    model = str(MODELS / "onnx/yolox_nano.onnx")
+    for key, measured in (("cpux", engine_threads() > 1), ("memx", False)):
+        config = DetectorConfig(model, backend=key, isolation="thread")
+        opening = plan_opening(config, resolve_model(model, [key], settings).engines[key], settings)
+        assert (opening.loop_threads is not None) == measured, key
+    detector = load_detector(DetectorConfig(model, backend="cpux", device="cpu", isolation="thread"))
+    try:
+        assert runs_on_cpu(detector.backend)
+    finally:
+        detector.close()

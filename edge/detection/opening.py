@@ -23,7 +23,7 @@ from edge_inference.backends.options import EngineOptions
 from edge_inference.edge.config.paths import check_label_file
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.model_files import resolve_model
-from edge_inference.edge.detection.threads import CPU_ENGINES, engine_threads
+from edge_inference.edge.detection.threads import engine_threads, threads_are_cpu
 from edge_inference.edge.settings import Settings
 from edge_inference.models.download import ModelFile, local_file
 from edge_inference.models.labels import Classes
@@ -103,7 +103,7 @@ def plan_opening(
         config.back_to_back
         and not config.threads
         and planned > 1
-        and config.backend in CPU_ENGINES
+        and threads_are_cpu(config.backend)
         and isolation_of(config) != "process"
     )
     config = replace(config, threads=1) if measured else config

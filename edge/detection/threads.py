@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from edge_inference.backends.base import BackendError
+from edge_inference.backends.engine import get_engine
+
 if TYPE_CHECKING:
     from edge_inference.backends.base import Backend
 
@@ -146,13 +149,18 @@ class CameraThreads(Generic[D]):
         self.busy = False
 
 
-CPU_ENGINES = ("onnx", "openvino", "tflite")  # engines whose `threads` are CPU threads, where they run on the CPU
+def threads_are_cpu(key: str) -> bool:
+    """The engine declares its `threads` CPU threads (`Engine.cpu_threads`); an engine not installed does not."""
+    try:
+        return get_engine(key).cpu_threads
+    except BackendError:
+        return False
 
 
 def runs_on_cpu(backend: Backend) -> bool:
     """The engine's threads are CPU threads: a CPU engine on the CPU, not a GPU, NPU or CUDA device behind it."""
     device = backend.device.upper()
-    return backend.key in CPU_ENGINES and "CPU" in device and not any(x in device for x in ("GPU", "NPU", "CUDA"))
+    return "CPU" in device and not any(x in device for x in ("GPU", "NPU", "CUDA")) and threads_are_cpu(backend.key)
 
 
 # A loop that runs frames back to back (`edge detect` over a video or a folder, a library user's loop) on one

@@ -22,8 +22,13 @@ from pathlib import Path
 from typing import Literal
 
 from edge_inference.backends import engines
-from edge_inference.backends.edgetpu_backend import delegate_library
-from edge_inference.backends.edgetpu_runtime import installed_package, library_build, pair_problem, runtime_version
+from edge_inference.backends.edgetpu_runtime import (
+    delegate_library,
+    installed_package,
+    library_build,
+    pair_problem,
+    runtime_version,
+)
 from edge_inference.backends.hardware import (
     CORAL_USB_IDS,
     NOT_ALLOWED,

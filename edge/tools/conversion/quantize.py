@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_inference.backends.openvino_backend import batch_of_one
+from edge_inference.backends.openvino_model import batch_of_one
 from edge_inference.edge.errors import EdgeError
 from edge_inference.extras import install_extra
 
