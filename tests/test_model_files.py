@@ -62,3 +62,49 @@ def test_a_named_engine_that_cannot_read_the_file_is_told_before_anything_loads(
         resolve_model(str(tflite), ["onnx"], strict=True)
     refused = resolve_model(str(tflite), ["onnx", "tflite"])  # auto's view: the one that reads it is its candidate
     assert set(refused.engines) == {"tflite"} and "onnx" in refused.refused
+
+
+def test_nothing_in_a_compiled_plan_or_the_config_it_came_from_can_be_changed():
+    """A plan compiled once is what every stream runs: its stream's settings, its detector's classes and engine
+    options, its model's files, and the loaded config they came from are read-only all the way down (a pydantic
+    model's `frozen` guards its fields, not the lists and dicts in them)."""
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    config = ServiceConfig.model_validate(
+        {
+            "streams": [
+                {
+                    "id": "door",
+                    "source": "door.mp4",
+                    "model": str(MODELS / "onnx/yolox_nano.onnx"),
+                    "backend": "onnx",
+                    "classes": {"person": 0.5},
+                    "engine_options": {"onnx": {"trt_fp16": False}},
+                    "zones": [{"name": "porch", "polygon": [[0, 0], [0.5, 0], [0.5, 0.5]]}],
+                    "compare": ["openvino"],
+                }
+            ]
+        }
+    )
+    (plan,) = compile_streams(config)
+    pipeline = plan.pipelines[0]
+    attempts = [
+        lambda: setattr(plan.stream, "conf", 0.9),
+        lambda: setattr(config.streams[0].zones[0], "name", "gate"),
+        lambda: config.streams.append(config.streams[0]),
+        lambda: plan.stream.compare.append("tflite"),
+        lambda: plan.stream.zones[0].polygon.append((1.0, 1.0)),
+        lambda: plan.stream.classes.__setitem__("car", 0.1),
+        lambda: plan.stream.engine_options.pop("onnx"),
+        lambda: setattr(pipeline, "detector", None),
+        lambda: setattr(pipeline.detector, "conf", 0.9),
+        lambda: pipeline.detector.classes.__setitem__("car", 0.1),
+        lambda: pipeline.detector.engine_options.clear(),
+        lambda: pipeline.files.engines.__setitem__("tflite", None),
+    ]
+    for attempt in attempts:
+        with pytest.raises((TypeError, AttributeError, ValidationError, dataclasses.FrozenInstanceError)):
+            attempt()
+    assert plan.stream.conf == 0.25 and "car" not in pipeline.detector.classes and pipeline.files is not None

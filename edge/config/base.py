@@ -5,16 +5,55 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from edge_inference.edge.errors import EdgeError
+
+
+class FrozenMap(dict[Any, Any]):
+    """A mapping nothing can change once made: a loaded config's and a compiled plan's (a dict, so JSON, pydantic and
+    pickle take it as one)."""
+
+    def _refuse(self, *_: object, **__: object) -> None:
+        raise TypeError("a loaded config cannot be changed: copy it (model_copy(update=...)) with what differs")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (dict(self),))
+
+    def __copy__(self) -> FrozenMap:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenMap:
+        return self
+
+
+def frozen(value: Any) -> Any:
+    """Lists as tuples and dicts as FrozenMaps, all the way down (models are frozen themselves)."""
+    if isinstance(value, list | tuple):
+        return tuple(frozen(item) for item in value)
+    if isinstance(value, dict) and not isinstance(value, FrozenMap):
+        return FrozenMap({key: frozen(item) for key, item in value.items()})
+    return value
 
 
 class ConfigModel(BaseModel):
     """Every section of a config: a key it does not know is refused (with the nearest it does: messages.py),
     never dropped, as Frigate's FrigateBaseModel does."""
 
-    model_config = ConfigDict(extra="forbid")
+    # frozen: a plan compiled from a config holds its sections; nothing may change them after (issue 82)
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="after")
+    def _nothing_changes(self) -> Any:
+        """Its lists and dicts made read-only once validated (pydantic's frozen guards the fields alone)."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, list | dict) and not isinstance(value, FrozenMap):
+                object.__setattr__(self, name, frozen(value))
+        return self
 
 
 class ConfigError(EdgeError):

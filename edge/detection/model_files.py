@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from edge_inference.backends import Engine, engines
+from edge_inference.edge.config.base import FrozenMap
 from edge_inference.edge.config.paths import with_path_meant
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings, get_settings
@@ -52,6 +53,10 @@ class ModelFiles:
     engines: Mapping[str, ModelFile]
     refused: Mapping[str, str]
     served_by: str | None = None  # the engine whose server the reference names (`triton://...`): it alone runs it
+
+    def __post_init__(self) -> None:  # a plan holds it: read-only all the way down
+        object.__setattr__(self, "engines", FrozenMap(self.engines))
+        object.__setattr__(self, "refused", FrozenMap(self.refused))
 
 
 def resolve_model(

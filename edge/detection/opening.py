@@ -20,6 +20,7 @@ from edge_inference.backends import (
 )
 from edge_inference.backends.engine import get_engine
 from edge_inference.backends.options import EngineOptions
+from edge_inference.edge.config.base import frozen
 from edge_inference.edge.config.paths import check_label_file
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.model_files import resolve_model
@@ -65,6 +66,8 @@ class DetectorConfig:
     def __post_init__(self) -> None:
         # `ONNX`, `Auto`: the engine's key in any case, as devices are read (`cpu`, `CPU`)
         object.__setattr__(self, "backend", self.backend.strip().lower())
+        for name in ("classes", "engine_options", "engine_isolation"):  # a plan holds it: nothing may change them
+            object.__setattr__(self, name, frozen(dict(getattr(self, name))))
 
 
 def isolation_of(config: DetectorConfig) -> str:
