@@ -13,9 +13,9 @@ from edge_inference.edge.config import MAX_THREADS, classes_from_text
 from edge_inference.edge.config.messages import fraction_as_percentage, number_as_written
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig
+from edge_inference.edge.detection.opening import spec_overrides
 from edge_inference.edge.errors import EdgeError
 from edge_inference.models.labels import Classes, labels_listed, unknown_classes
-from edge_inference.models.overrides import SpecOverrides
 from edge_inference.models.registry import DEFAULT_MODEL
 
 F = Callable[..., Any]
@@ -154,12 +154,7 @@ def _engine_options(ctx: click.Context, param: click.Parameter, values: tuple[st
 
 
 def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
-    overrides = SpecOverrides(
-        decoder=kwargs.pop("decoder"),
-        color=kwargs.pop("color"),
-        resize=kwargs.pop("resize"),
-        labels=kwargs.pop("labels"),
-    )
+    overrides = spec_overrides(kwargs.pop("decoder"), kwargs.pop("color"), kwargs.pop("resize"), kwargs.pop("labels"))
     return DetectorConfig(
         model=kwargs.pop("model"),
         backend=kwargs.pop("backend"),

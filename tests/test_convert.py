@@ -249,6 +249,8 @@ def test_a_camera_that_goes_quiet_while_read_is_said_beside_the_figures_it_left(
     assert stopped.startswith("the footage stopped after ") and "stopped delivering frames" in stopped, stopped
     assert "where --frames asked for 100 and 100" in fewer and f"note: {fewer}" in err  # read: a few dozen
     assert "s3cret" not in err + out + json.dumps(record)
+    # no terminal: the steps' progress as lines, not a bar's carriage returns filling a log
+    assert "\r" not in err and re.search(r"^calibrating \(onnx\): \d+/\d+ frames, \d+ s \(done\)$", err, re.M), err
 
 
 @pytest.mark.process

@@ -83,7 +83,7 @@ def test_a_whole_frigate_config_is_read_as_its_cameras_detector_and_model(tmp_pa
     assert (front.width, front.height, front.fps, front.classes) == (640, 480, 5, {"person": 0.4})
     assert front.ffmpeg is not None and front.ffmpeg.hwaccel is None  # Frigate's `auto`: software here, said
     assert front.motion is not None and front.motion.pixel_threshold == 40
-    assert [list(polygon) for polygon in front.motion.ignore] == [[(0, 0), (0.3, 0), (0.3, 0.2)]]
+    assert front.motion.ignore == [[(0, 0), (0.3, 0), (0.3, 0.2)]]
     assert [(zone.name, len(zone.polygon)) for zone in front.zones] == [("porch", 4)]
     assert back.source == "rtsp://viewer:rtsp-secret@192.0.2.10:554/stream1"  # not Frigate's own go2rtc
     assert back.ffmpeg is not None and (back.ffmpeg.hwaccel, back.ffmpeg.input_args) == (

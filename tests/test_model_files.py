@@ -103,8 +103,28 @@ def test_nothing_in_a_compiled_plan_or_the_config_it_came_from_can_be_changed():
         lambda: pipeline.detector.classes.__setitem__("car", 0.1),
         lambda: pipeline.detector.engine_options.clear(),
         lambda: pipeline.files.engines.__setitem__("tflite", None),
+        lambda: plan.pipelines[-1].stream.compare.append("tflite"),  # a compared engine's: a copy, as read-only
+        lambda: plan.pipelines[-1].stream.zones.pop(),
     ]
     for attempt in attempts:
         with pytest.raises((TypeError, AttributeError, ValidationError, dataclasses.FrozenInstanceError)):
             attempt()
     assert plan.stream.conf == 0.25 and "car" not in pipeline.detector.classes and pipeline.files is not None
+
+
+def test_a_streams_config_and_the_command_line_say_the_same_of_a_model_through_one_reading():
+    """`--decoder` and `--resize` were the command line's alone: a stream could not name the decoder of a model of
+    its own. Both now read what they say of a model in one place, and the config refuses a decoder it has not."""
+    from edge_inference.cli.options import detector_config as from_flags
+    from edge_inference.edge.runtime.plan import detector_config as from_stream
+
+    stream = StreamConfig(
+        id="door", source="door.mp4", decoder="yolox", resize="stretch", color="BGR", labels="/tmp/labels.txt"
+    )
+    flags = {"model": "yolox-nano", "backend": "auto", "device": "auto", "conf": 0.25, "iou": 0.45, "classes": (),
+             "threads": None, "fallback": False, "engine_option": {}, "decoder": "yolox", "color": "BGR",
+             "resize": "stretch", "labels": "/tmp/labels.txt"}  # fmt: skip
+    assert from_stream(stream).overrides == from_flags(flags).overrides
+    assert from_stream(stream).overrides.decoder == "yolox" and from_stream(stream).overrides.resize == "stretch"
+    with pytest.raises(ValueError, match="decoder 'yolo' is not one of yolox"):
+        StreamConfig(id="door", source="door.mp4", decoder="yolo")

@@ -328,8 +328,8 @@ def test_a_stream_written_as_the_command_line_reads_it_is_taken(tmp_path):
     )
     door, yard = load_config(config).streams
     assert door.motion == StreamConfig(id="x", source="0", motion={}).motion and door.motion is not None
-    assert door.tracking is not None and door.events is not None and door.tracking.labels == ("person",)
-    assert door.classes == ("person", "car", 2) and door.threads is None
+    assert door.tracking is not None and door.events is not None and door.tracking.labels == ["person"]
+    assert door.classes == ["person", "car", 2] and door.threads is None
     assert yard.motion is None
     config.write_text(f"streams:\n  - id: door\n    source: {VTEST}\n    backend: [onnx, tflite]\n")
     with pytest.raises(ConfigError) as caught:
@@ -353,7 +353,7 @@ def test_zones_pasted_from_a_frigate_config_are_read(tmp_path):
     )
     config.write_text(frigate)
     (stream,) = load_config(config).streams
-    assert [(zone.name, list(zone.polygon)) for zone in stream.zones] == [
+    assert [(zone.name, zone.polygon) for zone in stream.zones] == [
         ("driveway", [(0.1, 0.2), (0.5, 0.2), (0.5, 0.9), (0.1, 0.9)]),
         ("porch", [(545, 1077), (747, 939), (788, 805)]),
     ]

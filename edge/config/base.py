@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -30,10 +31,31 @@ class FrozenMap(dict[Any, Any]):
         return self
 
 
+class FrozenList(list[Any]):
+    """A list nothing can change once made (a list still, so pydantic serialises it as the field declares)."""
+
+    def _refuse(self, *_: object, **__: object) -> None:
+        raise TypeError("a loaded config cannot be changed: copy it (model_copy(update=...)) with what differs")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenList, (list(self),))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
+        return self
+
+
 def frozen(value: Any) -> Any:
-    """Lists as tuples and dicts as FrozenMaps, all the way down (models are frozen themselves)."""
-    if isinstance(value, list | tuple):
-        return tuple(frozen(item) for item in value)
+    """Lists as FrozenLists and dicts as FrozenMaps, all the way down (models are frozen themselves)."""
+    if isinstance(value, FrozenList | FrozenMap):
+        return value
+    if isinstance(value, list):
+        return FrozenList(frozen(item) for item in value)
     if isinstance(value, dict) and not isinstance(value, FrozenMap):
         return FrozenMap({key: frozen(item) for key, item in value.items()})
     return value
@@ -46,12 +68,16 @@ class ConfigModel(BaseModel):
     # frozen: a plan compiled from a config holds its sections; nothing may change them after (issue 82)
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy with what differs, read-only as the original (pydantic's copy does not validate again)."""
+        return super().model_copy(update=None if update is None else dict(frozen(dict(update))), deep=deep)
+
     @model_validator(mode="after")
     def _nothing_changes(self) -> Any:
         """Its lists and dicts made read-only once validated (pydantic's frozen guards the fields alone)."""
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if isinstance(value, list | dict) and not isinstance(value, FrozenMap):
+            if isinstance(value, list | dict) and not isinstance(value, FrozenList | FrozenMap):
                 object.__setattr__(self, name, frozen(value))
         return self
 

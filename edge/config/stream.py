@@ -18,6 +18,7 @@ from edge_inference.edge.config.base import ConfigModel, listed_by_key
 from edge_inference.edge.config.frames import FFmpegConfig, MotionConfig, RegionsConfig
 from edge_inference.edge.config.frigate import frigate_camera
 from edge_inference.edge.config.scene import EventsConfig, LineConfig, TrackingConfig, ZoneConfig
+from edge_inference.models.decoders import DECODERS
 from edge_inference.models.labels import label_key
 from edge_inference.models.registry import DEFAULT_MODEL
 
@@ -102,10 +103,21 @@ class StreamConfig(ConfigModel):
     # An RTSP camera decoded by OpenCV: every this many seconds ffprobe is asked the size it sends now, since OpenCV
     # squeezes a new resolution into the one it opened at (edge/stream/capture.py, SizeWatch); 0: never
     resolution_check_s: float = Field(default=60, ge=0)
-    # For a model of one's own, what its file does not say (as `edge detect --labels/--color`, or the model's
-    # sidecar, which these win over): a label file (one name a line, or `id name`) and the input's colour order
+    # For a model of one's own, what its file does not say (as `edge detect --labels/--color/--decoder/--resize`, or
+    # the model's sidecar, which these win over): a label file (one name a line, or `id name`) and the input's colour
+    # order
     labels: Path | None = None
     color: Literal["RGB", "BGR"] | None = None  # the model input's colour order
+    # The output decoder where the layout is not recognised (yolox, yolov5, yolov8, yolo-end2end, ssd, nanodet, ...)
+    decoder: str | None = None
+    resize: Literal["letterbox", "stretch"] | None = None  # how a frame is fitted to the model's input
+
+    @field_validator("decoder")
+    @classmethod
+    def _known_decoder(cls, decoder: str | None) -> str | None:
+        if decoder is not None and decoder not in DECODERS:
+            raise ValueError(f"decoder {decoder!r} is not one of {', '.join(DECODERS)}")
+        return decoder
 
     @field_validator("color", mode="before")
     @classmethod

@@ -70,6 +70,15 @@ class DetectorConfig:
             object.__setattr__(self, name, frozen(dict(getattr(self, name))))
 
 
+def spec_overrides(
+    decoder: str | None, color: str | None, resize: str | None, labels: str | Path | None
+) -> SpecOverrides:
+    """What a stream's config or the command line says of a model its file does not: one reading for both."""
+    return SpecOverrides.model_validate(
+        {"decoder": decoder, "color": color, "resize": resize, "labels": str(labels) if labels else None}
+    )
+
+
 def isolation_of(config: DetectorConfig) -> str:
     """Where the engine runs: the stream's `isolation:`, else the detectors' setting for its engine, else auto."""
     return config.isolation if config.isolation != "auto" else config.engine_isolation.get(config.backend, "auto")

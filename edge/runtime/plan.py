@@ -13,10 +13,10 @@ from edge_inference.backends import BackendError
 from edge_inference.edge.config import ServiceConfig, StreamConfig, compare_member_ids, compared
 from edge_inference.edge.detection.loader import DetectorConfig, check_reference
 from edge_inference.edge.detection.model_files import ModelFiles
+from edge_inference.edge.detection.opening import spec_overrides
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.settings import Settings
 from edge_inference.models.errors import ModelError
-from edge_inference.models.overrides import SpecOverrides
 
 EngineKey = tuple[str, str, str, int | None]  # model, engine, device, threads: what the thread budget counts
 
@@ -92,7 +92,7 @@ def detector_config(stream: StreamConfig) -> DetectorConfig:
         load_timeout_s=stream.load_timeout_s,
         # motion regions fall back to tiles for the frames that run whole (the first, and now and then)
         tiling=None if stream.regions.mode == "full" else stream.regions.tiling(),
-        overrides=SpecOverrides(labels=str(stream.labels) if stream.labels else None, color=stream.color),
+        overrides=spec_overrides(stream.decoder, stream.color, stream.resize, stream.labels),
         # a camera's engine waits between frames, and a file's lanes run one thread each: nothing to spin for
         back_to_back=False,
     )

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from tqdm import tqdm
 
 from edge_inference.edge.config import MotionConfig
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.stream.motion import MotionGate
 from edge_inference.edge.stream.sources import SourceError, open_source
+from edge_inference.edge.tools.progress import shown_progress
 
 READ_AT_MOST = 2000  # frames of a source read (a camera: about a minute at 30 fps); a file ends sooner
 JPEG_QUALITY = 95
@@ -89,7 +89,7 @@ def _read(source: str, keep: int, progress: bool) -> Read:
         raise EdgeError(f"cannot read {source} for calibration: {exc}") from None
     kept = _Kept(keep)
     gate = MotionGate(MotionConfig())
-    bar = tqdm(total=READ_AT_MOST, desc="reading frames", unit="frame", disable=not progress, leave=False)
+    bar = shown_progress(READ_AT_MOST, "reading frames", "frame", progress, estimate=False, leave=False)
     stopped = ""
     try:
         while kept.seen < READ_AT_MOST:

@@ -22,7 +22,6 @@ from typing import Any, overload
 
 import numpy as np
 import yaml
-from tqdm import tqdm
 
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
@@ -44,6 +43,7 @@ from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, split
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_can_be_made
 from edge_inference.edge.tools.folders import ensure_writable
+from edge_inference.edge.tools.progress import shown_progress
 from edge_inference.extras import install_extra
 from edge_inference.models.agreement import ENOUGH_BOXES, agreement
 from edge_inference.models.decoders import get_decoder
@@ -492,7 +492,7 @@ def _quantized(
     float_detector: Detector, source: Path, partial: Path, engine: str, frames: Frames, method: str, progress: bool
 ) -> dict[str, Any]:
     tensors = Prepared(float_detector, frames.calibration)
-    bar = tqdm(total=len(tensors), desc=f"calibrating ({engine})", unit="frame", disable=not progress)
+    bar = shown_progress(len(tensors), f"calibrating ({engine})", "frame", progress)
     step: Callable[[], None] = bar.update
     with bar:
         if engine == "onnx":
