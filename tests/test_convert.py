@@ -696,3 +696,30 @@ def test_tflite_int8_is_made_by_onnx2tf_and_judged_on_litert(env, clip):
     assert any(d["label"] == "person" for d in json.loads(detected.stdout)["detections"])
     verified = run_edge("models", "verify", str(made), env=env)
     assert "not compiled for the Edge TPU" in verified.stdout  # until edgetpu_compiler has run on it
+
+
+def test_what_a_killed_conversion_left_is_removed_by_the_next_and_a_running_ones_is_not(env, tmp_path):
+    """A conversion killed mid-way (SIGKILL, the OOM killer) left its partial file and ONNX Runtime's work folder
+    in the model cache, and no later run removed them. The next conversion does, once the process that wrote them
+    is gone; a conversion still running (this process, here) keeps its own."""
+    from edge_inference.edge.detection.model_files import converted_folder
+    from edge_inference.edge.errors import EdgeError
+    from edge_inference.edge.settings import Settings
+    from edge_inference.edge.tools.conversion.convert import convert as convert_model
+
+    settings = Settings(model_cache=Path(env["EDGE_MODEL_CACHE"]), model_mirror=env["EDGE_MODEL_MIRROR"])
+    folder = converted_folder(settings)
+    folder.mkdir(parents=True)
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text())  # the kernel's pids are below it: no process has it
+    left = [folder / f".yolox-nano-int8.{gone}.partial.onnx", folder / f".edge-work-{gone}-k1ll"]
+    running = [folder / f".yolox-nano-int8.{os.getpid()}.partial.onnx", folder / f".edge-work-{os.getpid()}-busy"]
+    for files, work in (left, running):
+        files.write_bytes(b"\0" * 1024)
+        work.mkdir()
+        (work / "prepared.onnx").write_bytes(b"\0" * 1024)
+    kept = folder / "yolox-nano-int8.onnx"  # a finished conversion's file is never touched
+    kept.write_bytes(b"\0")
+    with pytest.raises(EdgeError, match="cannot read"):
+        convert_model("yolox-nano", "onnx-int8", str(tmp_path / "no.mp4"), settings, progress=False)
+    assert not any(path.exists() for path in left)
+    assert all(path.exists() for path in running) and kept.exists()

@@ -42,7 +42,7 @@ from edge_inference.edge.tools.conversion.quantize import (
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_can_be_made
-from edge_inference.edge.tools.folders import ensure_writable
+from edge_inference.edge.tools.folders import drop_leftovers, ensure_writable
 from edge_inference.edge.tools.progress import shown_progress
 from edge_inference.extras import install_extra
 from edge_inference.models.agreement import ENOUGH_BOXES, agreement
@@ -309,6 +309,7 @@ def convert(
     name = stem + name_suffix  # a registry name's, or the file's stem
     target_path = output or converted_folder(settings) / f"{name}{suffix}"
     _writable(target_path.parent, asked=output is not None)
+    drop_leftovers(target_path.parent)  # a conversion killed mid-way left its partial files and work folder there
     _room_for(source, target_path.parent)
     _convertible(source)
     if engine in TOOLCHAIN_OF:  # its environment made where it is not yet: GBs, said before any footage is read

@@ -31,6 +31,7 @@ import numpy as np
 
 from edge_inference.backends.openvino_model import batch_of_one
 from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.tools.folders import work_prefix
 from edge_inference.extras import install_extra
 
 CONVERT_EXTRA = install_extra("convert")
@@ -260,7 +261,7 @@ def onnx_int8(
         raise EdgeError(f"onnx-int8 needs onnx and sympy: {CONVERT_EXTRA}") from None
     model = onnx_batch_of_one(_weights_not_inputs(onnx.load(str(source))))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
-    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+    with tempfile.TemporaryDirectory(prefix=work_prefix(), dir=target.parent) as work:
         upgraded, prepared = Path(work) / "upgraded.onnx", Path(work) / "prepared.onnx"
         onnx.save(version_converter.convert_version(model, QDQ_OPSET) if opset < QDQ_OPSET else model, str(upgraded))
         quant_pre_process(str(upgraded), str(prepared), skip_symbolic_shape=False)
