@@ -74,10 +74,6 @@ class Tiling:
                     "tiles, or `auto` (tiles at the model's trained scale)"
                 )
 
-    def describe(self) -> str:
-        grid = "auto" if self.grid is None else f"{self.grid[0]}x{self.grid[1]}"
-        return f"tiles {grid}, overlap {self.overlap:g}"
-
 
 def parse_tiles(text: str, overlap: float = DEFAULT_OVERLAP, full_frame: bool | None = None) -> Tiling:
     """`auto` or `COLSxROWS` (`3x2`), as `--tiles` and a stream's `tiles:` take it."""
