@@ -23,7 +23,7 @@ from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
 from edge_inference.edge.events.storage import StorageWatch
 from edge_inference.edge.events.store import EventQuery, EventStore, Message
-from edge_inference.edge.events.webhooks import Webhook
+from edge_inference.edge.events.webhook_sink import Webhook
 from edge_inference.edge.stream.tracking import LineState, ZoneState
 from edge_inference.models.detection import BoxXYXY, Detection
 from tests.inprocess import app_client, service_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 
 from edge_inference.backends import engine_keys
 from edge_inference.edge.config.base import ConfigModel, listed_by_key
@@ -137,6 +137,18 @@ class WebhookConfig(ConfigModel):
         return url
 
 
+class SinkEntry(ConfigModel):
+    """One more destination of every event change: `{type: <kind>, ...}`, its settings read by that kind's own model
+    (`edge/events/sink.py`) when the service builds it."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str  # the kind: webhook, or one an installed module declares
+
+    def settings(self) -> dict[str, Any]:
+        """Its settings, as written, without `type`."""
+        return dict(self.model_extra or {})
+
+
 class DetectorsConfig(ConfigModel):
     """How loaded engines are shared between streams (edge/detection/detector_pool.py)."""
 
@@ -165,6 +177,7 @@ class ServiceConfig(ConfigModel):
     storage: StorageConfig = StorageConfig()  # where events are kept
     mqtt: MqttConfig | None = None  # a broker for events and Home Assistant; off: none
     webhooks: list[WebhookConfig] = Field(default_factory=list)  # URLs each event change is POSTed to
+    sinks: list[SinkEntry] = Field(default_factory=list)  # more destinations of every event change, by type
     # What reading the file said beside it (a Frigate file: what was read as what, what was left out)
     _notes: list[str] = PrivateAttr(default_factory=list)
 

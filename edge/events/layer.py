@@ -1,4 +1,5 @@
-"""Events and their outputs for a running service: builders per stream, the recorder, the store, MQTT, webhooks.
+"""Events and their outputs for a running service: builders per stream, the recorder, the store, and the sinks
+(the broker, and every kind `edge/events/sink.py` finds) as one list.
 
 Built by the stream manager from the config; it listens to the pipelines' results and never slows them: a frame's
 listener call is the event bookkeeping (`events.py`) and a comparison of zone counts, nothing that waits.
@@ -20,9 +21,9 @@ from edge_inference.edge.events.homeassistant import discovery_messages, removal
 from edge_inference.edge.events.mqtt import MqttLink, configured_broker, default_device_id
 from edge_inference.edge.events.outbox import OutboxSender
 from edge_inference.edge.events.recorder import EventRecorder
+from edge_inference.edge.events.sink import EventSink, configured_sinks
 from edge_inference.edge.events.storage import StorageWatch, open_store
 from edge_inference.edge.events.store import EventStore, StoreBusy, default_data_dir
-from edge_inference.edge.events.webhooks import Webhook
 from edge_inference.edge.settings import Settings
 from edge_inference.edge.stream.pipeline import FrameResult, StreamPipeline
 
@@ -55,12 +56,17 @@ def mqtt_link(config: ServiceConfig, settings: Settings) -> MqttLink | None:
     return MqttLink(mqtt_config, broker, mqtt_config.device_id or default_device_id())
 
 
+def event_sinks(mqtt: MqttLink | None, config: ServiceConfig) -> list[EventSink]:
+    """Every destination of event changes: the broker where there is one, then the config's sinks in order."""
+    return ([mqtt] if mqtt is not None else []) + configured_sinks(config)
+
+
 class EventLayer:
     def __init__(self, config: ServiceConfig, settings: Settings) -> None:
         self.config = config
         self._active: dict[tuple[str, str], set[str]] = {}  # (stream, label) -> events going on, for ON/OFF
         self.mqtt = mqtt_link(config, settings)
-        self.webhooks = [Webhook(i, w) for i, w in enumerate(config.webhooks)]
+        self.sinks = event_sinks(self.mqtt, config)
         self.builders: dict[str, EventBuilder] = {
             s.id: EventBuilder(s.id, s.events) for s in config.streams if s.events and not s.compare
         }
@@ -81,14 +87,11 @@ class EventLayer:
         opened = open_store(folder, self.config.storage)
         self.store, self._opening_notice = opened.store, opened.notice
         self.storage = StorageWatch(self.store, self.config.storage, opened.problem)
-        destinations = [(w.sink, "event") for w in self.webhooks]
-        if self.mqtt is not None:
-            destinations.insert(0, ("mqtt", self.mqtt.topics.events))
+        destinations = [(sink.sink, sink.topic) for sink in self.sinks]
         if self.store is not None:
-            if self.mqtt is not None:
-                self.senders.append(OutboxSender(self.store, "mqtt", self.mqtt.deliver))
-                self.mqtt.on_connect_hooks.append(self.senders[-1].wake.set)
-            self.senders += [OutboxSender(self.store, w.sink, w.deliver) for w in self.webhooks]
+            for sink in self.sinks:
+                self.senders.append(OutboxSender(self.store, sink.sink, sink.deliver))
+                sink.when_back(self.senders[-1].wake.set)
         self.recorder = EventRecorder(self.store, destinations, self.storage)
         self.recorder.on_stored += [sender.wake.set for sender in self.senders]
         if self.mqtt is not None:
@@ -107,13 +110,11 @@ class EventLayer:
 
     @property
     def problems(self) -> list[str]:
-        """What the user relies on that does not work: events not kept, the broker away or refusing us (Home
-        Assistant hears nothing; the outbox keeps the events), a webhook that cannot take them, another device
-        publishing as this one."""
-        mqtt = self.mqtt
-        away = mqtt.last_error if mqtt is not None and not mqtt.connected.is_set() else None
-        failing = [webhook.last_error for webhook in self.webhooks if webhook.failing]
-        found = [self.problem, away, *failing, mqtt.conflict if mqtt is not None else None]
+        """What the user relies on that does not work: events not kept, a sink that cannot take them (the broker
+        away or refusing us: Home Assistant hears nothing; the outbox keeps the events), another device publishing
+        as this one."""
+        conflict = self.mqtt.conflict if self.mqtt is not None else None
+        found = [self.problem, *(sink.problem for sink in self.sinks), conflict]
         return [problem for problem in found if problem]
 
     @property

@@ -26,12 +26,14 @@ import ssl
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from edge_inference.edge.config import ConfigError, MqttConfig, ServiceConfig
 from edge_inference.edge.errors import connection_failure, needs_events_extra
+from edge_inference.edge.events.storage import Level
 from edge_inference.edge.events.store import Message
 from edge_inference.edge.secrets import mask_url, password_encoding_advice
 from edge_inference.edge.settings import Settings
@@ -169,12 +171,19 @@ def ask_broker(config: MqttConfig, broker: Broker, timeout_s: float = 5.0) -> tu
 
 
 class MqttLink:
+    """The broker: retained state and Home Assistant's discovery, and one of the event sinks (`edge/events/sink.py`):
+    the outbox's messages published on the events topic."""
+
+    sink = name = "mqtt"
+    rejected = 0  # a broker takes whatever it is sent
+
     def __init__(self, config: MqttConfig, broker: Broker, device_id: str) -> None:
         self.config = config
         self.broker = broker
         self.topics = Topics(config.topic_prefix, device_id)
+        self.topic = self.topics.events
         self.connected = threading.Event()
-        self.on_connect_hooks: list[object] = []  # callables run after each connection (outbox wake-up)
+        self.on_connect_hooks: list[Callable[[], object]] = []  # run after each connection (outbox wake-up)
         self.last_error: str | None = None
         self.instance = uuid.uuid4().hex[:12]  # this process, as `instance` announces it
         self.conflict: str | None = None  # another process publishing as this device, once one has been seen
@@ -212,6 +221,25 @@ class MqttLink:
         self._client.disconnect()
         self._client.loop_stop()
 
+    # -- as an event sink ------------------------------------------------------------------------------------
+    @property
+    def problem(self) -> str | None:
+        """The broker away or refusing us: Home Assistant hears nothing (the outbox keeps the events)."""
+        return self.last_error if not self.connected.is_set() else None
+
+    def when_back(self, wake: Callable[[], None]) -> None:
+        self.on_connect_hooks.append(wake)
+
+    def check(self) -> tuple[str, Level]:
+        """A broker that is down may come back (a warning: events wait); one that refuses this user never will."""
+        broker, user = self.broker.description, self.broker.username
+        answered, why = ask_broker(self.config, self.broker)
+        if why is None:
+            return (f"{broker} logs in user {user}" if user else f"{broker} takes clients with no user"), "ok"
+        if answered:
+            return f"{broker}: {why}; no event would reach it", "problem"
+        return f"{broker}: {why}; events would wait in the outbox", "warning"
+
     def set_startup(self, messages: list[tuple[str, bytes]]) -> None:
         self._startup = messages
 
@@ -235,7 +263,7 @@ class MqttLink:
             self._client.publish(topic, payload, qos=1, retain=True)
         self.connected.set()
         for hook in self.on_connect_hooks:
-            hook()  # type: ignore[operator]
+            hook()
 
     def _disconnected(self, client: object, userdata: object, flags: object, reason: object, props: object) -> None:
         self.connected.clear()

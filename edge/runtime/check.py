@@ -1,16 +1,14 @@
 """`edge serve --check`: what starting the service would meet, found without serving it and without disturbing a
 service that already runs on the same config: each source opened and read once, each stream's engine loaded and run
-on that frame, the broker asked to take this device's user, webhooks' hosts reached, the data folder looked at (not
-locked). `auto` runs its stored pick; nothing is measured."""
+on that frame, each event sink asked (the broker to take this device's user, webhooks' hosts reached), the data
+folder looked at (not locked). `auto` runs its stored pick; nothing is measured."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from urllib.parse import SplitResult, urlsplit
 
 import numpy as np
 
@@ -19,9 +17,8 @@ from edge_inference.edge.config import ConfigError, ServiceConfig, StreamConfig
 from edge_inference.edge.detection.auto.decide import decide_auto
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import check_reference, load_detector
-from edge_inference.edge.errors import EdgeError, connection_failure
-from edge_inference.edge.events.layer import data_dir
-from edge_inference.edge.events.mqtt import ask_broker, configured_broker
+from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.events.layer import data_dir, event_sinks, mqtt_link
 from edge_inference.edge.events.storage import Level, storage_outlook
 from edge_inference.edge.runtime.plan import PipelinePlan, compile_streams
 from edge_inference.edge.runtime.streams import check_cameras_read_once, label_problem, source_for
@@ -31,7 +28,6 @@ from edge_inference.models.errors import ModelError
 from edge_inference.models.tiles import MISSED_WORTH_SAYING_PX, missed_below
 
 FAILURES = (EdgeError, ModelError, BackendError)
-WEBHOOK_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -170,39 +166,23 @@ def _ran(detector: Detector, frame: np.ndarray | None) -> str:
 
 
 def destination_findings(config: ServiceConfig, settings: Settings) -> list[Finding]:
-    """Where events would go: the data folder (where a stream keeps events), the broker, each webhook's host."""
+    """Where events would go: the data folder (where a stream keeps events), then each sink: the broker logged in
+    to, each webhook's host reached, whatever else `sinks:` names asked by its own check."""
     findings = []
     if any(s.events and not s.compare for s in config.streams):
         level, text = storage_outlook(data_dir(config, settings), config.storage)
         findings.append(Finding("storage", text, level))
     try:
-        found = configured_broker(config, settings)
-        if found is not None:
-            findings.append(_broker_answer(found[1].description, found[1].username, *ask_broker(*found)))
+        mqtt = mqtt_link(config, settings)
     except FAILURES as exc:
         findings.append(Finding("mqtt", str(exc), "problem"))
-    for index, webhook in enumerate(config.webhooks):
-        findings.append(_webhook_reached(index, urlsplit(webhook.url.get_secret_value())))
-    return findings
-
-
-def _broker_answer(broker: str, user: str | None, answered: bool, why: str | None) -> Finding:
-    """A broker that is down may come back (a warning: events wait); one that refuses this user never will."""
-    if why is None:
-        return Finding("mqtt", f"{broker} logs in user {user}" if user else f"{broker} takes clients with no user")
-    if answered:
-        return Finding("mqtt", f"{broker}: {why}; no event would reach it", "problem")
-    return Finding("mqtt", f"{broker}: {why}; events would wait in the outbox", "warning")
-
-
-def _webhook_reached(index: int, parts: SplitResult) -> Finding:
-    host = parts.hostname or ""
+        mqtt = None
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        socket.create_connection((host, port), timeout=WEBHOOK_TIMEOUT_S).close()
-    except ValueError:
-        return Finding(f"webhook {index}", f"{host}: its port is not a number", "problem")
-    except OSError as exc:
-        why = connection_failure(exc, host, port, WEBHOOK_TIMEOUT_S, "the receiver runs")
-        return Finding(f"webhook {index}", f"{why}; events would wait in the outbox", "warning")
-    return Finding(f"webhook {index}", f"{host}:{port} answers")
+        sinks = event_sinks(mqtt, config)
+    except FAILURES as exc:
+        findings.append(Finding("sinks", str(exc), "problem"))
+        sinks = [mqtt] if mqtt is not None else []
+    for sink in sinks:
+        text, level = sink.check()
+        findings.append(Finding(sink.name, text, level))
+    return findings

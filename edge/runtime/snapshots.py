@@ -163,11 +163,10 @@ def event_figures(manager: StreamManager) -> EventFigures | None:
     if not layer.active:
         return None
     recorder, mqtt = layer.recorder, layer.mqtt
-    webhook_errors = [webhook.last_error for webhook in layer.webhooks]
-    errors = [e for e in (recorder and recorder.last_error, mqtt and mqtt.last_error, *webhook_errors) if e]
+    errors = [e for e in (recorder and recorder.last_error, *(sink.last_error for sink in layer.sinks)) if e]
     outbox = layer.outbox_counts() or {}  # a stalled or damaged store: the figures it can give, none of its own
-    for webhook in layer.webhooks:  # refused for good (4xx): skipped, not retried
-        outbox.setdefault(webhook.sink, {"waiting": 0, "dropped": 0})["rejected"] = webhook.rejected
+    for sink in layer.sinks:  # refused for good (a webhook's 4xx): skipped, not retried
+        outbox.setdefault(sink.sink, {"waiting": 0, "dropped": 0})["rejected"] = sink.rejected
     return EventFigures(
         recorded=recorder.recorded if recorder else 0,
         lost=recorder.lost if recorder else 0,

@@ -1,4 +1,5 @@
-"""Event changes POSTed as JSON to the configured URLs, through the outbox (retried until a 2xx).
+"""Event changes POSTed as JSON to the configured URLs, through the outbox (retried until a 2xx): the `webhook`
+sink, `webhooks: [{url: ...}]` or `sinks: [{type: webhook, url: ...}]`.
 
 A 4xx other than 408 and 429 says the receiver will never take this message (a schema it refuses, a wrong path):
 retrying it would block every later event at the head of the queue, so it is counted as rejected, logged once per
@@ -8,17 +9,22 @@ kind of answer, and the next message goes.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from edge_inference.edge.config import WebhookConfig
 from edge_inference.edge.errors import connection_failure
+from edge_inference.edge.events.sink import SinkKind
+from edge_inference.edge.events.storage import Level
 from edge_inference.edge.events.store import Message
 
 log = logging.getLogger("edge.webhooks")
 RETRYABLE_4XX = (408, 429)  # request timeout, too many requests: the receiver asks to try again
+CHECK_TIMEOUT_S = 5.0
 
 
 def shown_address(index: int, url: str) -> str:
@@ -38,14 +44,38 @@ def _has_port(netloc: str) -> bool:
 
 
 class Webhook:
+    topic = "event"
+
     def __init__(self, index: int, config: WebhookConfig) -> None:
         self.sink = f"webhook:{index}"
+        self.name = f"webhook {index}"
         self.url = config.url.get_secret_value()
         self.shown = shown_address(index, self.url)
         self.timeout_s = config.timeout_s
         self.last_error: str | None = None
         self.failing = False  # the last message could not be delivered and waits for the next try
         self.rejected = 0  # messages the receiver refused for good (4xx), dropped from the outbox
+
+    @property
+    def problem(self) -> str | None:
+        return self.last_error if self.failing else None
+
+    def when_back(self, wake: Callable[[], None]) -> None:
+        """A receiver does not say when it is back: the outbox tries again after its backoff."""
+
+    def check(self) -> tuple[str, Level]:
+        """Whether its host takes a connection (nothing is POSTed: a receiver may act on any message)."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            socket.create_connection((host, port), timeout=CHECK_TIMEOUT_S).close()
+        except ValueError:
+            return f"{host}: its port is not a number", "problem"
+        except OSError as exc:
+            why = connection_failure(exc, host, port, CHECK_TIMEOUT_S, "the receiver runs")
+            return f"{why}; events would wait in the outbox", "warning"
+        return f"{host}:{port} answers", "ok"
 
     def deliver(self, messages: list[Message]) -> int:
         """How many messages, from the first, are done with: delivered (2xx) or rejected for good (4xx)."""
@@ -87,3 +117,6 @@ class Webhook:
         if error != self.last_error:
             log.warning("%s", error)
         self.last_error = error
+
+
+SINK = SinkKind("webhook", WebhookConfig, lambda options, index: Webhook(index, options))
