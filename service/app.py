@@ -1,4 +1,4 @@
-"""The FastAPI application: lifespan owns the streams, routes live in service.api."""
+"""The FastAPI application: lifespan owns the streams, routes live in service.api (a module per resource)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from edge_inference import __version__
 from edge_inference.edge.config import ServiceConfig
 from edge_inference.edge.runtime.streams import StreamManager
 from edge_inference.edge.settings import Settings, get_settings
-from edge_inference.service import api, deepstack, errors, events_api
+from edge_inference.service import api, deepstack, errors
 from edge_inference.service.access import AccessMiddleware, AccessPolicy
+from edge_inference.service.api import status
 from edge_inference.service.encodings import EncodingCache
 from edge_inference.service.flush_clock import FlushClock
 from edge_inference.service.framing import FramingGuard
@@ -92,20 +93,20 @@ def create_app(config: ServiceConfig, settings: Settings | None = None) -> FastA
     app.add_middleware(AccessMiddleware, policy=access, body_s=config.server.send_timeout_s)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(access.allowed_hosts), www_redirect=False)
     app.add_middleware(FramingGuard)  # outermost: an ambiguous request reaches nothing (framing.py)
-    _declare_unknown_streams(api.router)
-    app.include_router(api.router, prefix=API_PREFIX)
-    # a plain GET there is answered with how to connect, not "nothing at" (errors.py)
-    app.state.websocket_paths = [API_PREFIX + r.path for r in api.router.routes if isinstance(r, APIWebSocketRoute)]
-    app.include_router(events_api.router, prefix=API_PREFIX)
+    app.state.websocket_paths = []  # a plain GET there is answered with how to connect, not "nothing at" (errors.py)
+    for router in api.ROUTERS:
+        _declare_unknown_streams(router)
+        app.include_router(router, prefix=API_PREFIX)
+        app.state.websocket_paths += [API_PREFIX + r.path for r in router.routes if isinstance(r, APIWebSocketRoute)]
     app.include_router(deepstack.router)  # at DeepStack's own addresses, which its clients build themselves
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_api_route("/", dashboard, methods=["GET"], include_in_schema=False)
     app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
     # Conventional unversioned paths for Prometheus scrapers and container health checks.
-    app.add_api_route("/metrics", api.metrics, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/metrics", status.metrics, methods=["GET"], include_in_schema=False)
     # HEAD too: some load balancers probe with it, and a 405 reads as down
-    app.add_api_route("/health/live", api.live, methods=["GET", "HEAD"], include_in_schema=False)
-    app.add_api_route("/health/ready", api.ready, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route("/health/live", status.live, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route("/health/ready", status.ready, methods=["GET", "HEAD"], include_in_schema=False)
     return app
 
 

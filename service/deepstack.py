@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from edge_inference.service.api import manager_of
+from edge_inference.service.api.common import manager_of
 from edge_inference.service.errors import quoted
 from edge_inference.service.upload_options import UploadAsks
 from edge_inference.service.uploads import UploadDetectors, file_and_fields, run_upload

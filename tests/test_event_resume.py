@@ -18,7 +18,7 @@ from edge_inference.edge.events.builder import Event
 from edge_inference.edge.events.recorder import RecordedChange, missed_changes
 from edge_inference.edge.events.store import EventStore
 from edge_inference.edge.stream.publish import Broadcaster
-from edge_inference.service.events_api import change_feed
+from edge_inference.service.api.events import change_feed
 from tests.server import Server
 from tests.test_events_api import events_config
 

@@ -441,7 +441,7 @@ def test_a_client_below_the_flush_rate_wakes_once_a_frame_and_one_above_it_gathe
     from edge_inference.edge.detection.timings import FrameTiming
     from edge_inference.edge.runtime.streams import StreamManager
     from edge_inference.edge.stream.pipeline import FrameResult
-    from edge_inference.service.api import _batches
+    from edge_inference.service.api.common import batches as _batches
 
     def frame(index: int) -> FrameResult:
         timing = FrameTiming(0, 0, 0, captured_at=1.0, capture_ms=0, queue_wait_ms=0, end_to_end_ms=0)

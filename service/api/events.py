@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from edge_inference.edge.events.recorder import EventRecorder, RecordedChange, missed_changes
 from edge_inference.edge.events.store import EventQuery, EventStore, StoreBusy
 from edge_inference.edge.stream.publish import Subscription
-from edge_inference.service.api import EVENT_STREAM, manager_of, media
+from edge_inference.service.api.common import EVENT_STREAM, manager_of, media
 from edge_inference.service.errors import invalid, quoted
 from edge_inference.service.schemas import EventOut, EventPage
 from edge_inference.service.streaming import EventStream
