@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.common import VTEST
-from benchmarks.faults import Row, Served, measured
+from benchmarks.fault_rows import Row, Served, measured
 
 PIPELINED = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n" * 100_000
 HUGE_HEADER = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 2**20 + b"\r\n\r\n"

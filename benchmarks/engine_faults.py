@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import MODELS, VTEST
-from benchmarks.faults import Row, Served, measured
+from benchmarks.fault_rows import Row, Served, measured
 from tests.helpers import install_engine_plugin
 
 PLUGIN = Path(__file__).parents[1] / "tests" / "plugins" / "crashing_engine.py"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import MODELS, VTEST
-from benchmarks.faults import Row, Served, measured
+from benchmarks.fault_rows import Row, Served, measured
 from tests.kserve_server import kserve_server
 
 SSD = str(MODELS / "onnx" / "ssd_mobilenet_v2_coco_quant_postprocess.onnx")

@@ -25,7 +25,7 @@ import yaml
 from websockets.sync.client import connect
 
 from benchmarks.common import SHARED, VTEST, machine
-from benchmarks.faults import Served
+from benchmarks.fault_rows import Served
 from tests.mosquitto import Broker, Subscriber
 
 PHOTO = SHARED / "media" / "kite_and_cold.jpg"

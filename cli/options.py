@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 import yaml
 
-from edge_inference.edge.config import MAX_THREADS, classes_from_text
+from edge_inference.edge.config import MAX_THREADS, classes_from_text, single_stream_config
 from edge_inference.edge.config.messages import fraction_as_percentage, number_as_written
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig
-from edge_inference.edge.detection.opening import spec_overrides
 from edge_inference.edge.errors import EdgeError
+from edge_inference.edge.runtime.plan import detector_config as plan_detector_config
 from edge_inference.models.labels import Classes, labels_listed, unknown_classes
 from edge_inference.models.registry import DEFAULT_MODEL
 
@@ -154,16 +155,28 @@ def _engine_options(ctx: click.Context, param: click.Parameter, values: tuple[st
 
 
 def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
-    overrides = spec_overrides(kwargs.pop("decoder"), kwargs.pop("color"), kwargs.pop("resize"), kwargs.pop("labels"))
-    return DetectorConfig(
-        model=kwargs.pop("model"),
-        backend=kwargs.pop("backend"),
-        device=kwargs.pop("device"),
-        conf=kwargs.pop("conf"),
-        iou=kwargs.pop("iou"),
-        classes=dict.fromkeys(kwargs.pop("classes")),
-        threads=kwargs.pop("threads"),
-        allow_fallback=kwargs.pop("fallback"),
-        overrides=overrides,
-        engine_options=kwargs.pop("engine_option"),
-    )
+    """The model flags read as one stream's settings and built by the one builder a config's streams go through
+    (`runtime/plan.py`): a key a config takes is taken the same way from a flag. A command is a loop of frames
+    back to back (a camera's engine waits between frames), so it measures its threads."""
+    flags = {key: kwargs.pop(flag) for flag, key in FLAG_KEYS.items()}
+    stream = {key: value for key, value in flags.items() if value is not None and value != ()}
+    config = single_stream_config({"id": "cli", "source": "-", **stream}, {})
+    return replace(plan_detector_config(config.streams[0]), back_to_back=True)
+
+
+# `edge detect`'s model flags, by the stream key each one sets
+FLAG_KEYS = {
+    "model": "model",
+    "backend": "backend",
+    "device": "device",
+    "conf": "conf",
+    "iou": "iou",
+    "classes": "classes",
+    "threads": "threads",
+    "fallback": "fallback",
+    "decoder": "decoder",
+    "color": "color",
+    "resize": "resize",
+    "labels": "labels",
+    "engine_option": "engine_options",
+}

@@ -113,6 +113,40 @@ def settled(condition, timeout: float = 30.0) -> bool:
     return True
 
 
+def one_death(number: int, model: Path, frames: np.ndarray, expected: list[np.ndarray], baseline: int) -> list[str]:
+    """A child loaded on the GPU, checked against the CPU, killed by its own SIGABRT: what went wrong, if anything."""
+    options = BackendOptions(device="cuda", engine_options={"die_after": len(frames) + 1})
+    backend = load_isolated("torchgpu", model, options)
+    assert backend.child is not None
+    pid = backend.child.host.process.pid
+    outputs = [backend.run(f)[0] for f in frames]
+    worst = max(float(np.abs(o - e).max()) for o, e in zip(outputs, expected, strict=True))
+    apps = gpu_apps()
+    failures = []
+    try:
+        backend.run(frames[0])
+        failures.append("the child did not die")
+        said = "-"
+    except EngineCrashed as exc:
+        said = str(exc)
+    gone = settled(lambda: pid not in gpu_apps())
+    back = settled(lambda: gpu_used_mib() <= baseline + 16)
+    backend.close()
+    print(
+        f"child {number}: pid {pid} on {backend.device}, {apps.get(pid, 0)} MiB in nvidia-smi; outputs vs "
+        f"CPU max |diff| {worst:.2e}; then: {said!r}; gone from nvidia-smi: {gone}; GPU used back to "
+        f"{gpu_used_mib()} MiB ({'yes' if back else 'NO'})",
+        flush=True,
+    )
+    if pid not in apps:
+        failures.append(f"child {number} held no CUDA context")
+    if worst > 1e-3:
+        failures.append(f"child {number} outputs differ from the CPU's by {worst}")
+    if "died: SIGABRT" not in said or not gone or not back:
+        failures.append(f"child {number}: death or cleanup not as expected")
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--deaths", type=int, default=5)
@@ -128,37 +162,10 @@ def main() -> int:
     with torch.no_grad():
         expected = [reference_net(torch.from_numpy(f)).numpy() for f in frames]
     baseline = gpu_used_mib()
-    failures = []
+    failures: list[str] = []
     print(f"GPU: {torch.cuda.get_device_name(0)}; used before any child: {baseline} MiB", flush=True)
     for death in range(args.deaths):
-        options = BackendOptions(device="cuda", engine_options={"die_after": len(frames) + 1})
-        backend = load_isolated("torchgpu", model, options)
-        assert backend.child is not None
-        pid = backend.child.host.process.pid
-        outputs = [backend.run(f)[0] for f in frames]
-        worst = max(float(np.abs(o - e).max()) for o, e in zip(outputs, expected, strict=True))
-        apps = gpu_apps()
-        try:
-            backend.run(frames[0])
-            failures.append("the child did not die")
-            said = "-"
-        except EngineCrashed as exc:
-            said = str(exc)
-        gone = settled(lambda pid=pid: pid not in gpu_apps())
-        back = settled(lambda: gpu_used_mib() <= baseline + 16)
-        backend.close()
-        print(
-            f"child {death + 1}: pid {pid} on {backend.device}, {apps.get(pid, 0)} MiB in nvidia-smi; outputs vs "
-            f"CPU max |diff| {worst:.2e}; then: {said!r}; gone from nvidia-smi: {gone}; GPU used back to "
-            f"{gpu_used_mib()} MiB ({'yes' if back else 'NO'})",
-            flush=True,
-        )
-        if pid not in apps:
-            failures.append(f"child {death + 1} held no CUDA context")
-        if worst > 1e-3:
-            failures.append(f"child {death + 1} outputs differ from the CPU's by {worst}")
-        if "died: SIGABRT" not in said or not gone or not back:
-            failures.append(f"child {death + 1}: death or cleanup not as expected")
+        failures += one_death(death + 1, model, frames, expected, baseline)
     leftover = [p for p in gpu_apps() if p != 0]
     print(f"after {args.deaths} deaths: processes on the GPU {leftover}, used {gpu_used_mib()} MiB", flush=True)
     for failure in failures:

@@ -106,12 +106,23 @@ def test_no_function_is_too_tangled_to_read():
     from radon.complexity import cc_visit
 
     too_complex = []
-    for package in (*PARTS, "benchmarks"):
-        for path in sorted((REPO / package).rglob("*.py")):
-            for block in cc_visit(path.read_text(encoding="utf-8")):
-                if block.complexity > MAX_COMPLEXITY:
-                    too_complex.append(f"{path.relative_to(REPO)}:{block.lineno} {block.name} ({block.complexity})")
+    modules = [path for package in (*PARTS, "benchmarks") for path in (REPO / package).rglob("*.py")]
+    scripts = [path for path in (REPO / "deploy").rglob("*") if path.is_file() and _is_python(path)]
+    assert REPO / "deploy" / "platform-check" in scripts
+    for path in sorted(modules + scripts):
+        for block in cc_visit(path.read_text(encoding="utf-8")):
+            if block.complexity > MAX_COMPLEXITY:
+                too_complex.append(f"{path.relative_to(REPO)}:{block.lineno} {block.name} ({block.complexity})")
     assert not too_complex, too_complex
+
+
+def _is_python(path: Path) -> bool:
+    """A Python file, or a script whose first line runs Python (`deploy/platform-check`)."""
+    if path.suffix == ".py":
+        return True
+    with path.open("rb") as script:
+        first = script.readline()
+    return first.startswith(b"#!") and b"python" in first
 
 
 @pytest.mark.parametrize("folder", [*PARTS, "tests", "benchmarks"])
@@ -148,3 +159,38 @@ def test_no_module_of_edge_starts_the_edge_command():
     assert not found, f"modules of edge/ that start the edge command: {found}"
     assert STARTS_THE_COMMAND.search('[sys.executable, "-m", "edge_inference", "backends", "--bench"]')  # the old
     assert STARTS_THE_COMMAND.search("['edge', 'serve', '--check']")
+
+
+def test_the_benchmarks_import_each_other_in_no_ring():
+    """Imports inside functions included (`faults.py` imported its cases lazily, and they imported it back)."""
+    graph: dict[str, set[str]] = {}
+    for path in (REPO / "benchmarks").glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("benchmarks."):
+                imported.add(node.module.removeprefix("benchmarks."))
+            elif isinstance(node, ast.Import):
+                imported |= {a.name.removeprefix("benchmarks.") for a in node.names if a.name.startswith("benchmarks.")}
+        graph[path.stem] = imported
+    import graphlib
+
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+        ring = None
+    except graphlib.CycleError as exc:
+        ring = exc.args[1]
+    assert ring is None, f"benchmarks import each other in a ring: {ring}"
+
+
+def test_where_to_add_names_files_that_exist_and_tests_that_check_them():
+    """ARCHITECTURE.md's table: each row's folders are there, and its test exists under that name."""
+    text = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    rows = [line for line in text.split("## Where to add", 1)[1].splitlines() if line.startswith("| ")][1:]
+    assert len(rows) >= 6
+    for row in rows:
+        _, files, test = (cell.strip() for cell in row.strip("|").split("|"))
+        for path in re.findall(r"`([\w/<>.-]+\.py|[\w/]+/)`", files):
+            there = (REPO / path).parent.is_dir() if "<" in path else (REPO / path).exists()  # a pattern: its folder
+            assert there, f"{row[:40]}: {path}"
+        module, name = test.strip("`").split("::")
+        assert f"def {name}(" in (REPO / module).read_text(encoding="utf-8"), test

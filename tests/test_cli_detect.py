@@ -278,13 +278,13 @@ def test_missing_model_file_and_unknown_registry_name():
 def test_a_model_named_as_users_name_it_is_answered_with_the_registry_name_it_means(
     tmp_path, monkeypatch, name, fragment
 ):
-    from edge_inference.edge.detection.model_files import model_reference
+    from edge_inference.edge.detection.model_files import resolve_model
     from edge_inference.edge.errors import EdgeError
     from edge_inference.models.errors import ModelError
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises((EdgeError, ModelError)) as refused:
-        model_reference(name)
+        resolve_model(name, [])
     assert fragment in str(refused.value)
 
 
@@ -476,3 +476,24 @@ def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(monkeypatc
         main()
     assert ended.value.code == 130
     assert capsys.readouterr().err == ""
+
+
+def test_every_model_flag_is_a_stream_key_built_by_the_one_builder():
+    """`--decoder` and `--resize` were only flags, and the command line built its detector in a builder of its own
+    that drifted from the config's (issue 82): every model flag now names a stream key, read through the same
+    `StreamConfig` and `runtime/plan.py`'s builder as a config's streams."""
+    import click
+
+    from edge_inference.cli.options import FLAG_KEYS, detector_config, detector_options
+    from edge_inference.edge.config import StreamConfig
+    from edge_inference.edge.runtime.plan import detector_config as plan_builder
+
+    command = click.command()(detector_options(lambda **kwargs: None))
+    flags = {param.name for param in command.params}
+    assert flags == set(FLAG_KEYS) and set(FLAG_KEYS.values()) <= set(StreamConfig.model_fields)
+    written = {"model": "yolox-nano", "decoder": "yolox", "resize": "stretch", "color": "BGR", "classes": ["car"]}
+    as_parsed = {"classes": ("car",), "engine_option": {}, "fallback": False}  # as click hands them over
+    from_flags = detector_config({flag: written.get(key) for flag, key in FLAG_KEYS.items()} | as_parsed)
+    from_config = plan_builder(StreamConfig(id="cam", source="cam.mp4", **written))  # type: ignore[arg-type]
+    assert from_flags.overrides == from_config.overrides and from_flags.overrides  # decoder, resize, colour: both ways
+    assert (from_flags.model, from_flags.classes) == (from_config.model, from_config.classes)

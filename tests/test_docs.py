@@ -50,10 +50,32 @@ def test_the_site_builds_with_no_warning_and_documents_every_config_key(tmp_path
     # nor a script from unpkg.com (Material's offline plugin asked it for its search worker's shim)
     pages = {page: page.read_text() for page in site.rglob("*.html")}
     assert not [page for page, text in pages.items() if "unpkg.com" in text or "//cdn" in text]
+    architecture = pages[site / "development" / "architecture.html"]  # ARCHITECTURE.md, written at build time
+    assert "Where to add" in architecture and "EventSink" in architecture
     nested = pages[site / "history" / "benchmarks.html"]
     assert (
         '<script src="../assets/iframe-worker-shim.js">' in nested and (site / "assets/iframe-worker-shim.js").exists()
     )
+
+
+def test_the_manual_menu_holds_what_users_read_and_development_the_rest():
+    """The figures' history and the code's map were in the user manual's menu, and ARCHITECTURE.md outside the site."""
+    import yaml
+
+    def pages(items: list) -> list[str]:
+        found: list[str] = []
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            found += pages(value) if isinstance(value, list) else [value]
+        return found
+
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    assert [next(iter(tab)) for tab in nav] == ["User manual", "Development"]
+    manual, development = (pages(next(iter(tab.values()))) for tab in nav)
+    assert not [page for page in manual if page.startswith(("history/", "development", "contributing"))], manual
+    assert {"development/architecture.md", "history/benchmarks.md", "history/reliability.md"} <= set(development)
+    shown = {str(path.relative_to(REPO / "docs")) for path in (REPO / "docs").rglob("*.md")}
+    assert shown | {"development/architecture.md"} == set(manual + development)  # every page in one menu
 
 
 def test_every_config_key_says_what_it_does():

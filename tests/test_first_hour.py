@@ -496,7 +496,7 @@ def test_a_path_typed_slightly_wrong_is_answered_with_the_file_meant(tmp_path):
     """A file named from memory (`cat.jpg` for cat_720p.jpg, `vtst.avi`, `yolox-nano.onnx` for yolox_nano.onnx,
     `streams.yml`, a folder `medai/`) was "no such file" or "does not exist" with nothing more: the user had to `ls`
     every folder on the way. Each message now names the file or folder nearest to what was typed."""
-    from edge_inference.edge.detection.model_files import model_reference
+    from edge_inference.edge.detection.model_files import resolve_model
     from edge_inference.edge.errors import EdgeError
     from edge_inference.service.access import AccessPolicy
 
@@ -510,7 +510,7 @@ def test_a_path_typed_slightly_wrong_is_answered_with_the_file_meant(tmp_path):
         f"error: {media / 'CAT_720P.JPG'}: no such file; did you mean {media / 'cat_720p.jpg'}?",
     ]
     with pytest.raises(EdgeError) as model:
-        model_reference(str(media / "yolox-nano.onnx"))
+        resolve_model(str(media / "yolox-nano.onnx"), [])
     assert str(model.value).endswith(f"does not exist; did you mean {media / 'yolox_nano.onnx'}?")
     with pytest.raises(EdgeError) as source:
         open_source(str(tmp_path / "medai" / "vtest.avi"))
@@ -523,7 +523,7 @@ def test_a_path_typed_slightly_wrong_is_answered_with_the_file_meant(tmp_path):
     with pytest.raises(EdgeError, match=re.escape(f"there is no token file {media / 'tokn'}; did you mean")):
         AccessPolicy.from_config(ServerConfig(token_file=media / "tokn"), Settings())
     with pytest.raises(EdgeError) as unrelated:  # nothing near: no guess
-        model_reference(str(media / "detector.onnx"))
+        resolve_model(str(media / "detector.onnx"), [])
     assert str(unrelated.value) == f"model file {media / 'detector.onnx'} does not exist"
 
 

@@ -161,7 +161,7 @@ SERVED_EXAMPLE = "triton://HOST:PORT/NAME (`edge models export-triton MODEL DIR`
 
 
 def every_engine(model: str, settings: Settings | None = None) -> ModelFiles:
-    """`model` for every engine installed here: what auto chooses among (`auto/candidates.py`)."""
+    """`model` for every engine installed here: what auto chooses among (`auto/candidates.py`; the benchmarks)."""
     return resolve_model(model, list(engines()), settings)
 
 
@@ -186,13 +186,6 @@ def _local_file(model: str, settings: Settings | None) -> Path | None:
     if path.suffix.lower() in MODEL_SUFFIXES or "/" in model:
         raise EdgeError(with_path_meant(f"model file {model} does not exist", path))
     return None
-
-
-def model_reference(model: str, settings: Settings | None = None) -> RegistryEntry | Path:
-    """What `--model` names: a registry entry, an existing model file or a model on a server (its engine checks the
-    reference when it opens it); one clear error otherwise."""
-    given = resolve_model(model, [], settings).given
-    return given.entry if given.entry is not None else Path(given.path or model)
 
 
 _EXPORT_ONNX = "export it to ONNX and give the .onnx"

@@ -239,10 +239,6 @@ class StreamManager:
     def ready(self) -> bool:
         return all(p.ready for p in self.pipelines.values())
 
-    def stream_config(self, stream_id: str) -> StreamConfig:
-        """A stream's settings; a compare member's are its group's with its own model and backend."""
-        return self._plans[stream_id].stream
-
     def plan_of(self, stream_id: str) -> PipelinePlan:
         """What a pipeline's detector loads, as its plan decided it (an upload's own detector loads the same)."""
         return self._plans[stream_id]
