@@ -13,14 +13,14 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, entry_points, version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_inference.backends.base import BackendError
+from edge_inference.backends.declared import declared
 from edge_inference.backends.names import backend_named
 from edge_inference.backends.options import EngineOptions, parse_options
 
@@ -121,15 +121,8 @@ def installed(module: str) -> bool:
 def engines() -> dict[str, Engine]:
     """Every engine declared in this package and by installed plugins, by key."""
     found: dict[str, Engine] = {}
-    package = Path(__file__).parent
-    for module in sorted(m.name for m in pkgutil.iter_modules([str(package)]) if m.name.endswith("_backend")):
-        engine = getattr(importlib.import_module(f"{__package__}.{module}"), "ENGINE", None)
-        if isinstance(engine, Engine):
-            found[engine.key] = engine
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        engine = point.load()
-        if isinstance(engine, Engine):
-            found.setdefault(engine.key, engine)
+    for engine in declared(__package__ or "", Path(__file__).parent, "_backend", "ENGINE", Engine, ENTRY_POINT_GROUP):
+        found.setdefault(engine.key, engine)  # a plugin never replaces a built-in engine of its key
     return dict(sorted(found.items(), key=lambda item: (item[1].listed, item[0])))
 
 

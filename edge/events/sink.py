@@ -11,16 +11,14 @@ counts, health its problem, `serve --check` its check.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from edge_inference.backends.declared import declared
 from edge_inference.edge.config import ConfigError, ServiceConfig
 from edge_inference.edge.events.storage import Level
 from edge_inference.edge.events.store import Message
@@ -66,15 +64,8 @@ class SinkKind:
 def sink_kinds() -> dict[str, SinkKind]:
     """Every kind declared beside this module (`*_sink.py`) and by installed plugins, by type."""
     found: dict[str, SinkKind] = {}
-    package = Path(__file__).parent
-    for module in sorted(m.name for m in pkgutil.iter_modules([str(package)]) if m.name.endswith("_sink")):
-        kind = getattr(importlib.import_module(f"{__package__}.{module}"), "SINK", None)
-        if isinstance(kind, SinkKind):
-            found[kind.key] = kind
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        kind = point.load()
-        if isinstance(kind, SinkKind):
-            found.setdefault(kind.key, kind)
+    for kind in declared(__package__ or "", Path(__file__).parent, "_sink", "SINK", SinkKind, ENTRY_POINT_GROUP):
+        found.setdefault(kind.key, kind)  # a plugin never replaces a built-in kind of its type
     return found
 
 
