@@ -1,6 +1,6 @@
 """The fault matrix's rows for the service's own doors (issue 78), on either HTTP parser: clients that pipeline
-without reading, send headers without end, or frame a request two ways. Each row: what the clients got, the RSS
-before, at its peak and after, and the longest `GET /health/live` of a bystander meanwhile.
+without reading, send headers without end, frame a request two ways, or guess the token on many connections. Each
+row: what the clients got, the RSS before, at its peak and after, and a bystander's longest `GET /health/live`.
 
     python -m benchmarks.faults --only doors-httptools doors-h11
 """
@@ -19,6 +19,7 @@ import httpx
 from benchmarks.common import VTEST
 from benchmarks.fault_rows import Row, Served, measured
 
+TOKEN = "door-faults-token-1234"
 PIPELINED = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n" * 100_000
 HUGE_HEADER = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 2**20 + b"\r\n\r\n"
 MANY_HEADERS = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\n" + b"".join(
@@ -96,6 +97,38 @@ def _case(server: Served, name: str, clients: int, payload: bytes, read: bool) -
     return measured(server, name, action)
 
 
+def _guessing(server: Served, parser: str, connections: int = 20, seconds: float = 10.0) -> Row:
+    """Wrong tokens from one address on many connections at once: slowed per client address, not per request."""
+    before = server.rss_mib()
+    counts: list[int] = []
+
+    def guess(connection: int) -> None:
+        ends, sent = time.monotonic() + seconds, 0
+        with httpx.Client(base_url=server.base, timeout=60) as client:
+            while time.monotonic() < ends:
+                client.get("/api/v1/streams", headers={"Authorization": f"Bearer guess-{connection}-{sent:05d}"})
+                sent += 1
+        counts.append(sent)
+
+    def action() -> tuple[str, str]:
+        with Watch(server) as watch:
+            t0 = time.monotonic()
+            threads = [threading.Thread(target=guess, args=(n,)) for n in range(connections)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(seconds + 120)
+            took = time.monotonic() - t0
+        after = server.rss_mib()
+        return (
+            f"{sum(counts) / took:.1f} guesses a second in all ({sum(counts)} in {took:.0f} s); RSS {before:.0f} -> "
+            f"peak {watch.peak:.0f} ({watch.peak / before:.2f}x) -> {after:.0f} MiB",
+            f"a bystander's longest /health/live {watch.longest_ms:.0f} ms" if watch.polled else "over before a poll",
+        )
+
+    return measured(server, f"{connections} connections guessing the token for {seconds:.0f} s ({parser})", action)
+
+
 def _settled(server: Served, within_mib: float = 2.0, seconds: float = 5.0, at_most_s: float = 180.0) -> None:
     """Waits until the service's RSS moves less than `within_mib` over `seconds` (at most `at_most_s`)."""
     ends, last = time.monotonic() + at_most_s, server.rss_mib()
@@ -111,7 +144,7 @@ def door_cases(parser: str) -> list[Row]:
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "streams.yaml"
         config.write_text(f"server:\n  http: {parser}\nstreams:\n  - id: main\n    source: {VTEST}\n    loop: true\n")
-        server = Served(["--config", str(config)])
+        server = Served(["--config", str(config)], token=TOKEN)
         try:
             server.wait(lambda: server.answers("/health/ready"), 180)
             server.wait(lambda: server.frames() > 30, 240)
@@ -124,6 +157,7 @@ def door_cases(parser: str) -> list[Row]:
             rows += [
                 _case(server, f"ambiguous framing {n + 1} of 3 ({parser})", 1, r, True) for n, r in enumerate(AMBIGUOUS)
             ]
+            rows.append(_guessing(server, parser))
             return rows
         finally:
             server.stop()
