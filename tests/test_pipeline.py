@@ -116,10 +116,17 @@ def test_paced_file_mode_never_runs_ahead_of_the_files_fps():
         assert at - started[0] >= index / fps - 0.02, (index, at - started[0])
 
 
-def test_a_camera_whose_engine_cannot_load_on_one_thread_keeps_the_one_it_has(caplog: pytest.LogCaptureFixture):
+def test_a_camera_whose_engine_cannot_load_on_one_thread_keeps_the_one_it_has(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
     """Moving a lone camera's engine to one thread loads it a second time: where that fails (short of memory, a
     device that went away) the stream goes on, unpaused and with no error counted, on the engine it has, says so
     once, and does not try again for an hour. The one-thread load is the stand-in here; the rest is real."""
+    from edge_inference.edge.detection import threads
+
+    # judged sooner than a service judges (10 s, 16 inferences at the camera's 1 a second): the move is the matter
+    monkeypatch.setattr(threads, "FIRST_LOOK_S", 2.0)
+    monkeypatch.setattr(threads, "SETTLED_INFERENCES", 4)
 
     def cannot_load(buffers: int, threads: int):
         raise BackendError("not enough memory to load the model again (need 180 MiB, 40 MiB left)")
