@@ -102,8 +102,13 @@ def converted_rows(settings: Settings) -> list[dict[str, Any]]:
     for record_file in sorted(converted_folder(settings).glob("*.json")):
         record = conversion_record(record_file)
         made, table, calibration = (record.get(k, {}) for k in ("made_from", "table", "calibration"))
-        ratio = table.get("cpu_ratio")
-        speed = f"CPU {ratio}x the float model's" if ratio is not None else "run on a simulator: time it on the board"
+        ratio, spread = table.get("cpu_ratio"), table.get("cpu_ratio_interval")
+        within = f" ({spread[0]}-{spread[1]})" if spread else ""
+        speed = (
+            f"CPU {ratio}x{within} the float model's"
+            if ratio is not None
+            else "run on a simulator: time it on the board"
+        )
         description = (
             f"converted here; its record is unreadable ({record['unreadable']})"
             if "unreadable" in record

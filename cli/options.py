@@ -9,8 +9,10 @@ from typing import Any
 
 import click
 import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
-from edge_inference.edge.config import MAX_THREADS, classes_from_text, single_stream_config
+from edge_inference.edge.config import MAX_THREADS, StreamConfig, classes_from_text
 from edge_inference.edge.config.messages import fraction_as_percentage, number_as_written
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig
@@ -160,8 +162,21 @@ def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
     back to back (a camera's engine waits between frames), so it measures its threads."""
     flags = {key: kwargs.pop(flag) for flag, key in FLAG_KEYS.items()}
     stream = {key: value for key, value in flags.items() if value is not None and value != ()}
-    config = single_stream_config({"id": "cli", "source": "-", **stream}, {})
-    return replace(plan_detector_config(config.streams[0]), back_to_back=True)
+    try:
+        config = StreamConfig.model_validate({"id": "cli", "source": "-", **stream})
+    except ValidationError as exc:
+        raise EdgeError("; ".join(_as_flag(error) for error in exc.errors())) from None
+    return replace(plan_detector_config(config), back_to_back=True)
+
+
+def _as_flag(error: ErrorDetails) -> str:
+    """A stream key's mistake said as the flag that set it (an engine's option names itself: `engine option ...`)."""
+    said = str(error["msg"]).removeprefix("Value error, ")
+    key = str(error["loc"][0]) if error["loc"] else ""
+    flag = next((flag for flag, named in FLAG_KEYS.items() if named == key), key)
+    if key == "engine_options":
+        return said.replace("engine_options names", "--engine-option names")
+    return f"--{flag.replace('_', '-')}: {said}"
 
 
 # `edge detect`'s model flags, by the stream key each one sets

@@ -13,6 +13,7 @@ those (all over time where nothing moved).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,13 @@ import numpy as np
 from edge_inference.edge.config import MotionConfig
 from edge_inference.edge.errors import EdgeError
 from edge_inference.edge.stream.motion import MotionGate
-from edge_inference.edge.stream.sources import SourceError, open_source
+from edge_inference.edge.stream.sources import NETWORK_READ_TIMEOUT_MS, SourceError, open_source
 from edge_inference.edge.tools.progress import shown_progress
 
 READ_AT_MOST = 2000  # frames of a source read (a camera: about a minute at 30 fps); a file ends sooner
+# A camera whose next frame took this long has stopped, even where its last buffered frames still trickle out one
+# per read timeout (an RTSP camera frozen mid-read gave two more, 10 s apart, before its read failed: 30 s lost)
+QUIET_S = NETWORK_READ_TIMEOUT_MS / 1000
 JPEG_QUALITY = 95
 
 
@@ -93,9 +97,12 @@ def _read(source: str, keep: int, progress: bool) -> Read:
     stopped = ""
     try:
         while kept.seen < READ_AT_MOST:
+            asked = time.monotonic()
             image = frames.read()
             if image is None:
                 break
+            if frames.live and kept.jpegs and time.monotonic() - asked >= QUIET_S:
+                raise SourceError(f"{frames.description} sent no frame for {QUIET_S:.0f} s")
             kept.offer(image, gate.check(image, float(kept.seen + 1)).moving >= gate.config.threshold)
             bar.update()
     except SourceError as exc:

@@ -25,7 +25,6 @@ import yaml
 
 from edge_inference.edge.detection.detector import Detector
 from edge_inference.edge.detection.loader import DetectorConfig, load_detector
-from edge_inference.edge.detection.machine import cpu_model_and_flags
 from edge_inference.edge.detection.model_files import converted_folder, locate_model, model_for_engine
 from edge_inference.edge.detection.timings import process_cpu_seconds
 from edge_inference.edge.errors import EdgeError
@@ -42,6 +41,7 @@ from edge_inference.edge.tools.conversion.quantize import (
 from edge_inference.edge.tools.conversion.split_head import SPLIT_DECODER, splittable
 from edge_inference.edge.tools.conversion.toolchain_convert import rknn_int8, tflite_int8
 from edge_inference.edge.tools.conversion.toolchains import ONNX2TF, RKNN_TOOLKIT, toolchain_can_be_made
+from edge_inference.edge.tools.conversion.verdict import judged_on, ratio_interval, verdict
 from edge_inference.edge.tools.folders import drop_leftovers, ensure_writable
 from edge_inference.edge.tools.progress import shown_progress
 from edge_inference.extras import install_extra
@@ -68,11 +68,6 @@ ELSEWHERE = {
 NEEDS = {"onnx": ("onnx", "sympy"), "openvino": ("nncf", "openvino", "onnx"), "rknn": ("onnx",), "tflite": ("onnx",)}
 TOOLCHAIN_OF = {"rknn": RKNN_TOOLKIT, "tflite": ONNX2TF}  # the targets made in a toolchain's environment of its own
 EXTRA_OF = {"openvino": "openvino"}  # the extra that installs a module NEEDS names; the rest come with `convert`
-AGREES = 0.90  # below this mAP@0.5 against the float model, the verdict says to keep the float one
-# int8 that saves less than this share of the float model's CPU is not worth its differences; it is also within what
-# one run's alternating blocks can tell apart on a busy machine. On an AVX2 CPU without VNNI (AMD Zen 3) yolox-nano's
-# int8 read 0.99x on ONNX Runtime, and the verdict said "use it" (BENCHMARKS.md)
-WORTH = 0.90
 # The float model's boxes at its usual threshold are the truth; the int8 model's are scored down to this score, as mAP
 # is computed (ranked, COCO's evaluation goes down to 0.001): a box the float model gives 0.26 and the int8 0.24 is
 # then a lower-ranked match, not a missed class
@@ -92,6 +87,7 @@ class Judged:
     cpu_ms: float
     fps: float
     detections: list[list[Detection]] = field(default_factory=list)
+    block_cpu: list[float] = field(default_factory=list)  # CPU seconds of each alternating block (`_judge`)
 
 
 @dataclass
@@ -196,7 +192,8 @@ def _judge(float_detector: Detector, int8_detector: Detector, frames: list[bytes
         for side, detector in enumerate((float_detector, int8_detector)):
             cpu0, wall0 = process_cpu_seconds(), time.perf_counter()
             judged[side].detections.extend(detector.detect(frame).detections for frame in block)
-            cpu[side] += process_cpu_seconds() - cpu0
+            judged[side].block_cpu.append(process_cpu_seconds() - cpu0)
+            cpu[side] += judged[side].block_cpu[-1]
             wall[side] += time.perf_counter() - wall0
         del block  # before the next is decoded: two 4K blocks at once are 400 MB
     for side in (0, 1):
@@ -213,6 +210,7 @@ def _table(floating: Judged, int8: Judged, sizes: tuple[int, int]) -> dict[str, 
     agreed = agreement(floating.detections, int8.detections)
     counts = agreed.boxes
     enough = {label: ap for label, ap in agreed.per_class.items() if counts[label] >= ENOUGH_BOXES}
+    interval = ratio_interval(floating.block_cpu, int8.block_cpu) if int8.block_cpu else None
 
     def side(judged: Judged, size: int) -> dict[str, float]:
         return {
@@ -231,58 +229,9 @@ def _table(floating: Judged, int8: Judged, sizes: tuple[int, int]) -> dict[str, 
             label: {"ap": round(ap, 3), "boxes": counts.get(label, 0)} for label, ap in agreed.per_class.items()
         },
         "cpu_ratio": round(int8.cpu_ms / floating.cpu_ms, 3) if floating.cpu_ms else None,
+        # the ratio's 95% interval over the alternating blocks: the verdict turns on it, not on the figure alone
+        "cpu_ratio_interval": None if interval is None else [round(bound, 3) for bound in interval],
     }
-
-
-INT8_INSTRUCTIONS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm")  # int8 dot products, per core
-VNNI = ("avx512_vnni", "avx_vnni", "amx_int8")
-
-
-def judged_on() -> str:
-    """The CPU a verdict was measured on, and its int8 instructions: the same file costs otherwise on another."""
-    cpu, flags = cpu_model_and_flags()
-    int8 = [flag for flag in flags if flag in INT8_INSTRUCTIONS]
-    return f"{cpu} ({' '.join(int8) if int8 else 'no int8 dot-product instructions'})"
-
-
-def verdict(table: dict[str, Any], where: str | None = None) -> str:
-    """What to do with the int8 file; `where` (judged_on()) is said beside a figure measured on this CPU, with the
-    warning ONNX Runtime's quantisation docs give: an int8 file judged with VNNI may saturate on an AVX2-only CPU."""
-    said = _verdict(table)
-    if where is None or table["cpu_ratio"] is None:
-        return said
-    caveat = ""
-    if "use it" in said and any(flag in where for flag in VNNI):
-        caveat = "; on a CPU without VNNI its activations may saturate: convert and judge it there"
-    return f"{said} (judged on {where}{caveat})"
-
-
-def _verdict(table: dict[str, Any]) -> str:
-    agreed, ratio = table["agreement_map50"], table["cpu_ratio"]
-    if agreed is None:
-        return (
-            f"the float model found no class {ENOUGH_BOXES} times on the evaluation frames: nothing to judge the "
-            "conversion by; evaluate on other frames (--eval) or more of them (--frames)"
-        )
-    if agreed < AGREES:
-        return (
-            f"int8 agrees {agreed:.3f} with the float model (< {AGREES}): keep the float model, or calibrate on "
-            "more frames of the camera"
-        )
-    if ratio is None:  # run on a simulator: its speed is the board's to show
-        return f"int8 agrees {agreed:.3f} with the float model: use it, and time it on the board (`edge bench`)"
-    if ratio >= 1:  # agreeing is not enough: on this CPU the engine runs the float model for less
-        return (
-            f"int8 agrees {agreed:.3f} with the float model but takes {ratio:.2f}x its CPU per frame here: keep the "
-            "float model on this machine"
-        )
-    if ratio > WORTH:
-        return (
-            f"int8 agrees {agreed:.3f} with the float model but saves little CPU here ({ratio:.2f}x its CPU per "
-            "frame): keep the float model on this machine (int8 pays where the CPU has int8 dot-product "
-            "instructions, VNNI or Arm's, or on an NPU)"
-        )
-    return f"int8 agrees {agreed:.3f} with the float model at {ratio:.2f}x its CPU per frame: use it"
 
 
 def convert(
