@@ -26,6 +26,14 @@ from edge_inference.backends.base import (
 from edge_inference.backends.engine import BackendStatus, Engine, Offer, installed
 from edge_inference.backends.hardware import intel_accelerators
 from edge_inference.backends.openvino_model import batch_of_one
+from edge_inference.backends.openvino_precision import (
+    compare,
+    decided,
+    precision_key,
+    remember,
+    remembered,
+    said,
+)
 from edge_inference.backends.options import EngineOptions, parse_options
 from edge_inference.extras import install_extra
 
@@ -268,12 +276,12 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
     model = model if converted is None else converted
     config = compile_config(device, settings.performance_hint, options.threads, options.lanes, settings.precision)
     config |= cache_config(device, list(core.available_devices), options.cache_dir)
-    try:
-        compiled = core.compile_model(model, device, config)
-    except RuntimeError as exc:
-        raise BackendError(
-            f"OpenVINO cannot compile {path.name} for {device}: {str(exc).splitlines()[-1][:300]}"
-        ) from None
+    compiled = _compiled(core, model, device, config, path)
+    notes: list[str] = []
+    if settings.precision == "auto" and device == "CPU":
+        key = precision_key(core, path, version, options.threads)
+        compiled, choice = _cheaper_precision(core, model, config, path, compiled, key, options.cache_dir)
+        notes += [said(choice)] if choice is not None and choice["precision"] == "f32" else []
     inputs, outputs = _tensors(compiled, path)
     actual = device
     if device.startswith("AUTO"):
@@ -287,7 +295,39 @@ def load(path: Path, options: BackendOptions) -> OpenVINOBackend:
         outputs=outputs,
         compiled=compiled,
         pixels=pixels,
+        notes=notes,
     )
+
+
+def _compiled(core: Any, model: Any, device: str, config: dict[str, Any], path: Path) -> Any:
+    try:
+        return core.compile_model(model, device, config)
+    except RuntimeError as exc:
+        raise BackendError(
+            f"OpenVINO cannot compile {path.name} for {device}: {str(exc).splitlines()[-1][:300]}"
+        ) from None
+
+
+def _cheaper_precision(
+    core: Any, model: Any, config: dict[str, Any], path: Path, compiled: Any, key: str, cache_dir: Path | None
+) -> tuple[Any, dict[str, Any] | None]:
+    """The CPU's default precision, or f32 where the default is not f32 and f32 costs clearly less CPU here:
+    remembered per CPU and model, else measured now (openvino_precision.py)."""
+    default = str(compiled.get_property("INFERENCE_PRECISION_HINT")).lower().removeprefix("<type: '").rstrip("'>")
+    if default in ("f32", "float32") or cache_dir is None:  # nothing to choose, or nowhere to keep a measurement
+        return compiled, None
+    choice = remembered(cache_dir, key)
+    f32 = None
+    if choice is None:
+        f32 = _compiled(core, model, "CPU", config | {"INFERENCE_PRECISION_HINT": "f32"}, path)
+        measured = compare(compiled, f32)
+        if measured is None:
+            return compiled, None
+        choice = decided(measured, default)
+        remember(cache_dir, key, choice)
+    if choice["precision"] != "f32":
+        return compiled, choice
+    return f32 or _compiled(core, model, "CPU", config | {"INFERENCE_PRECISION_HINT": "f32"}, path), choice
 
 
 def probe() -> BackendStatus:
