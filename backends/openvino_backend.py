@@ -66,7 +66,8 @@ class OpenVINOOptions(EngineOptions):
     precision: Literal["auto", "f32", "f16", "bf16"] = Field(
         "auto",
         description="OpenVINO's INFERENCE_PRECISION_HINT on the CPU: auto is the CPU's default (f16 on ARM, such "
-        "as a Raspberry Pi; f32 on most x86); f32 gives x86's scores on ARM, at some speed",
+        "as a Raspberry Pi; bf16 with AVX-512 BF16 or AMX; f32 on other x86), or f32 where that default is timed "
+        "against f32 once and costs more (kept per CPU and model); f32 gives x86's scores on ARM, at some speed",
     )
 
 
