@@ -58,16 +58,17 @@ GIB_PER_WORKER = 1.5  # a worker's servers, engines and browser at their peak, w
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one test worker per usable core (a container's CPU set, not the host's) and one more, at most 4,
-    and no more than the memory holds (a 2 GiB Pi runs one). A fifth of the suite's time is waiting with a core free
-    (a service starting, a broker kept down, a page settling, an engine's budget running out): on 2 cores the suite
-    took 374 s on 3 workers against 411 s on 2. PYTEST_XDIST_AUTO_NUM_WORKERS overrides it, as in pytest-xdist."""
+    """`-n auto`: two test workers per usable core (a container's CPU set, not the host's), at most 4, and no more
+    than the memory holds (a 2 GiB Pi runs one). Much of the process and system tiers' time is waiting with a core
+    free (a service starting, a broker kept down, a page settling, a camera's read timeout): on 2 cores the suite
+    took 374 s on 3 workers against 411 s on 2, and 645 s on 4 against 698 s on 3 (issue 80; the in-process tier,
+    all CPU, the same on either). PYTEST_XDIST_AUTO_NUM_WORKERS overrides it, as in pytest-xdist."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     cores = len(os.sched_getaffinity(0))
     available = available_memory()  # the machine's, capped by a container's limit
     by_memory = 4 if available is None else int(available / 2**30 / GIB_PER_WORKER)
-    return max(1, min(cores + 1, 4, by_memory))
+    return max(1, min(2 * cores, 4, by_memory))
 
 
 def skimage_photo(name: str) -> np.ndarray:

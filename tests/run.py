@@ -81,22 +81,12 @@ def python_with_the_project() -> str:
     return python
 
 
-def workers_for(cores: int) -> int:
-    """Two test workers a core, 2 to 8: the process and system tiers spend much of their time waiting on a server,
-    a camera or a clock (on 2 cores, 4 workers took the suite from 698 to 645 s, still green; the in-process tier,
-    all CPU, gains nothing and keeps pytest's one a core). A later `-n` on the command line wins."""
-    return max(2, min(8, 2 * cores))
-
-
 def main() -> int:
     started = time.monotonic()
     system_packages()
     python = python_with_the_project()
     installed = time.monotonic()
-    workers = ["-n", str(workers_for(len(os.sched_getaffinity(0))))]
-    tests = subprocess.run(
-        [python, "-m", "pytest", "-q", "-m", "not minutes", *workers, *sys.argv[1:]], cwd=REPO, check=False
-    )
+    tests = subprocess.run([python, "-m", "pytest", "-q", "-m", "not minutes", *sys.argv[1:]], cwd=REPO, check=False)
     ended = time.monotonic()
     say(
         f"the suite took {ended - installed:.0f} s, {ended - started:.0f} s with the installs "
