@@ -30,6 +30,7 @@ from edge_inference.backends.openvino_precision import (
     compare,
     decided,
     precision_key,
+    quantised,
     remember,
     remembered,
     said,
@@ -315,7 +316,7 @@ def _cheaper_precision(
     """The CPU's default precision, or f32 where the default is not f32 and f32 costs clearly less CPU here:
     remembered per CPU and model, else measured now (openvino_precision.py)."""
     default = str(compiled.get_property("INFERENCE_PRECISION_HINT")).lower().removeprefix("<type: '").rstrip("'>")
-    if default in ("f32", "float32") or cache_dir is None:  # nothing to choose, or nowhere to keep a measurement
+    if default in ("f32", "float32") or cache_dir is None or quantised(model):  # nothing to choose, or not worth it
         return compiled, None
     choice = remembered(cache_dir, key)
     f32 = None

@@ -22,6 +22,16 @@ PER_ROUND = 3  # inferences a round (after one untimed)
 CHEAPER = 0.95  # f32 is kept where it takes at most this share of the default's CPU
 
 
+def quantised(model: Any) -> bool:
+    """A model with int8 weights or fake-quantise steps: its convolutions run in int8 whatever the float precision,
+    so timing two floats would buy little for its cost (a 640 model compiled twice)."""
+    for op in model.get_ordered_ops():
+        kind = op.get_type_name()
+        if kind == "FakeQuantize" or (kind == "Constant" and op.get_element_type().to_dtype() in (np.int8, np.uint8)):
+            return True
+    return False
+
+
 def precision_key(core: Any, path: Path, version: str, threads: int | None) -> str:
     stat = path.stat()
     cpu = core.get_property("CPU", "FULL_DEVICE_NAME")
