@@ -89,6 +89,22 @@ def detector_options(func: F) -> F:
         click.option("--color", type=click.Choice(["RGB", "BGR"]), help="Channel order the model expects."),
         click.option("--resize", type=click.Choice(["letterbox", "stretch"]), help="Resize mode."),
         labels_flag(),
+        click.option(
+            "--isolation",
+            type=click.Choice(["auto", "process", "thread"]),
+            default="auto",
+            show_default=True,
+            help="Where the engine runs: a process of its own (a native crash ends that process, not this one) or "
+            "this one; auto: its own for accelerators and plugin engines.",
+        ),
+        click.option(
+            "--load-timeout",
+            "load_timeout_s",
+            type=click.FloatRange(min=0, min_open=True),
+            default=900,
+            show_default=True,
+            help="Seconds an engine in a process of its own may take to load the model before it is killed.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -194,4 +210,6 @@ FLAG_KEYS = {
     "resize": "resize",
     "labels": "labels",
     "engine_option": "engine_options",
+    "isolation": "isolation",
+    "load_timeout_s": "load_timeout_s",
 }

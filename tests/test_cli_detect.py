@@ -497,3 +497,11 @@ def test_every_model_flag_is_a_stream_key_built_by_the_one_builder():
     from_config = plan_builder(StreamConfig(id="cam", source="cam.mp4", **written))  # type: ignore[arg-type]
     assert from_flags.overrides == from_config.overrides and from_flags.overrides  # decoder, resize, colour: both ways
     assert (from_flags.model, from_flags.classes) == (from_config.model, from_config.classes)
+    # and the other way: every stream key the builder reads is a flag (regions: `edge detect --tiles`)
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(plan_builder))
+    read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and getattr(n.value, "id", "") == "stream"}
+    stream_keys = ({"classes"} if "class_scores" in read else set()) | (read & set(StreamConfig.model_fields))
+    assert len(stream_keys) > 10 and stream_keys - {"regions"} <= set(FLAG_KEYS.values()), stream_keys
