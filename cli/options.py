@@ -176,7 +176,7 @@ def detector_config(kwargs: dict[str, Any]) -> DetectorConfig:
     """The model flags read as one stream's settings and built by the one builder a config's streams go through
     (`runtime/plan.py`): a key a config takes is taken the same way from a flag. A command is a loop of frames
     back to back (a camera's engine waits between frames), so it measures its threads."""
-    flags = {key: kwargs.pop(flag) for flag, key in FLAG_KEYS.items()}
+    flags = {key: kwargs.pop(flag, None) for flag, key in FLAG_KEYS.items()}  # a caller of its own may leave some out
     stream = {key: value for key, value in flags.items() if value is not None and value != ()}
     try:
         config = StreamConfig.model_validate({"id": "cli", "source": "-", **stream})

@@ -121,10 +121,6 @@ def session_setup() -> Iterator[None]:
             WATCH.nodeid = nodeid
 
 
-def runs_above_inprocess(items: list[pytest.Item]) -> bool:
-    return any(allowed_tier(item) != "inprocess" for item in items)
-
-
 def _cpu_s() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
